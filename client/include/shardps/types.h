@@ -1,0 +1,60 @@
+// shardps/types.h: what a table is and how a job keeps its workers in step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "shardps/status.h"
+
+namespace shardps {
+
+enum class TableKind : uint8_t { kDense = 0, kSparse };
+enum class InitKind : uint8_t { kZeros = 0, kConstant, kUniform, kNormal };
+enum class OptimizerKind : uint8_t { kSGD = 0, kMomentum, kAdagrad, kAdam };
+// kSync: bulk-synchronous (BSP); kBounded: stale synchronous (SSP, staleness
+// s); kAsync: never waits. See docs/consistency.md.
+enum class Consistency : uint8_t { kSync = 0, kBounded, kAsync };
+
+// A model table. Parameters are float32, `cols` per row.
+//  - dense: `rows` x `cols`, rows split into contiguous ranges;
+//  - sparse: rows keyed by any uint64 id, created on first touch.
+// Initial values are a pure function of (seed, row id): the same model comes
+// out whatever the number of servers.
+struct TableSpec {
+  uint32_t id = 0;  // assigned by the coordinator
+  std::string name;
+  TableKind kind = TableKind::kDense;
+  uint64_t rows = 0;  // dense only
+  uint32_t cols = 1;
+
+  InitKind init = InitKind::kZeros;
+  float init_a = 0.0f;  // constant: value; uniform: low; normal: mean
+  float init_b = 0.0f;  // uniform: high; normal: stddev
+  uint64_t seed = 0;
+
+  OptimizerKind optimizer = OptimizerKind::kSGD;
+  float lr = 0.01f;
+  float momentum = 0.9f;            // momentum
+  float beta1 = 0.9f;               // adam
+  float beta2 = 0.999f;             // adam
+  float eps = 1e-8f;                // adagrad, adam
+  float initial_accumulator = 0.0f; // adagrad
+
+  // OK, or InvalidArgument naming the first field that is wrong.
+  Status Validate() const;
+  // True when both describe the same table (ids aside).
+  bool SameShape(const TableSpec& other) const;
+};
+
+std::string_view ToString(TableKind k);
+std::string_view ToString(InitKind k);
+std::string_view ToString(OptimizerKind k);
+std::string_view ToString(Consistency c);
+// Parse the names above ("dense", "sgd", "adam", "sync", "bounded", ...).
+Status Parse(std::string_view s, TableKind* out);
+Status Parse(std::string_view s, InitKind* out);
+Status Parse(std::string_view s, OptimizerKind* out);
+Status Parse(std::string_view s, Consistency* out);
+
+}  // namespace shardps

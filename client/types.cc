@@ -1,0 +1,70 @@
+#include "shardps/types.h"
+
+#include <cmath>
+#include <string>
+
+namespace shardps {
+
+namespace {
+template <typename E, size_t N>
+Status ParseName(std::string_view s, const char* const (&names)[N], E* out, const char* what) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) {
+      *out = static_cast<E>(i);
+      return Status::OK();
+    }
+  std::string valid;
+  for (size_t i = 0; i < N; ++i) valid += (i ? ", " : "") + std::string(names[i]);
+  return Status::InvalidArgument("unknown " + std::string(what) + " '" + std::string(s) +
+                                 "' (valid: " + valid + ")");
+}
+const char* const kKinds[] = {"dense", "sparse"};
+const char* const kInits[] = {"zeros", "constant", "uniform", "normal"};
+const char* const kOpts[] = {"sgd", "momentum", "adagrad", "adam"};
+const char* const kCons[] = {"sync", "bounded", "async"};
+}  // namespace
+
+std::string_view ToString(TableKind k) { return kKinds[static_cast<int>(k)]; }
+std::string_view ToString(InitKind k) { return kInits[static_cast<int>(k)]; }
+std::string_view ToString(OptimizerKind k) { return kOpts[static_cast<int>(k)]; }
+std::string_view ToString(Consistency c) { return kCons[static_cast<int>(c)]; }
+Status Parse(std::string_view s, TableKind* out) { return ParseName(s, kKinds, out, "table kind"); }
+Status Parse(std::string_view s, InitKind* out) { return ParseName(s, kInits, out, "initializer"); }
+Status Parse(std::string_view s, OptimizerKind* out) { return ParseName(s, kOpts, out, "optimizer"); }
+Status Parse(std::string_view s, Consistency* out) { return ParseName(s, kCons, out, "consistency"); }
+
+Status TableSpec::Validate() const {
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument("table '" + name + "': " + what);
+  };
+  if (name.empty()) return Status::InvalidArgument("table name is empty");
+  if (name.size() > 256) return bad("name longer than 256 characters");
+  if (static_cast<int>(kind) > 1) return bad("unknown kind");
+  if (kind == TableKind::kDense && rows == 0) return bad("a dense table needs rows > 0");
+  if (kind == TableKind::kDense && rows > (1ull << 40)) return bad("rows > 2^40");
+  if (cols == 0) return bad("cols must be > 0");
+  if (cols > (1u << 24)) return bad("cols > 2^24");
+  if (static_cast<int>(init) > 3) return bad("unknown initializer");
+  if (!std::isfinite(init_a) || !std::isfinite(init_b)) return bad("initializer arguments must be finite");
+  if (init == InitKind::kUniform && !(init_a < init_b)) return bad("uniform initializer needs low < high");
+  if (init == InitKind::kNormal && !(init_b >= 0)) return bad("normal initializer needs stddev >= 0");
+  if (static_cast<int>(optimizer) > 3) return bad("unknown optimizer");
+  if (!std::isfinite(lr) || lr < 0) return bad("lr must be finite and >= 0");
+  if (!(momentum >= 0 && momentum < 1)) return bad("momentum must be in [0, 1)");
+  if (!(beta1 >= 0 && beta1 < 1)) return bad("beta1 must be in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) return bad("beta2 must be in [0, 1)");
+  if (!(eps > 0) || !std::isfinite(eps)) return bad("eps must be finite and > 0");
+  if (!(initial_accumulator >= 0) || !std::isfinite(initial_accumulator))
+    return bad("initial_accumulator must be finite and >= 0");
+  return Status::OK();
+}
+
+bool TableSpec::SameShape(const TableSpec& o) const {
+  return name == o.name && kind == o.kind && (kind == TableKind::kSparse || rows == o.rows) &&
+         cols == o.cols && init == o.init && init_a == o.init_a && init_b == o.init_b &&
+         seed == o.seed && optimizer == o.optimizer && lr == o.lr && momentum == o.momentum &&
+         beta1 == o.beta1 && beta2 == o.beta2 && eps == o.eps &&
+         initial_accumulator == o.initial_accumulator;
+}
+
+}  // namespace shardps

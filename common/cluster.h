@@ -1,0 +1,33 @@
+// What the coordinator tells every process about the job: consistency, the
+// servers and where they listen, the shard map, the tables, the live workers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/partition.h"
+#include "shardps/types.h"
+
+namespace shardps {
+
+struct ClusterView {
+  Consistency consistency = Consistency::kAsync;
+  uint32_t staleness = 0;  // bounded staleness only
+  uint32_t num_servers = 0;
+  uint32_t num_workers = 0;
+  ShardMap map;                        // empty until every server registered
+  std::vector<std::string> servers;    // rank -> data endpoint ("" if absent)
+  std::vector<TableSpec> tables;       // index = table id
+  uint64_t membership_version = 0;
+  std::vector<uint32_t> live_workers;  // ascending
+
+  bool complete() const { return !map.owner.empty(); }
+  const TableSpec* FindTable(const std::string& name) const {
+    for (const auto& t : tables)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+};
+
+}  // namespace shardps

@@ -1,0 +1,44 @@
+// Minimal leveled logging to stderr: one line per record, prefixed with the
+// time, the level and the process name set by SetLogName().
+//   LOG_INFO << "server " << rank << " listening on " << endpoint;
+#pragma once
+
+#include <sstream>
+#include <string_view>
+
+namespace shardps {
+
+enum class LogLevel { kDebug = 0, kInfo, kWarn, kError };
+
+void SetLogName(std::string_view name);
+void SetLogLevel(LogLevel level);
+LogLevel GetLogLevel();
+// Parses "debug" | "info" | "warn" | "error".
+bool ParseLogLevel(std::string_view s, LogLevel* out);
+
+class LogLine {
+ public:
+  explicit LogLine(LogLevel level) : level_(level) {}
+  ~LogLine();
+  template <typename T>
+  LogLine& operator<<(const T& v) {
+    os_ << v;
+    return *this;
+  }
+
+ private:
+  LogLevel level_;
+  std::ostringstream os_;
+};
+
+}  // namespace shardps
+
+#define SHARDPS_LOG(level)                                 \
+  if (::shardps::GetLogLevel() > ::shardps::LogLevel::level) \
+    ;                                                      \
+  else                                                     \
+    ::shardps::LogLine(::shardps::LogLevel::level)
+#define LOG_DEBUG SHARDPS_LOG(kDebug)
+#define LOG_INFO SHARDPS_LOG(kInfo)
+#define LOG_WARN SHARDPS_LOG(kWarn)
+#define LOG_ERROR SHARDPS_LOG(kError)

@@ -1,0 +1,225 @@
+#include "common/wire.h"
+
+#include <cstring>
+
+namespace shardps::wire {
+
+Status VerifyHeader(const void* data, size_t size, const Header** out) {
+  if (size == 0) return Status::BadMessage("empty header frame");
+  if (size > kMaxHeaderBytes)
+    return Status::TooLarge("header frame of " + std::to_string(size) + " bytes (limit " +
+                            std::to_string(kMaxHeaderBytes) + ")");
+  // FlatBuffers reads the root offset as an aligned uoffset_t: the verifier
+  // checks alignment, so an unaligned frame must be realigned by the caller.
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 16;
+  opts.max_tables = 100000;
+  opts.check_alignment = true;
+  flatbuffers::Verifier v(static_cast<const uint8_t*>(data), size, opts);
+  if (!v.VerifyBuffer<Header>(nullptr))
+    return Status::BadMessage("header frame of " + std::to_string(size) +
+                              " bytes is not a valid shardps header");
+  const Header* h = GetHeader(data);
+  if (h->version() != kProtocolVersion)
+    return Status::VersionMismatch("peer speaks protocol version " +
+                                   std::to_string(h->version()) + ", this build speaks " +
+                                   std::to_string(kProtocolVersion));
+  if (h->type() > MsgType::MAX)
+    return Status::BadMessage("unknown message type " + std::to_string(int(h->type())));
+  *out = h;
+  return Status::OK();
+}
+
+Status ParseHeader(const zmq::message_t& frame, std::vector<uint64_t>& scratch,
+                   const Header** out) {
+  const void* data = frame.data();
+  if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+    if (frame.size() > kMaxHeaderBytes) return VerifyHeader(data, frame.size(), out);
+    scratch.resize((frame.size() + 7) / 8);
+    std::memcpy(scratch.data(), data, frame.size());
+    data = scratch.data();
+  }
+  return VerifyHeader(data, frame.size(), out);
+}
+
+zmq::message_t Encode(flatbuffers::FlatBufferBuilder& fbb, const Fields& f, Body body_type,
+                      flatbuffers::Offset<void> body) {
+  flatbuffers::Offset<flatbuffers::String> msg;
+  if (!f.message.empty()) msg = fbb.CreateString(f.message.data(), f.message.size());
+  HeaderBuilder b(fbb);
+  b.add_version(kProtocolVersion);
+  b.add_type(f.type);
+  b.add_request_id(f.request_id);
+  b.add_role(f.role);
+  b.add_rank(f.rank);
+  b.add_table(f.table);
+  b.add_clock(f.clock);
+  b.add_seq(f.seq);
+  b.add_map_version(f.map_version);
+  b.add_key_count(f.key_count);
+  b.add_row_begin(f.row_begin);
+  b.add_row_end(f.row_end);
+  b.add_error(f.error);
+  if (!f.message.empty()) b.add_message(msg);
+  b.add_min_clock(f.min_clock);
+  b.add_max_clock(f.max_clock);
+  if (body_type != Body::NONE) {
+    b.add_body_type(body_type);
+    b.add_body(body);
+  }
+  fbb.Finish(b.Finish());
+  return zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize());
+}
+
+zmq::message_t EncodeSimple(flatbuffers::FlatBufferBuilder& fbb, const Fields& f) {
+  fbb.Clear();
+  return Encode(fbb, f);
+}
+
+ErrorCode ToWire(Code c) { return static_cast<ErrorCode>(static_cast<uint16_t>(c)); }
+
+zmq::message_t EncodeError(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
+                           const Status& s) {
+  Fields f;
+  f.type = MsgType::Reply;
+  f.request_id = request_id;
+  f.error = ToWire(s.code());
+  f.message = s.message();
+  return EncodeSimple(fbb, f);
+}
+
+Status ReplyStatus(const Header* h) {
+  if (h->error() == ErrorCode::OK) return Status::OK();
+  auto code = static_cast<uint16_t>(h->error());
+  std::string msg = h->message() ? h->message()->str() : std::string("(no message)");
+  if (code > static_cast<uint16_t>(ErrorCode::MAX))
+    return Status::Internal("peer sent unknown error code " + std::to_string(code) + ": " + msg);
+  return Status(static_cast<Code>(code), std::move(msg));
+}
+
+flatbuffers::Offset<wire::TableSpec> BuildTableSpec(flatbuffers::FlatBufferBuilder& fbb,
+                                                    const shardps::TableSpec& t) {
+  auto name = fbb.CreateString(t.name);
+  wire::TableSpecBuilder b(fbb);
+  b.add_id(t.id);
+  b.add_name(name);
+  b.add_kind(static_cast<wire::TableKind>(t.kind));
+  b.add_rows(t.rows);
+  b.add_cols(t.cols);
+  b.add_init(static_cast<wire::InitKind>(t.init));
+  b.add_init_a(t.init_a);
+  b.add_init_b(t.init_b);
+  b.add_seed(t.seed);
+  b.add_optimizer(static_cast<wire::OptimizerKind>(t.optimizer));
+  b.add_lr(t.lr);
+  b.add_momentum(t.momentum);
+  b.add_beta1(t.beta1);
+  b.add_beta2(t.beta2);
+  b.add_eps(t.eps);
+  b.add_initial_accumulator(t.initial_accumulator);
+  return b.Finish();
+}
+
+Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
+  if (!in) return Status::BadMessage("missing table spec");
+  if (in->kind() > wire::TableKind::MAX || in->init() > wire::InitKind::MAX ||
+      in->optimizer() > wire::OptimizerKind::MAX)
+    return Status::BadMessage("table spec with an unknown kind, initializer or optimizer");
+  shardps::TableSpec t;
+  t.id = in->id();
+  t.name = in->name() ? in->name()->str() : "";
+  t.kind = static_cast<shardps::TableKind>(in->kind());
+  t.rows = in->rows();
+  t.cols = in->cols();
+  t.init = static_cast<shardps::InitKind>(in->init());
+  t.init_a = in->init_a();
+  t.init_b = in->init_b();
+  t.seed = in->seed();
+  t.optimizer = static_cast<shardps::OptimizerKind>(in->optimizer());
+  t.lr = in->lr();
+  t.momentum = in->momentum();
+  t.beta1 = in->beta1();
+  t.beta2 = in->beta2();
+  t.eps = in->eps();
+  t.initial_accumulator = in->initial_accumulator();
+  Status s = t.Validate();
+  if (!s.ok()) return Status::BadMessage("invalid table spec: " + s.message());
+  *out = std::move(t);
+  return Status::OK();
+}
+
+flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fbb,
+                                              const ClusterView& c) {
+  auto owner = fbb.CreateVector(c.map.owner);
+  std::vector<flatbuffers::Offset<ServerInfo>> servers;
+  for (uint32_t r = 0; r < c.servers.size(); ++r)
+    servers.push_back(CreateServerInfo(fbb, r, fbb.CreateString(c.servers[r])));
+  auto sv = fbb.CreateVector(servers);
+  std::vector<flatbuffers::Offset<wire::TableSpec>> tables;
+  for (const auto& t : c.tables) tables.push_back(BuildTableSpec(fbb, t));
+  auto tv = fbb.CreateVector(tables);
+  auto live = fbb.CreateVector(c.live_workers);
+  ClusterInfoBuilder b(fbb);
+  b.add_consistency(static_cast<wire::Consistency>(c.consistency));
+  b.add_staleness(c.staleness);
+  b.add_num_servers(c.num_servers);
+  b.add_num_workers(c.num_workers);
+  b.add_partitions(c.map.partitions());
+  b.add_map_version(c.map.version);
+  b.add_partition_owner(owner);
+  b.add_servers(sv);
+  b.add_tables(tv);
+  b.add_membership_version(c.membership_version);
+  b.add_live_workers(live);
+  return b.Finish();
+}
+
+Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
+  if (!in) return Status::BadMessage("missing cluster info");
+  if (in->consistency() > wire::Consistency::MAX)
+    return Status::BadMessage("unknown consistency model");
+  ClusterView c;
+  c.consistency = static_cast<shardps::Consistency>(in->consistency());
+  c.staleness = in->staleness();
+  c.num_servers = in->num_servers();
+  c.num_workers = in->num_workers();
+  c.map.version = in->map_version();
+  if (in->partition_owner()) {
+    for (uint32_t o : *in->partition_owner()) {
+      if (o >= c.num_servers) return Status::BadMessage("shard map names server " + std::to_string(o));
+      c.map.owner.push_back(o);
+    }
+  }
+  if (!c.map.owner.empty() && c.map.owner.size() != in->partitions())
+    return Status::BadMessage("shard map has " + std::to_string(c.map.owner.size()) +
+                              " entries for " + std::to_string(in->partitions()) + " partitions");
+  c.servers.assign(c.num_servers, "");
+  if (in->servers()) {
+    for (const auto* s : *in->servers()) {
+      if (s->rank() >= c.num_servers) return Status::BadMessage("server rank out of range");
+      c.servers[s->rank()] = s->endpoint() ? s->endpoint()->str() : "";
+    }
+  }
+  if (in->tables()) {
+    for (const auto* t : *in->tables()) {
+      shardps::TableSpec spec;
+      Status s = DecodeTableSpec(t, &spec);
+      if (!s.ok()) return s;
+      if (spec.id != c.tables.size()) return Status::BadMessage("table ids are not dense");
+      c.tables.push_back(std::move(spec));
+    }
+  }
+  c.membership_version = in->membership_version();
+  if (in->live_workers())
+    c.live_workers.assign(in->live_workers()->begin(), in->live_workers()->end());
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status CheckFrameSize(std::string_view what, size_t actual, uint64_t expected) {
+  if (actual == expected) return Status::OK();
+  return Status::SizeMismatch(std::string(what) + " frame has " + std::to_string(actual) +
+                              " bytes, the header announces " + std::to_string(expected));
+}
+
+}  // namespace shardps::wire

@@ -1,0 +1,167 @@
+#include "common/wire.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace shardps::wire {
+namespace {
+
+TEST(Wire, HeaderRoundTrip) {
+  flatbuffers::FlatBufferBuilder fbb;
+  Fields f;
+  f.type = MsgType::Push;
+  f.request_id = 77;
+  f.role = Role::Worker;
+  f.rank = 3;
+  f.table = 5;
+  f.clock = 12;
+  f.seq = 99;
+  f.key_count = 1000;
+  f.row_begin = 4;
+  f.row_end = 8;
+  f.message = "hello";
+  zmq::message_t m = EncodeSimple(fbb, f);
+  std::vector<uint64_t> scratch;
+  const Header* h = nullptr;
+  ASSERT_TRUE(ParseHeader(m, scratch, &h).ok());
+  EXPECT_EQ(h->type(), MsgType::Push);
+  EXPECT_EQ(h->request_id(), 77u);
+  EXPECT_EQ(h->role(), Role::Worker);
+  EXPECT_EQ(h->rank(), 3);
+  EXPECT_EQ(h->table(), 5u);
+  EXPECT_EQ(h->clock(), 12);
+  EXPECT_EQ(h->seq(), 99u);
+  EXPECT_EQ(h->key_count(), 1000u);
+  EXPECT_EQ(h->row_end(), 8u);
+  EXPECT_EQ(h->message()->str(), "hello");
+  EXPECT_TRUE(ReplyStatus(h).ok());
+}
+
+TEST(Wire, ErrorReplyCarriesCodeAndMessage) {
+  flatbuffers::FlatBufferBuilder fbb;
+  zmq::message_t m = EncodeError(fbb, 9, Status::OutOfRange("row 12 of 'w'"));
+  std::vector<uint64_t> scratch;
+  const Header* h = nullptr;
+  ASSERT_TRUE(ParseHeader(m, scratch, &h).ok());
+  Status s = ReplyStatus(h);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+  EXPECT_EQ(s.message(), "row 12 of 'w'");
+  EXPECT_EQ(h->request_id(), 9u);
+}
+
+TEST(Wire, ClusterRoundTrip) {
+  ClusterView c;
+  c.consistency = ::shardps::Consistency::kBounded;
+  c.staleness = 2;
+  c.num_servers = 2;
+  c.num_workers = 3;
+  c.map = ShardMap::Contiguous(16, 2, 4);
+  c.servers = {"tcp://a:1", "tcp://b:2"};
+  ::shardps::TableSpec t;
+  t.name = "emb";
+  t.kind = ::shardps::TableKind::kSparse;
+  t.cols = 16;
+  t.optimizer = ::shardps::OptimizerKind::kAdam;
+  t.init = ::shardps::InitKind::kNormal;
+  t.init_b = 0.1f;
+  c.tables.push_back(t);
+  c.membership_version = 8;
+  c.live_workers = {0, 2};
+  flatbuffers::FlatBufferBuilder fbb;
+  auto body = BuildCluster(fbb, c);
+  Fields f;
+  f.type = MsgType::Reply;
+  zmq::message_t m = Encode(fbb, f, Body::ClusterInfo, body.Union());
+  std::vector<uint64_t> scratch;
+  const Header* h = nullptr;
+  ASSERT_TRUE(ParseHeader(m, scratch, &h).ok());
+  ClusterView d;
+  ASSERT_TRUE(DecodeCluster(h->body_as_ClusterInfo(), &d).ok());
+  EXPECT_EQ(d.consistency, ::shardps::Consistency::kBounded);
+  EXPECT_EQ(d.staleness, 2u);
+  EXPECT_EQ(d.map.owner, c.map.owner);
+  EXPECT_EQ(d.map.version, 4u);
+  EXPECT_EQ(d.servers, c.servers);
+  ASSERT_EQ(d.tables.size(), 1u);
+  EXPECT_TRUE(d.tables[0].SameShape(t));
+  EXPECT_EQ(d.live_workers, c.live_workers);
+}
+
+TEST(Wire, VerifierRejectsGarbageAndTruncation) {
+  flatbuffers::FlatBufferBuilder fbb;
+  Fields f;
+  f.type = MsgType::Pull;
+  f.message = "some text to make it longer";
+  zmq::message_t m = EncodeSimple(fbb, f);
+  std::vector<uint64_t> scratch;
+  const Header* h = nullptr;
+  // Every truncation is refused.
+  for (size_t n = 0; n < m.size(); ++n) {
+    zmq::message_t cut(m.data(), n);
+    Status s = ParseHeader(cut, scratch, &h);
+    EXPECT_FALSE(s.ok()) << n;
+  }
+  // Random garbage is refused, never crashes.
+  std::mt19937 rng(1);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint8_t> junk(1 + rng() % 200);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    zmq::message_t jm(junk.data(), junk.size());
+    (void)ParseHeader(jm, scratch, &h);
+  }
+  zmq::message_t empty;
+  EXPECT_EQ(ParseHeader(empty, scratch, &h).code(), Code::kBadMessage);
+}
+
+TEST(Wire, WrongVersionIsNamed) {
+  flatbuffers::FlatBufferBuilder fbb;
+  HeaderBuilder b(fbb);
+  b.add_version(kProtocolVersion + 1);
+  b.add_type(MsgType::Pull);
+  fbb.Finish(b.Finish());
+  zmq::message_t m(fbb.GetBufferPointer(), fbb.GetSize());
+  std::vector<uint64_t> scratch;
+  const Header* h = nullptr;
+  Status s = ParseHeader(m, scratch, &h);
+  EXPECT_EQ(s.code(), Code::kVersionMismatch);
+  EXPECT_NE(s.message().find("version 2"), std::string::npos) << s.message();
+}
+
+TEST(Wire, UnalignedFramesAreRealigned) {
+  flatbuffers::FlatBufferBuilder fbb;
+  Fields f;
+  f.type = MsgType::Tick;
+  f.clock = 41;
+  zmq::message_t m = EncodeSimple(fbb, f);
+  std::vector<uint8_t> buf(m.size() + 1);
+  std::memcpy(buf.data() + 1, m.data(), m.size());
+  // A message_t constructed over unaligned memory (copy keeps alignment of
+  // the allocation, so point one into a larger frame instead).
+  zmq::message_t big(buf.size());
+  std::memcpy(big.data(), buf.data(), buf.size());
+  std::vector<uint64_t> scratch;
+  const Header* h = nullptr;
+  // Emulate a frame at an odd address.
+  zmq::message_t odd(static_cast<uint8_t*>(big.data()) + 1, m.size(), nullptr, nullptr);
+  ASSERT_TRUE(ParseHeader(odd, scratch, &h).ok());
+  EXPECT_EQ(h->clock(), 41);
+  std::vector<float> fs;
+  float vals[3] = {1, 2, 3};
+  std::vector<uint8_t> raw(sizeof vals + 1);
+  std::memcpy(raw.data() + 1, vals, sizeof vals);
+  zmq::message_t vm(raw.data() + 1, sizeof vals, nullptr, nullptr);
+  const float* v = ArrayView<float>(vm, fs);
+  EXPECT_EQ(v[2], 3.0f);
+}
+
+TEST(Wire, FrameSizeCheckNamesBothSizes) {
+  Status s = CheckFrameSize("values", 12, 16);
+  EXPECT_EQ(s.code(), Code::kSizeMismatch);
+  EXPECT_NE(s.message().find("12"), std::string::npos);
+  EXPECT_NE(s.message().find("16"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardps::wire

@@ -1,0 +1,230 @@
+#include "server/table.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/partition.h"
+#include "server/initializer.h"
+#include "server/optimizer.h"
+
+namespace shardps {
+
+ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
+                         const std::vector<uint32_t>& owned)
+    : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)) {
+  if (spec_.kind == TableKind::kDense) {
+    dense_.resize(partitions);
+    std::vector<float> row(spec_.cols);
+    for (uint32_t p : owned) {
+      auto part = std::make_unique<DensePart>();
+      part->begin = PartitionRowBegin(p, spec_.rows, partitions);
+      part->end = PartitionRowBegin(p + 1, spec_.rows, partitions);
+      const uint64_t n = part->end - part->begin;
+      part->w.resize(n * spec_.cols);
+      for (uint64_t r = 0; r < n; ++r) InitRow(spec_, part->begin + r, &part->w[r * spec_.cols]);
+      part->state.resize(n * state_width_);
+      InitOptimizerState(spec_, part->state.data(), n);
+      dense_[p] = std::move(part);
+    }
+  } else {
+    sparse_.resize(partitions);
+    for (uint32_t p : owned) sparse_[p] = std::make_unique<SparsePart>();
+  }
+}
+
+Status ServerTable::CheckRange(uint64_t begin, uint64_t end) const {
+  if (spec_.kind != TableKind::kDense)
+    return Status::InvalidArgument("table '" + spec_.name +
+                                   "' is sparse: address it by ids, not a row range");
+  if (begin >= end || end > spec_.rows)
+    return Status::OutOfRange("rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                              ") of table '" + spec_.name + "' with " +
+                              std::to_string(spec_.rows) + " rows");
+  for (uint32_t p = PartitionOfRow(begin, spec_.rows, partitions_);
+       p < partitions_ && PartitionRowBegin(p, spec_.rows, partitions_) < end; ++p) {
+    if (PartitionRowBegin(p, spec_.rows, partitions_) == PartitionRowBegin(p + 1, spec_.rows, partitions_))
+      continue;  // empty partition
+    if (!dense_[p])
+      return Status::WrongServer("partition " + std::to_string(p) + " of table '" + spec_.name +
+                                 "' is not held by this server");
+  }
+  return Status::OK();
+}
+
+Status ServerTable::CheckKeys(const uint64_t* keys, size_t n) const {
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t k = keys[i];
+    uint32_t p;
+    if (spec_.kind == TableKind::kDense) {
+      if (k >= spec_.rows)
+        return Status::OutOfRange("row id " + std::to_string(k) + " (key " + std::to_string(i) +
+                                  ") is outside table '" + spec_.name + "' with " +
+                                  std::to_string(spec_.rows) + " rows");
+      p = PartitionOfRow(k, spec_.rows, partitions_);
+      if (!dense_[p])
+        return Status::WrongServer("row " + std::to_string(k) + " of table '" + spec_.name +
+                                   "' is not held by this server");
+    } else {
+      p = PartitionOfId(k, partitions_);
+      if (!sparse_[p])
+        return Status::WrongServer("id " + std::to_string(k) + " of table '" + spec_.name +
+                                   "' is not held by this server");
+    }
+  }
+  return Status::OK();
+}
+
+template <typename Fn>
+void ServerTable::ForEachSegment(uint64_t begin, uint64_t end, Fn&& fn) const {
+  uint64_t row = begin;
+  while (row < end) {
+    DensePart& part = *dense_[PartitionOfRow(row, spec_.rows, partitions_)];
+    const uint64_t stop = std::min(end, part.end);
+    fn(part, row - part.begin, stop - row, row - begin);
+    row = stop;
+  }
+}
+
+void ServerTable::ReadRange(uint64_t begin, uint64_t end, float* out) const {
+  const size_t c = spec_.cols;
+  ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
+    std::memcpy(out + off * c, part.w.data() + first * c, n * c * sizeof(float));
+  });
+}
+
+void ServerTable::ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale) {
+  const size_t c = spec_.cols, sw = state_width_;
+  ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
+    ApplyOptimizer(spec_, part.w.data() + first * c, part.state.data() + first * sw,
+                   g + off * c, n, scale);
+  });
+}
+
+void ServerTable::AccumulateRange(uint64_t begin, uint64_t end, const float* g) {
+  const size_t c = spec_.cols;
+  dense_acc_dirty_ = true;
+  ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
+    if (part.acc.empty()) {
+      part.acc.resize(part.w.size());
+      part.touched.assign(part.end - part.begin, 0);
+    }
+    const float* src = g + off * c;
+    float* dst = part.acc.data() + first * c;
+    for (uint64_t r = 0; r < n; ++r, src += c, dst += c) {
+      if (part.touched[first + r]) {
+        for (size_t j = 0; j < c; ++j) dst[j] += src[j];
+      } else {
+        std::memcpy(dst, src, c * sizeof(float));
+        part.touched[first + r] = 1;
+      }
+    }
+  });
+}
+
+ServerTable::DensePart& ServerTable::DenseOf(uint64_t row) const {
+  return *dense_[PartitionOfRow(row, spec_.rows, partitions_)];
+}
+
+float* ServerTable::DenseRow(uint64_t row, float** state) const {
+  DensePart& part = DenseOf(row);
+  const uint64_t r = row - part.begin;
+  *state = part.state.data() + r * state_width_;
+  return part.w.data() + r * spec_.cols;
+}
+
+float* ServerTable::SparseRow(uint64_t id) {
+  SparsePart& part = *sparse_[PartitionOfId(id, partitions_)];
+  const size_t stride = spec_.cols + state_width_;
+  auto [it, inserted] = part.index.try_emplace(id, part.count);
+  const uint32_t slot = it->second;
+  if (inserted) {
+    if (slot % kChunkRows == 0)
+      part.chunks.push_back(std::make_unique<float[]>(static_cast<size_t>(kChunkRows) * stride));
+    part.count++;
+    float* row = part.chunks[slot / kChunkRows].get() + (slot % kChunkRows) * stride;
+    InitRow(spec_, id, row);
+    InitOptimizerState(spec_, row + spec_.cols, 1);
+    return row;
+  }
+  return part.chunks[slot / kChunkRows].get() + (slot % kChunkRows) * stride;
+}
+
+void ServerTable::ReadKeys(const uint64_t* keys, size_t n, float* out) {
+  const size_t c = spec_.cols;
+  for (size_t i = 0; i < n; ++i) {
+    float* state;
+    const float* row = spec_.kind == TableKind::kDense ? DenseRow(keys[i], &state) : SparseRow(keys[i]);
+    std::memcpy(out + i * c, row, c * sizeof(float));
+  }
+}
+
+void ServerTable::ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale) {
+  const size_t c = spec_.cols;
+  for (size_t i = 0; i < n; ++i) {
+    float* state;
+    float* w;
+    if (spec_.kind == TableKind::kDense) {
+      w = DenseRow(keys[i], &state);
+    } else {
+      w = SparseRow(keys[i]);
+      state = w + c;
+    }
+    ApplyOptimizer(spec_, w, state, g + i * c, 1, scale);
+  }
+}
+
+void ServerTable::AccumulateKeys(const uint64_t* keys, size_t n, const float* g) {
+  const size_t c = spec_.cols;
+  for (size_t i = 0; i < n; ++i) {
+    auto [it, inserted] = acc_index_.try_emplace(keys[i], static_cast<uint32_t>(acc_keys_.size()));
+    const float* src = g + i * c;
+    if (inserted) {
+      acc_keys_.push_back(keys[i]);
+      acc_.insert(acc_.end(), src, src + c);
+    } else {
+      float* dst = acc_.data() + static_cast<size_t>(it->second) * c;
+      for (size_t j = 0; j < c; ++j) dst[j] += src[j];
+    }
+  }
+}
+
+void ServerTable::ApplyAccumulated(float scale) {
+  const size_t c = spec_.cols, sw = state_width_;
+  if (dense_acc_dirty_) {
+    for (auto& pp : dense_) {
+      if (!pp || pp->acc.empty()) continue;
+      DensePart& part = *pp;
+      const uint64_t rows = part.end - part.begin;
+      uint64_t r = 0;
+      while (r < rows) {
+        if (!part.touched[r]) {
+          ++r;
+          continue;
+        }
+        uint64_t s = r;
+        while (r < rows && part.touched[r]) part.touched[r++] = 0;
+        ApplyOptimizer(spec_, part.w.data() + s * c, part.state.data() + s * sw,
+                       part.acc.data() + s * c, r - s, scale);
+      }
+    }
+    dense_acc_dirty_ = false;
+  }
+  if (!acc_keys_.empty()) {
+    ApplyKeys(acc_keys_.data(), acc_keys_.size(), acc_.data(), scale);
+    acc_keys_.clear();
+    acc_index_.clear();
+    acc_.clear();
+  }
+}
+
+uint64_t ServerTable::rows_held() const {
+  uint64_t n = 0;
+  for (const auto& p : dense_)
+    if (p) n += p->end - p->begin;
+  for (const auto& p : sparse_)
+    if (p) n += p->count;
+  return n;
+}
+
+}  // namespace shardps

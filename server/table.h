@@ -1,0 +1,92 @@
+// ServerTable: the rows of one table that this server holds (the partitions
+// the shard map assigns to it), their optimizer state, and the accumulator
+// synchronous mode sums gradients into.
+//
+// Dense partitions are contiguous arrays (parameters, then optimizer state
+// in a parallel array), so a row range is one pointer offset. Sparse rows
+// are created on first touch, parameters and state side by side in chunks
+// that never move.
+//
+// Every mutating call is preceded by a Check*() that validates the whole
+// request, so a bad request leaves the table unchanged.
+//
+// Thread-safety: none; a server's event loop owns its tables.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "shardps/status.h"
+#include "shardps/types.h"
+
+namespace shardps {
+
+class ServerTable {
+ public:
+  // `owned`: the partitions (of `partitions`) this server holds.
+  ServerTable(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
+  ServerTable(const ServerTable&) = delete;
+  ServerTable& operator=(const ServerTable&) = delete;
+
+  const TableSpec& spec() const { return spec_; }
+  size_t state_width() const { return state_width_; }
+
+  // OK, OutOfRange (past a dense table's rows, or an empty/inverted range;
+  // ranges are for dense tables only) or WrongServer (a partition not held).
+  Status CheckRange(uint64_t begin, uint64_t end) const;
+  Status CheckKeys(const uint64_t* keys, size_t n) const;
+
+  // out: (end - begin) x cols / n x cols. Sparse rows are created if absent.
+  void ReadRange(uint64_t begin, uint64_t end, float* out) const;
+  void ReadKeys(const uint64_t* keys, size_t n, float* out);
+
+  // Applies the optimizer to the rows, gradient scaled by `scale`.
+  // A key repeated within one call is applied once per occurrence.
+  void ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale);
+  void ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale);
+
+  // Synchronous mode: sum gradients into the accumulator (in call order),
+  // then apply the sum once, scaled by `scale`, and reset the accumulator.
+  void AccumulateRange(uint64_t begin, uint64_t end, const float* g);
+  void AccumulateKeys(const uint64_t* keys, size_t n, const float* g);
+  void ApplyAccumulated(float scale);
+
+  // Rows held: dense rows of owned partitions, sparse rows created so far.
+  uint64_t rows_held() const;
+
+ private:
+  struct DensePart {
+    uint64_t begin = 0, end = 0;  // rows
+    std::vector<float> w, state;
+    std::vector<float> acc;        // lazily allocated, synchronous mode
+    std::vector<uint8_t> touched;  // per row: acc holds a sum
+  };
+  static constexpr uint32_t kChunkRows = 1024;
+  struct SparsePart {
+    std::unordered_map<uint64_t, uint32_t> index;  // id -> slot
+    std::vector<std::unique_ptr<float[]>> chunks;  // kChunkRows slots each
+    uint32_t count = 0;
+  };
+
+  // Segments of [begin, end) by dense partition: fn(part, first_row, rows, offset_in_request).
+  template <typename Fn>
+  void ForEachSegment(uint64_t begin, uint64_t end, Fn&& fn) const;
+  DensePart& DenseOf(uint64_t row) const;
+  float* SparseRow(uint64_t id);  // [w | state], created on first touch
+  float* DenseRow(uint64_t row, float** state) const;
+
+  TableSpec spec_;
+  uint32_t partitions_;
+  size_t state_width_;
+  std::vector<std::unique_ptr<DensePart>> dense_;    // by partition id; null if not held
+  std::vector<std::unique_ptr<SparsePart>> sparse_;  // by partition id; null if not held
+  // Sparse accumulator: key -> slot in acc_, in first-touch order.
+  std::unordered_map<uint64_t, uint32_t> acc_index_;
+  std::vector<uint64_t> acc_keys_;
+  std::vector<float> acc_;
+  bool dense_acc_dirty_ = false;
+};
+
+}  // namespace shardps

@@ -1,0 +1,153 @@
+#include "server/table.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "common/partition.h"
+#include "server/initializer.h"
+
+namespace shardps {
+namespace {
+
+TableSpec Dense(uint64_t rows, uint32_t cols) {
+  TableSpec s;
+  s.name = "d";
+  s.rows = rows;
+  s.cols = cols;
+  s.init = InitKind::kUniform;
+  s.init_a = -1;
+  s.init_b = 1;
+  s.lr = 0.5f;
+  return s;
+}
+
+std::vector<uint32_t> All(uint32_t p) {
+  std::vector<uint32_t> v(p);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+TEST(ServerTable, DenseReadsInitialValuesAcrossPartitions) {
+  TableSpec s = Dense(100, 3);
+  ServerTable t(s, 8, All(8));
+  EXPECT_EQ(t.rows_held(), 100u);
+  std::vector<float> got(100 * 3), want(3);
+  ASSERT_TRUE(t.CheckRange(0, 100).ok());
+  t.ReadRange(0, 100, got.data());
+  for (uint64_t r = 0; r < 100; ++r) {
+    InitRow(s, r, want.data());
+    for (int j = 0; j < 3; ++j) ASSERT_EQ(got[r * 3 + j], want[j]);
+  }
+}
+
+TEST(ServerTable, DenseApplyRangeAndKeysAgree) {
+  TableSpec s = Dense(50, 2);
+  ServerTable a(s, 4, All(4)), b(s, 4, All(4));
+  std::vector<float> g(20 * 2, 1.0f);
+  a.ApplyRange(10, 30, g.data(), 1.0f);
+  std::vector<uint64_t> keys(20);
+  std::iota(keys.begin(), keys.end(), 10);
+  ASSERT_TRUE(b.CheckKeys(keys.data(), keys.size()).ok());
+  b.ApplyKeys(keys.data(), keys.size(), g.data(), 1.0f);
+  std::vector<float> va(100), vb(100);
+  a.ReadRange(0, 50, va.data());
+  b.ReadRange(0, 50, vb.data());
+  EXPECT_EQ(va, vb);
+  std::vector<float> init(2);
+  InitRow(s, 10, init.data());
+  EXPECT_FLOAT_EQ(va[20], init[0] - 0.5f);
+  InitRow(s, 9, init.data());
+  EXPECT_FLOAT_EQ(va[18], init[0]);  // untouched
+}
+
+TEST(ServerTable, BadRangesAndKeysAreRefused) {
+  TableSpec s = Dense(100, 1);
+  // Hold only partitions 0 and 1 of 4: rows [0, 50).
+  ServerTable t(s, 4, {0, 1});
+  EXPECT_EQ(t.CheckRange(0, 50).code(), Code::kOk);
+  EXPECT_EQ(t.CheckRange(0, 101).code(), Code::kOutOfRange);
+  EXPECT_EQ(t.CheckRange(5, 5).code(), Code::kOutOfRange);
+  EXPECT_EQ(t.CheckRange(40, 60).code(), Code::kWrongServer);
+  uint64_t bad[] = {3, 100};
+  EXPECT_EQ(t.CheckKeys(bad, 2).code(), Code::kOutOfRange);
+  uint64_t far[] = {3, 75};
+  EXPECT_EQ(t.CheckKeys(far, 2).code(), Code::kWrongServer);
+}
+
+TEST(ServerTable, SparseRowsAppearOnFirstTouchWithDeterministicInit) {
+  TableSpec s = Dense(0, 4);
+  s.kind = TableKind::kSparse;
+  ServerTable t(s, 16, All(16));
+  EXPECT_EQ(t.rows_held(), 0u);
+  uint64_t keys[] = {7, 1ull << 60, 7};
+  ASSERT_TRUE(t.CheckKeys(keys, 3).ok());
+  std::vector<float> out(12), want(4);
+  t.ReadKeys(keys, 3, out.data());
+  EXPECT_EQ(t.rows_held(), 2u);
+  InitRow(s, 1ull << 60, want.data());
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(out[4 + j], want[j]);
+  EXPECT_EQ(t.CheckRange(0, 1).code(), Code::kInvalidArgument);
+  // Many rows: chunks never move existing rows.
+  std::vector<uint64_t> many(5000);
+  std::iota(many.begin(), many.end(), 1000);
+  std::vector<float> g(5000 * 4, 2.0f);
+  t.ApplyKeys(many.data(), many.size(), g.data(), 1.0f);
+  t.ReadKeys(many.data(), 1, out.data());
+  InitRow(s, 1000, want.data());
+  EXPECT_FLOAT_EQ(out[0], want[0] - 1.0f);
+  EXPECT_EQ(t.rows_held(), 5002u);
+}
+
+TEST(ServerTable, SparseOwnershipFollowsPartitions) {
+  TableSpec s = Dense(0, 1);
+  s.kind = TableKind::kSparse;
+  ServerTable t(s, 8, {3});
+  for (uint64_t id = 0; id < 100; ++id) {
+    Status st = t.CheckKeys(&id, 1);
+    EXPECT_EQ(st.ok(), PartitionOfId(id, 8) == 3) << id;
+  }
+}
+
+TEST(ServerTable, AccumulateSumsInCallOrderThenAppliesOnce) {
+  TableSpec s = Dense(10, 2);
+  s.init = InitKind::kZeros;
+  s.lr = 1.0f;
+  ServerTable t(s, 3, All(3));
+  std::vector<float> g1(20, 1.0f), g2(8, 3.0f);
+  t.AccumulateRange(0, 10, g1.data());
+  t.AccumulateRange(2, 6, g2.data());
+  std::vector<float> v(20);
+  t.ReadRange(0, 10, v.data());
+  for (float x : v) EXPECT_EQ(x, 0.0f);  // nothing applied yet
+  t.ApplyAccumulated(0.5f);
+  t.ReadRange(0, 10, v.data());
+  EXPECT_FLOAT_EQ(v[0], -0.5f);
+  EXPECT_FLOAT_EQ(v[4], -2.0f);  // (1 + 3) * 0.5
+  EXPECT_FLOAT_EQ(v[19], -0.5f);
+  // The accumulator is reset.
+  t.ApplyAccumulated(1.0f);
+  t.ReadRange(0, 10, v.data());
+  EXPECT_FLOAT_EQ(v[0], -0.5f);
+}
+
+TEST(ServerTable, SparseAccumulate) {
+  TableSpec s = Dense(0, 1);
+  s.kind = TableKind::kSparse;
+  s.lr = 1.0f;
+  s.init = InitKind::kZeros;
+  ServerTable t(s, 4, All(4));
+  uint64_t k1[] = {5, 9}, k2[] = {9};
+  float g1[] = {1, 2}, g2[] = {4};
+  t.AccumulateKeys(k1, 2, g1);
+  t.AccumulateKeys(k2, 1, g2);
+  t.ApplyAccumulated(0.5f);
+  float out[2];
+  t.ReadKeys(k1, 2, out);
+  EXPECT_FLOAT_EQ(out[0], -0.5f);
+  EXPECT_FLOAT_EQ(out[1], -3.0f);
+}
+
+}  // namespace
+}  // namespace shardps
