@@ -1,0 +1,825 @@
+#include "shardps/client.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "common/cluster.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/wire.h"
+
+namespace shardps {
+namespace detail {
+
+// The shared state of one request: how many server replies (parts) and
+// borrowed frames are still outstanding, and the outcome.
+struct Call {
+  std::mutex mu;
+  std::condition_variable cv;
+  int parts_left = 0;
+  int frees_left = 0;
+  Status status;
+  int64_t min_clock = std::numeric_limits<int64_t>::max();
+  int64_t max_clock = std::numeric_limits<int64_t>::min();
+  zmq::message_t reply;  // control requests: the reply header
+  const char* op = "";
+  std::chrono::milliseconds default_timeout{0};
+
+  bool DoneLocked() const { return parts_left == 0 && (frees_left == 0 || !status.ok()); }
+  void PartDone(const Status& s, bool clocks, int64_t minc, int64_t maxc) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.ok() && status.ok()) status = s;
+    if (clocks) {
+      min_clock = std::min(min_clock, minc);
+      max_clock = std::max(max_clock, maxc);
+    }
+    if (--parts_left == 0 && DoneLocked()) cv.notify_all();
+  }
+  void FrameFreed() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (--frees_left == 0 && DoneLocked()) cv.notify_all();
+  }
+};
+
+namespace {
+
+std::shared_ptr<Call> FailedCall(Status s) {
+  auto c = std::make_shared<Call>();
+  c->status = std::move(s);
+  return c;
+}
+
+// Frames at least this large are sent straight from the caller's memory;
+// smaller ones are copied (cheaper than tracking their lifetime).
+constexpr size_t kBorrowThreshold = 4096;
+
+void ReleaseFrame(void*, void* hint) {
+  auto* holder = static_cast<std::shared_ptr<Call>*>(hint);
+  (*holder)->FrameFreed();
+  delete holder;
+}
+
+zmq::message_t Borrow(const void* data, size_t size, const std::shared_ptr<Call>& call) {
+  if (size < kBorrowThreshold) return zmq::message_t(data, size);
+  {
+    std::lock_guard<std::mutex> lock(call->mu);
+    call->frees_left++;
+  }
+  return zmq::message_t(const_cast<void*>(data), size, &ReleaseFrame, new std::shared_ptr<Call>(call));
+}
+
+}  // namespace
+
+// Where the values of a pull reply go.
+struct Dest {
+  float* out = nullptr;             // contiguous: out[0 .. floats)
+  uint64_t floats = 0;
+  std::vector<uint32_t> positions;  // scattered: reply row i -> out row positions[i]
+  uint32_t cols = 0;
+  bool keep_reply = false;          // control request: keep the reply header
+  bool clocks = false;              // a pull: aggregate min/max clock
+};
+
+struct Outgoing {
+  enum Kind { kSend, kConnect, kStop } kind = kSend;
+  int target = -1;  // server rank, or -1 for the coordinator
+  uint64_t request_id = 0;
+  std::vector<zmq::message_t> frames;
+  std::shared_ptr<Call> call;
+  Dest dest;
+  Millis timeout{0};
+  std::vector<std::string> endpoints;  // kConnect
+};
+
+class ClientImpl {
+ public:
+  explicit ClientImpl(const ClientOptions& o) : opts_(o), ctx_(1) {}
+  ~ClientImpl() { Stop(); }
+
+  Status Start() {
+    efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd_ < 0) return Status::Internal("eventfd failed");
+    try {
+      coord_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
+      coord_.set(zmq::sockopt::linger, 0);
+      coord_.set(zmq::sockopt::sndhwm, 0);
+      coord_.connect(opts_.coordinator);
+    } catch (const zmq::error_t& e) {
+      return Status::InvalidArgument("cannot connect to coordinator '" + opts_.coordinator + "': " + e.what());
+    }
+    io_ = std::thread([this] { IoLoop(); });
+    return Status::OK();
+  }
+
+  void Stop() {
+    if (!io_.joinable()) return;
+    Outgoing o;
+    o.kind = Outgoing::kStop;
+    Enqueue(std::move(o));
+    io_.join();
+    ::close(efd_);
+  }
+
+  // Queues `o` for the I/O thread. Fails its call if the client is closed.
+  void Enqueue(Outgoing&& o) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      if (stopping_ && o.kind != Outgoing::kStop) {
+        if (o.call) o.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
+        return;
+      }
+      if (o.kind == Outgoing::kStop) stopping_ = true;
+      wake = queue_.empty();
+      queue_.push_back(std::move(o));
+    }
+    if (wake) {
+      uint64_t one = 1;
+      ssize_t n = ::write(efd_, &one, sizeof one);
+      (void)n;
+    }
+  }
+
+  // A request to the coordinator with one header frame; waits for its reply.
+  Status CoordinatorCall(flatbuffers::FlatBufferBuilder& fbb, wire::Fields f, wire::Body body_type,
+                         flatbuffers::Offset<void> body, Millis timeout, zmq::message_t* reply) {
+    auto call = std::make_shared<Call>();
+    call->parts_left = 1;
+    call->op = "coordinator request";
+    Outgoing o;
+    o.target = -1;
+    o.request_id = f.request_id = next_id_.fetch_add(1);
+    f.role = role_wire();
+    f.rank = rank_;
+    o.frames.push_back(wire::Encode(fbb, f, body_type, body));
+    o.call = call;
+    o.dest.keep_reply = true;
+    o.timeout = timeout;
+    Enqueue(std::move(o));
+    Status s = Request(call).Wait(timeout + Millis(1000));
+    if (!s.ok()) return s;
+    *reply = std::move(call->reply);
+    return Status::OK();
+  }
+
+  wire::Role role_wire() const {
+    return opts_.role == ClientRole::kWorker ? wire::Role::Worker : wire::Role::Observer;
+  }
+
+  Status Register() {
+    flatbuffers::FlatBufferBuilder fbb;
+    auto req = wire::CreateRegisterRequest(
+        fbb, role_wire(), opts_.role == ClientRole::kWorker ? opts_.rank : -1);
+    wire::Fields f;
+    f.type = wire::MsgType::Register;
+    zmq::message_t reply;
+    Status s = CoordinatorCall(fbb, f, wire::Body::RegisterRequest, req.Union(), opts_.connect_timeout, &reply);
+    if (!s.ok()) {
+      if (s.code() == Code::kTimeout)
+        return Status::Timeout("no answer from coordinator " + opts_.coordinator + " within " +
+                               std::to_string(opts_.connect_timeout.count()) + " ms");
+      return Status(s.code(), "registration refused: " + s.message());
+    }
+    std::vector<uint64_t> scratch;
+    const wire::Header* h = nullptr;
+    s = wire::ParseHeader(reply, scratch, &h);
+    if (!s.ok()) return s;
+    if (opts_.role == ClientRole::kWorker) rank_ = h->rank();
+    return Status::OK();
+  }
+
+  Status RefreshCluster(Millis timeout) {
+    flatbuffers::FlatBufferBuilder fbb;
+    wire::Fields f;
+    f.type = wire::MsgType::GetCluster;
+    zmq::message_t reply;
+    Status s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, timeout, &reply);
+    if (!s.ok()) {
+      if (s.code() == Code::kTimeout)
+        return Status::Timeout("the cluster did not become complete (every server registered) within " +
+                               std::to_string(timeout.count()) + " ms");
+      return s;
+    }
+    std::vector<uint64_t> scratch;
+    const wire::Header* h = nullptr;
+    s = wire::ParseHeader(reply, scratch, &h);
+    if (!s.ok()) return s;
+    ClusterView v;
+    s = wire::DecodeCluster(h->body_as_ClusterInfo(), &v);
+    if (!s.ok()) return s;
+    bool connect = false;
+    {
+      std::lock_guard<std::mutex> lock(vmu_);
+      connect = !view_.complete() || view_.servers != v.servers;
+      view_ = std::move(v);
+    }
+    if (connect) {
+      Outgoing o;
+      o.kind = Outgoing::kConnect;
+      {
+        std::lock_guard<std::mutex> lock(vmu_);
+        o.endpoints = view_.servers;
+      }
+      {
+        std::lock_guard<std::mutex> lock(qmu_);
+        seq_.resize(o.endpoints.size(), 0);
+      }
+      Enqueue(std::move(o));
+    }
+    return Status::OK();
+  }
+
+  Status GetTable(std::string_view name, Table* out) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      {
+        std::lock_guard<std::mutex> lock(vmu_);
+        for (const auto& t : view_.tables)
+          if (t.name == name) {
+            out->id = t.id;
+            out->spec = t;
+            return Status::OK();
+          }
+      }
+      if (attempt == 0) {
+        Status s = RefreshCluster(opts_.request_timeout);
+        if (!s.ok()) return s;
+      }
+    }
+    std::string known;
+    {
+      std::lock_guard<std::mutex> lock(vmu_);
+      for (const auto& t : view_.tables) known += (known.empty() ? "'" : ", '") + t.name + "'";
+    }
+    return Status::UnknownTable("table '" + std::string(name) + "' is not defined (known: " +
+                                (known.empty() ? "none" : known) + ")");
+  }
+
+  Status CreateTable(const TableSpec& spec, Table* out) {
+    Status s = spec.Validate();
+    if (!s.ok()) return s;
+    flatbuffers::FlatBufferBuilder fbb;
+    auto body = wire::BuildTableSpec(fbb, spec);
+    wire::Fields f;
+    f.type = wire::MsgType::CreateTable;
+    zmq::message_t reply;
+    s = CoordinatorCall(fbb, f, wire::Body::TableSpec, body.Union(), opts_.request_timeout, &reply);
+    if (!s.ok()) return s;
+    std::vector<uint64_t> scratch;
+    const wire::Header* h = nullptr;
+    s = wire::ParseHeader(reply, scratch, &h);
+    if (!s.ok()) return s;
+    TableSpec t;
+    s = wire::DecodeTableSpec(h->body_as_TableSpec(), &t);
+    if (!s.ok()) return s;
+    {
+      std::lock_guard<std::mutex> lock(vmu_);
+      if (view_.tables.size() <= t.id) view_.tables.resize(t.id + 1);
+      view_.tables[t.id] = t;
+    }
+    out->id = t.id;
+    out->spec = t;
+    return Status::OK();
+  }
+
+  // Checks that `t` is a table of this job; copies the shard map out.
+  Status Resolve(const Table& t, ShardMap* map) {
+    std::lock_guard<std::mutex> lock(vmu_);
+    if (t.id >= view_.tables.size() || view_.tables[t.id].name != t.spec.name)
+      return Status::UnknownTable("table '" + t.spec.name + "' (id " + std::to_string(t.id) +
+                                  ") is not a table of this job");
+    *map = view_.map;
+    return Status::OK();
+  }
+
+  shardps::Request RangeRequest(bool push, const Table& t, RowRange r, float* data, uint64_t floats) {
+    ShardMap map;
+    Status s = Resolve(t, &map);
+    if (!s.ok()) return shardps::Request(FailedCall(s));
+    if (t.spec.kind != TableKind::kDense)
+      return shardps::Request(FailedCall(Status::InvalidArgument(
+          "table '" + t.spec.name + "' is sparse: address it by ids, not a row range")));
+    if (r.begin >= r.end || r.end > t.spec.rows)
+      return shardps::Request(FailedCall(Status::OutOfRange(
+          "rows [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ") of table '" +
+          t.spec.name + "' with " + std::to_string(t.spec.rows) + " rows")));
+    const uint64_t cols = t.spec.cols;
+    if (floats != (r.end - r.begin) * cols)
+      return shardps::Request(FailedCall(Status::SizeMismatch(
+          std::string(push ? "gradient" : "output") + " array has " + std::to_string(floats) +
+          " floats, rows [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ") x " +
+          std::to_string(cols) + " cols need " + std::to_string((r.end - r.begin) * cols))));
+    // Split by partition, merging neighbours on the same server.
+    struct Seg {
+      uint32_t server;
+      uint64_t begin, end;
+    };
+    std::vector<Seg> segs;
+    const uint32_t P = map.partitions();
+    for (uint64_t row = r.begin; row < r.end;) {
+      uint32_t p = PartitionOfRow(row, t.spec.rows, P);
+      uint64_t stop = std::min(r.end, PartitionRowBegin(p + 1, t.spec.rows, P));
+      if (!segs.empty() && segs.back().server == map.owner[p] && segs.back().end == row)
+        segs.back().end = stop;
+      else
+        segs.push_back({map.owner[p], row, stop});
+      row = stop;
+    }
+    auto call = std::make_shared<Call>();
+    call->parts_left = static_cast<int>(segs.size());
+    call->op = push ? "push" : "pull";
+    call->default_timeout = opts_.request_timeout;
+    thread_local flatbuffers::FlatBufferBuilder fbb;
+    for (const auto& sg : segs) {
+      Outgoing o;
+      o.target = static_cast<int>(sg.server);
+      o.call = call;
+      o.timeout = opts_.request_timeout;
+      float* seg_data = data + (sg.begin - r.begin) * cols;
+      const uint64_t seg_floats = (sg.end - sg.begin) * cols;
+      wire::Fields f;
+      f.type = push ? wire::MsgType::Push : wire::MsgType::Pull;
+      f.role = role_wire();
+      f.rank = rank_;
+      f.table = t.id;
+      f.clock = clock_.load(std::memory_order_relaxed);
+      f.row_begin = sg.begin;
+      f.row_end = sg.end;
+      if (!push) {
+        o.dest.out = seg_data;
+        o.dest.floats = seg_floats;
+        o.dest.clocks = true;
+      }
+      EnqueueData(std::move(o), f, push ? seg_data : nullptr, seg_floats * 4, nullptr, 0, fbb);
+    }
+    return shardps::Request(call);
+  }
+
+  shardps::Request KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* data,
+                               uint64_t floats) {
+    ShardMap map;
+    Status s = Resolve(t, &map);
+    if (!s.ok()) return shardps::Request(FailedCall(s));
+    const uint64_t cols = t.spec.cols, n = keys.size();
+    if (floats != n * cols)
+      return shardps::Request(FailedCall(Status::SizeMismatch(
+          std::string(push ? "gradient" : "output") + " array has " + std::to_string(floats) +
+          " floats, " + std::to_string(n) + " keys x " + std::to_string(cols) + " cols need " +
+          std::to_string(n * cols))));
+    auto call = std::make_shared<Call>();
+    call->op = push ? "push" : "pull";
+    call->default_timeout = opts_.request_timeout;
+    if (n == 0) return shardps::Request(call);
+    const uint32_t P = map.partitions();
+    const bool dense = t.spec.kind == TableKind::kDense;
+    std::vector<uint32_t> server(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (dense && keys[i] >= t.spec.rows)
+        return shardps::Request(FailedCall(Status::OutOfRange(
+            "row id " + std::to_string(keys[i]) + " (key " + std::to_string(i) + ") is outside table '" +
+            t.spec.name + "' with " + std::to_string(t.spec.rows) + " rows")));
+      server[i] = map.owner[dense ? PartitionOfRow(keys[i], t.spec.rows, P) : PartitionOfId(keys[i], P)];
+    }
+    thread_local flatbuffers::FlatBufferBuilder fbb;
+    auto make_fields = [&](uint64_t count) {
+      wire::Fields f;
+      f.type = push ? wire::MsgType::Push : wire::MsgType::Pull;
+      f.role = role_wire();
+      f.rank = rank_;
+      f.table = t.id;
+      f.clock = clock_.load(std::memory_order_relaxed);
+      f.key_count = count;
+      return f;
+    };
+    if (std::all_of(server.begin(), server.end(), [&](uint32_t x) { return x == server[0]; })) {
+      call->parts_left = 1;
+      Outgoing o;
+      o.target = static_cast<int>(server[0]);
+      o.call = call;
+      o.timeout = opts_.request_timeout;
+      if (!push) {
+        o.dest.out = data;
+        o.dest.floats = floats;
+        o.dest.clocks = true;
+      }
+      EnqueueData(std::move(o), make_fields(n), push ? data : nullptr, floats * 4, keys.data(), n * 8, fbb);
+      return shardps::Request(call);
+    }
+    // Group by server: gather keys (and gradients) into per-server frames.
+    std::vector<std::vector<uint32_t>> pos(map.owner.empty() ? 0 : *std::max_element(map.owner.begin(), map.owner.end()) + 1);
+    for (uint64_t i = 0; i < n; ++i) pos[server[i]].push_back(static_cast<uint32_t>(i));
+    int parts = 0;
+    for (const auto& p : pos) parts += !p.empty();
+    call->parts_left = parts;
+    for (uint32_t sv = 0; sv < pos.size(); ++sv) {
+      if (pos[sv].empty()) continue;
+      const uint64_t m = pos[sv].size();
+      zmq::message_t kf(m * 8);
+      auto* kp = static_cast<uint64_t*>(kf.data());
+      for (uint64_t i = 0; i < m; ++i) kp[i] = keys[pos[sv][i]];
+      Outgoing o;
+      o.target = static_cast<int>(sv);
+      o.call = call;
+      o.timeout = opts_.request_timeout;
+      std::vector<zmq::message_t> extra;
+      extra.push_back(std::move(kf));
+      if (push) {
+        zmq::message_t vf(m * cols * 4);
+        auto* vp = static_cast<float*>(vf.data());
+        for (uint64_t i = 0; i < m; ++i)
+          std::memcpy(vp + i * cols, data + pos[sv][i] * cols, cols * 4);
+        extra.push_back(std::move(vf));
+      } else {
+        o.dest.out = data;
+        o.dest.positions = std::move(pos[sv]);
+        o.dest.cols = static_cast<uint32_t>(cols);
+        o.dest.clocks = true;
+      }
+      EnqueueFrames(std::move(o), make_fields(m), std::move(extra), push, fbb);
+    }
+    return shardps::Request(call);
+  }
+
+  // Builds the header (with this worker's next push sequence number for the
+  // server, assigned in send order) and queues the request.
+  void EnqueueData(Outgoing&& o, wire::Fields f, const float* values, uint64_t value_bytes,
+                   const uint64_t* keys, uint64_t key_bytes, flatbuffers::FlatBufferBuilder& fbb) {
+    std::vector<zmq::message_t> extra;
+    if (keys) extra.push_back(Borrow(keys, key_bytes, o.call));
+    if (values) extra.push_back(Borrow(values, value_bytes, o.call));
+    EnqueueFrames(std::move(o), f, std::move(extra), values != nullptr, fbb);
+  }
+
+  void EnqueueFrames(Outgoing&& o, wire::Fields f, std::vector<zmq::message_t> extra, bool push,
+                     flatbuffers::FlatBufferBuilder& fbb) {
+    o.request_id = f.request_id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      if (stopping_) {
+        o.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
+        return;
+      }
+      if (push && opts_.role == ClientRole::kWorker && o.target < static_cast<int>(seq_.size()))
+        f.seq = ++seq_[o.target];
+      o.frames.push_back(wire::EncodeSimple(fbb, f));
+      for (auto& m : extra) o.frames.push_back(std::move(m));
+      wake = queue_.empty();
+      queue_.push_back(std::move(o));
+    }
+    if (wake) {
+      uint64_t one = 1;
+      ssize_t n = ::write(efd_, &one, sizeof one);
+      (void)n;
+    }
+  }
+
+  Status Clock() {
+    if (opts_.role != ClientRole::kWorker) return Status::InvalidArgument("Clock() is for workers only");
+    uint32_t servers;
+    {
+      std::lock_guard<std::mutex> lock(vmu_);
+      servers = view_.num_servers;
+    }
+    auto call = std::make_shared<Call>();
+    call->parts_left = static_cast<int>(servers);
+    call->op = "clock tick";
+    const int64_t c = clock_.load();
+    thread_local flatbuffers::FlatBufferBuilder fbb;
+    for (uint32_t sv = 0; sv < servers; ++sv) {
+      Outgoing o;
+      o.target = static_cast<int>(sv);
+      o.call = call;
+      o.timeout = opts_.request_timeout;
+      wire::Fields f;
+      f.type = wire::MsgType::Tick;
+      f.role = role_wire();
+      f.rank = rank_;
+      f.clock = c;
+      EnqueueFrames(std::move(o), f, {}, false, fbb);
+    }
+    Status s = shardps::Request(call).Wait(opts_.request_timeout);
+    if (s.ok()) clock_.store(c + 1);
+    return s;
+  }
+
+  Status Barrier(Millis timeout) {
+    if (opts_.role != ClientRole::kWorker) return Status::InvalidArgument("Barrier() is for workers only");
+    flatbuffers::FlatBufferBuilder fbb;
+    auto body = wire::CreateBarrierRequest(fbb, barrier_gen_++);
+    wire::Fields f;
+    f.type = wire::MsgType::Barrier;
+    zmq::message_t reply;
+    Status s = CoordinatorCall(fbb, f, wire::Body::BarrierRequest, body.Union(), timeout, &reply);
+    if (s.code() == Code::kTimeout)
+      return Status::Timeout("barrier: not every live worker arrived within " +
+                             std::to_string(timeout.count()) + " ms");
+    return s;
+  }
+
+  Status Close() {
+    if (closed_.exchange(true)) return Status::OK();
+    Status s;
+    if (opts_.role == ClientRole::kWorker && rank_ >= 0) {
+      flatbuffers::FlatBufferBuilder fbb;
+      wire::Fields f;
+      f.type = wire::MsgType::Leave;
+      zmq::message_t reply;
+      s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, std::min(opts_.request_timeout, Millis(10000)), &reply);
+      if (!s.ok()) s = Status(s.code(), "leaving the job: " + s.message());
+    }
+    Stop();
+    return s;
+  }
+
+  // ---- I/O thread ----
+
+  struct Pending {
+    std::shared_ptr<Call> call;
+    Dest dest;
+    int target;
+    Clock::time_point deadline;
+  };
+
+  void IoLoop() {
+    SetLogName("client");
+    std::vector<zmq::message_t> frames;
+    std::deque<Outgoing> batch;
+    auto next_hb = Clock::now();
+    auto next_expiry = Clock::now();
+    bool stop = false;
+    while (!stop) {
+      std::vector<zmq::pollitem_t> items;
+      items.push_back({nullptr, efd_, ZMQ_POLLIN, 0});
+      items.push_back({coord_.handle(), 0, ZMQ_POLLIN, 0});
+      for (auto& s : servers_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+      Poll(items.data(), items.size(), Millis(50));
+      if (items[0].revents & ZMQ_POLLIN) {
+        uint64_t v;
+        ssize_t n = ::read(efd_, &v, sizeof v);
+        (void)n;
+      }
+      {
+        std::lock_guard<std::mutex> lock(qmu_);
+        batch.swap(queue_);
+      }
+      for (auto& o : batch) {
+        if (o.kind == Outgoing::kStop) {
+          stop = true;
+        } else if (o.kind == Outgoing::kConnect) {
+          Connect(o.endpoints);
+        } else {
+          Send(o);
+        }
+      }
+      batch.clear();
+      while (RecvMultipart(coord_, &frames)) OnReply(frames, -1);
+      for (size_t i = 0; i < servers_.size(); ++i)
+        for (int k = 0; k < 1024 && RecvMultipart(servers_[i], &frames); ++k) OnReply(frames, static_cast<int>(i));
+      const auto now = Clock::now();
+      if (now >= next_hb && (opts_.role == ClientRole::kWorker)) {
+        next_hb = now + opts_.heartbeat_interval;
+        if (rank_ >= 0) {
+          wire::Fields f;
+          f.type = wire::MsgType::Heartbeat;
+          f.request_id = next_id_.fetch_add(1);
+          f.role = role_wire();
+          f.rank = rank_;
+          coord_.send(wire::EncodeSimple(io_fbb_, f), zmq::send_flags::dontwait);
+        }
+      }
+      if (now >= next_expiry) {
+        next_expiry = now + Millis(100);
+        for (auto it = pending_.begin(); it != pending_.end();) {
+          if (now < it->second.deadline) {
+            ++it;
+            continue;
+          }
+          it->second.call->PartDone(Status::Timeout(std::string(it->second.call->op) + " to " + PeerName(it->second.target) +
+                                                    " got no answer in time (request " + std::to_string(it->first) + ")"),
+                                    false, 0, 0);
+          it = pending_.erase(it);
+        }
+      }
+    }
+    for (auto& [id, p] : pending_) p.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
+    pending_.clear();
+    servers_.clear();
+    coord_.close();
+  }
+
+  std::string PeerName(int target) const {
+    if (target < 0) return "coordinator " + opts_.coordinator;
+    return "server " + std::to_string(target) +
+           (static_cast<size_t>(target) < endpoints_.size() ? " (" + endpoints_[target] + ")" : "");
+  }
+
+  void Connect(const std::vector<std::string>& endpoints) {
+    // A new server list (first time, or a server moved): reconnect all.
+    servers_.clear();
+    endpoints_ = endpoints;
+    for (const auto& ep : endpoints) {
+      zmq::socket_t s(ctx_, zmq::socket_type::dealer);
+      s.set(zmq::sockopt::linger, 0);
+      s.set(zmq::sockopt::sndhwm, 0);
+      s.set(zmq::sockopt::rcvhwm, 0);
+      if (!ep.empty()) s.connect(ep);
+      servers_.push_back(std::move(s));
+    }
+  }
+
+  void Send(Outgoing& o) {
+    zmq::socket_t* s = nullptr;
+    if (o.target < 0)
+      s = &coord_;
+    else if (static_cast<size_t>(o.target) < servers_.size())
+      s = &servers_[o.target];
+    if (!s) {
+      o.call->PartDone(Status::Unavailable("not connected to server " + std::to_string(o.target)), false, 0, 0);
+      return;
+    }
+    pending_[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
+    Status st = SendMultipart(*s, o.frames);
+    if (!st.ok()) {
+      auto it = pending_.find(o.request_id);
+      it->second.call->PartDone(Status::Unavailable(PeerName(o.target) + ": " + st.message()), false, 0, 0);
+      pending_.erase(it);
+    }
+  }
+
+  void OnReply(std::vector<zmq::message_t>& frames, int from) {
+    const wire::Header* h = nullptr;
+    Status s = wire::ParseHeader(frames[0], io_scratch_, &h);
+    if (!s.ok()) {
+      LOG_ERROR << "bad reply from " << PeerName(from) << ": " << s.ToString();
+      return;
+    }
+    auto it = pending_.find(h->request_id());
+    if (it == pending_.end()) {
+      Status rs = wire::ReplyStatus(h);
+      if (!rs.ok()) LOG_WARN << PeerName(from) << ": " << rs.ToString();
+      return;
+    }
+    Pending p = std::move(it->second);
+    pending_.erase(it);
+    s = wire::ReplyStatus(h);
+    if (s.ok() && (p.dest.out != nullptr)) {
+      const uint64_t want = p.dest.positions.empty()
+                                ? p.dest.floats * 4
+                                : static_cast<uint64_t>(p.dest.positions.size()) * p.dest.cols * 4;
+      if (frames.size() != 2 || frames[1].size() != want) {
+        s = Status::BadMessage(PeerName(from) + " answered a pull with " +
+                               std::to_string(frames.size() > 1 ? frames[1].size() : 0) +
+                               " bytes of values, expected " + std::to_string(want));
+      } else if (p.dest.positions.empty()) {
+        std::memcpy(p.dest.out, frames[1].data(), want);
+      } else {
+        const auto* src = static_cast<const uint8_t*>(frames[1].data());
+        const size_t row = p.dest.cols * 4;
+        for (size_t i = 0; i < p.dest.positions.size(); ++i)
+          std::memcpy(p.dest.out + static_cast<size_t>(p.dest.positions[i]) * p.dest.cols, src + i * row, row);
+      }
+    }
+    if (p.dest.keep_reply) p.call->reply = std::move(frames[0]);
+    p.call->PartDone(s, p.dest.clocks && s.ok(), h->min_clock(), h->max_clock());
+  }
+
+  ClientOptions opts_;
+  zmq::context_t ctx_;
+  int efd_ = -1;
+  std::thread io_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<bool> closed_{false};
+  std::atomic<int64_t> clock_{0};
+  int rank_ = -1;
+  uint64_t barrier_gen_ = 0;
+
+  std::mutex qmu_;  // guards queue_, stopping_, seq_
+  std::deque<Outgoing> queue_;
+  bool stopping_ = false;
+  std::vector<uint64_t> seq_;
+
+  mutable std::mutex vmu_;  // guards view_
+  ClusterView view_;
+
+  // I/O thread only.
+  zmq::socket_t coord_;
+  std::vector<zmq::socket_t> servers_;
+  std::vector<std::string> endpoints_;
+  std::unordered_map<uint64_t, Pending> pending_;
+  flatbuffers::FlatBufferBuilder io_fbb_;
+  std::vector<uint64_t> io_scratch_;
+
+  friend class shardps::Client;
+};
+
+}  // namespace detail
+
+// ---- Request ----
+
+Status Request::Wait(std::chrono::milliseconds timeout) {
+  if (!call_) return Status::InvalidArgument("waiting on an empty Request");
+  std::unique_lock<std::mutex> lock(call_->mu);
+  if (!call_->cv.wait_for(lock, timeout, [&] { return call_->DoneLocked(); }))
+    return Status::Timeout(std::string(call_->op) + " not answered within " + std::to_string(timeout.count()) +
+                           " ms (" + std::to_string(call_->parts_left) + " server replies outstanding)");
+  return call_->status;
+}
+
+Status Request::Wait() {
+  if (!call_) return Status::InvalidArgument("waiting on an empty Request");
+  return Wait(call_->default_timeout.count() > 0 ? call_->default_timeout : std::chrono::milliseconds(120000));
+}
+
+bool Request::Done() const {
+  if (!call_) return true;
+  std::lock_guard<std::mutex> lock(call_->mu);
+  return call_->DoneLocked();
+}
+
+int64_t Request::min_clock() const {
+  if (!call_) return 0;
+  std::lock_guard<std::mutex> lock(call_->mu);
+  return call_->min_clock;
+}
+
+int64_t Request::max_clock() const {
+  if (!call_) return 0;
+  std::lock_guard<std::mutex> lock(call_->mu);
+  return call_->max_clock;
+}
+
+// ---- Client ----
+
+Client::Client(std::unique_ptr<detail::ClientImpl> impl) : impl_(std::move(impl)) {}
+Client::~Client() { (void)Close(); }
+
+Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* out) {
+  if (options.coordinator.empty()) return Status::InvalidArgument("ClientOptions.coordinator is empty");
+  if (options.connect_timeout.count() <= 0 || options.request_timeout.count() <= 0)
+    return Status::InvalidArgument("timeouts must be > 0");
+  auto impl = std::make_unique<detail::ClientImpl>(options);
+  Status s = impl->Start();
+  if (!s.ok()) return s;
+  s = impl->Register();
+  if (!s.ok()) return s;
+  s = impl->RefreshCluster(options.connect_timeout);
+  if (!s.ok()) {
+    (void)impl->Close();
+    return s;
+  }
+  out->reset(new Client(std::move(impl)));
+  return Status::OK();
+}
+
+Status Client::GetTable(std::string_view name, Table* out) { return impl_->GetTable(name, out); }
+Status Client::CreateTable(const TableSpec& spec, Table* out) { return impl_->CreateTable(spec, out); }
+
+Request Client::Push(const Table& t, std::span<const float> grads) {
+  return Push(t, RowRange{0, t.spec.rows}, grads);
+}
+Request Client::Push(const Table& t, RowRange rows, std::span<const float> grads) {
+  return impl_->RangeRequest(true, t, rows, const_cast<float*>(grads.data()), grads.size());
+}
+Request Client::Push(const Table& t, std::span<const uint64_t> keys, std::span<const float> grads) {
+  return impl_->KeysRequest(true, t, keys, const_cast<float*>(grads.data()), grads.size());
+}
+Request Client::Pull(const Table& t, std::span<float> out) { return Pull(t, RowRange{0, t.spec.rows}, out); }
+Request Client::Pull(const Table& t, RowRange rows, std::span<float> out) {
+  return impl_->RangeRequest(false, t, rows, out.data(), out.size());
+}
+Request Client::Pull(const Table& t, std::span<const uint64_t> keys, std::span<float> out) {
+  return impl_->KeysRequest(false, t, keys, out.data(), out.size());
+}
+
+Status Client::Clock() { return impl_->Clock(); }
+Status Client::Barrier(std::chrono::milliseconds timeout) { return impl_->Barrier(timeout); }
+int Client::rank() const { return impl_->rank_; }
+int64_t Client::clock() const { return impl_->clock_.load(); }
+Consistency Client::consistency() const {
+  std::lock_guard<std::mutex> lock(impl_->vmu_);
+  return impl_->view_.consistency;
+}
+uint32_t Client::staleness() const {
+  std::lock_guard<std::mutex> lock(impl_->vmu_);
+  return impl_->view_.staleness;
+}
+uint32_t Client::num_servers() const {
+  std::lock_guard<std::mutex> lock(impl_->vmu_);
+  return impl_->view_.num_servers;
+}
+uint32_t Client::num_workers() const {
+  std::lock_guard<std::mutex> lock(impl_->vmu_);
+  return impl_->view_.num_workers;
+}
+Status Client::Close() { return impl_ ? impl_->Close() : Status::OK(); }
+
+}  // namespace shardps

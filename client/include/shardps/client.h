@@ -1,0 +1,156 @@
+// shardps/client.h: the client library a trainer embeds to talk to the
+// parameter servers.
+//
+//   #include <shardps/client.h>
+//
+//   shardps::ClientOptions opt;
+//   opt.coordinator = "tcp://127.0.0.1:5555";
+//   std::unique_ptr<shardps::Client> ps;
+//   shardps::Status s = shardps::Client::Connect(opt, &ps);  // joins as a worker
+//   if (!s.ok()) { std::cerr << s.ToString() << "\n"; return 1; }
+//
+//   shardps::TableSpec spec;            // or ps->GetTable("w", &w) for a
+//   spec.name = "w";                    // table the job file defines
+//   spec.rows = 784; spec.cols = 10;
+//   spec.optimizer = shardps::OptimizerKind::kSGD; spec.lr = 0.1f;
+//   shardps::Table w;
+//   s = ps->CreateTable(spec, &w);      // every worker may call it: same spec, same table
+//
+//   std::vector<float> params(w.size()), grads(w.size());
+//   for (int step = 0; step < 100; ++step) {
+//     s = ps->Pull(w, params).Wait();   // waits as the consistency model says
+//     ... compute grads from params ...
+//     s = ps->Push(w, grads).Wait();
+//     s = ps->Clock();                  // end of this worker's iteration
+//   }
+//   ps->Close();
+//
+// Push and Pull return at once with a Request to Wait() on; a request for
+// several servers is split and sent to all of them in parallel. Value and
+// key arrays are sent without copies: they must stay valid (and, for a push,
+// unchanged) until Wait() returns OK; after an error, until Close().
+//
+// Thread-safety: a Client may be shared by any number of threads. One
+// internal I/O thread owns the sockets.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardps/status.h"
+#include "shardps/types.h"
+
+namespace shardps {
+
+enum class ClientRole : uint8_t {
+  kWorker = 0,  // has a rank and a clock; counted by the consistency model
+  kObserver,    // tools, evaluators: never waited for, pulls never wait
+};
+
+struct ClientOptions {
+  std::string coordinator;  // endpoint of shardps-coordinator, e.g. tcp://host:port
+  ClientRole role = ClientRole::kWorker;
+  int rank = -1;  // worker rank to claim; -1: the coordinator assigns one
+  // How long Connect() waits for the coordinator and for every server to join.
+  std::chrono::milliseconds connect_timeout{60000};
+  // How long a request may go unanswered before it fails with Timeout. Under
+  // bounded staleness a pull legitimately waits for slower workers.
+  std::chrono::milliseconds request_timeout{120000};
+  std::chrono::milliseconds heartbeat_interval{500};
+};
+
+// A table as the client sees it.
+struct Table {
+  uint32_t id = 0;
+  TableSpec spec;
+  uint32_t cols() const { return spec.cols; }
+  uint64_t rows() const { return spec.rows; }
+  // Floats in the whole dense table (rows x cols).
+  uint64_t size() const { return spec.rows * spec.cols; }
+};
+
+// Rows [begin, end) of a dense table.
+struct RowRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+namespace detail {
+struct Call;
+class ClientImpl;
+}  // namespace detail
+
+// An outstanding push, pull or tick.
+class Request {
+ public:
+  Request() = default;
+  // Waits until every server answered or `timeout` passed. Returns the first
+  // error a server reported, Timeout (saying what it waited for), or OK.
+  Status Wait(std::chrono::milliseconds timeout);
+  // Waits with the client's request_timeout.
+  Status Wait();
+  bool Done() const;
+  // For a pull under a waiting consistency model: every live worker had
+  // finished at least min_clock() clocks when the values were read (the
+  // smallest over the servers that answered); max_clock() is the fastest.
+  int64_t min_clock() const;
+  int64_t max_clock() const;
+
+ private:
+  friend class detail::ClientImpl;
+  explicit Request(std::shared_ptr<detail::Call> c) : call_(std::move(c)) {}
+  std::shared_ptr<detail::Call> call_;
+};
+
+class Client {
+ public:
+  // Registers with the coordinator and waits until every server joined.
+  static Status Connect(const ClientOptions& options, std::unique_ptr<Client>* out);
+  ~Client();  // Close()s
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Looks up a table by name (asking the coordinator if it is not known yet).
+  Status GetTable(std::string_view name, Table* out);
+  // Defines a table, or returns the existing one of that name if `spec` has
+  // the same shape; Conflict if it differs. Returns once every server holds it.
+  Status CreateTable(const TableSpec& spec, Table* out);
+
+  // Gradients for the whole dense table / a row range / a list of ids (dense
+  // row ids or sparse ids). grads holds one row of `cols` floats per row/id.
+  Request Push(const Table& t, std::span<const float> grads);
+  Request Push(const Table& t, RowRange rows, std::span<const float> grads);
+  Request Push(const Table& t, std::span<const uint64_t> keys, std::span<const float> grads);
+  // Parameters into `out`, same shapes as Push.
+  Request Pull(const Table& t, std::span<float> out);
+  Request Pull(const Table& t, RowRange rows, std::span<float> out);
+  Request Pull(const Table& t, std::span<const uint64_t> keys, std::span<float> out);
+
+  // Ends this worker's current iteration: tells every server (in order after
+  // this worker's pushes) and advances clock() by one. Workers only.
+  Status Clock();
+  // Waits until every live worker reached the barrier. Workers only.
+  Status Barrier(std::chrono::milliseconds timeout);
+
+  int rank() const;         // worker rank (-1 for an observer)
+  int64_t clock() const;    // iterations this worker finished
+  Consistency consistency() const;
+  uint32_t staleness() const;
+  uint32_t num_servers() const;
+  uint32_t num_workers() const;
+
+  // Leaves the job (a worker stops being waited for) and closes the sockets.
+  // Outstanding requests fail with Unavailable. Idempotent.
+  Status Close();
+
+ private:
+  explicit Client(std::unique_ptr<detail::ClientImpl> impl);
+  std::unique_ptr<detail::ClientImpl> impl_;
+};
+
+}  // namespace shardps

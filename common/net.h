@@ -1,0 +1,41 @@
+// Small ZeroMQ helpers shared by every process.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "shardps/status.h"
+
+namespace shardps {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+
+// Receives every frame of one multipart message (non-blocking when
+// `dontwait`). Returns false when nothing was available.
+bool RecvMultipart(zmq::socket_t& s, std::vector<zmq::message_t>* frames, bool dontwait = true);
+// Sends all frames as one multipart message; frames are consumed.
+// Returns Unavailable when the peer is unknown (ROUTER_MANDATORY) or gone.
+Status SendMultipart(zmq::socket_t& s, std::vector<zmq::message_t>& frames);
+
+// zmq::poll that treats an interrupted wait (a signal) as "nothing ready".
+int Poll(zmq::pollitem_t* items, size_t n, Millis timeout);
+
+// "tcp://127.0.0.1:0" -> "tcp://127.0.0.1:*" (port 0 means "any free port").
+std::string BindSpec(const std::string& endpoint);
+// The endpoint a bound socket listens on, as peers should dial it.
+std::string LastEndpoint(zmq::socket_t& s);
+
+// Writes `text` to `path` atomically (temp file + rename), for tests and
+// launchers that wait for a process's endpoint.
+Status WriteFileAtomic(const std::string& path, const std::string& text);
+
+// Lets the process keep large freed blocks for reuse instead of returning
+// them to the kernel, so a 16 MB message buffer does not page-fault anew on
+// every message. Called by shardps's own binaries; embedders may call it.
+void TuneAllocatorForLargeMessages();
+
+}  // namespace shardps

@@ -1,0 +1,445 @@
+#include "server/coordinator.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/wire.h"
+
+namespace shardps {
+
+Status CoordinatorOptions::Validate() const {
+  if (num_servers == 0 || num_servers > 4096)
+    return Status::InvalidArgument("servers must be in [1, 4096], got " + std::to_string(num_servers));
+  if (num_workers > 65536)
+    return Status::InvalidArgument("workers must be in [0, 65536], got " + std::to_string(num_workers));
+  if (partitions < num_servers || partitions > (1u << 20))
+    return Status::InvalidArgument("partitions must be in [servers, 2^20], got " +
+                                   std::to_string(partitions));
+  if (consistency == Consistency::kSync && staleness != 0)
+    return Status::InvalidArgument("staleness applies to 'bounded' consistency only (sync is 0)");
+  if (heartbeat_timeout.count() <= 0) return Status::InvalidArgument("heartbeat timeout must be > 0");
+  std::set<std::string> names;
+  for (const auto& t : tables) {
+    Status s = t.Validate();
+    if (!s.ok()) return s;
+    if (!names.insert(t.name).second)
+      return Status::InvalidArgument("table '" + t.name + "' is defined twice");
+  }
+  return Status::OK();
+}
+
+Coordinator::Coordinator(zmq::context_t& ctx, CoordinatorOptions opts)
+    : ctx_(ctx), opts_(std::move(opts)), sock_(ctx_, zmq::socket_type::router) {
+  servers_.resize(opts_.num_servers);
+  workers_.resize(opts_.num_workers);
+  for (size_t i = 0; i < opts_.tables.size(); ++i) {
+    tables_.push_back(opts_.tables[i]);
+    tables_.back().id = static_cast<uint32_t>(i);
+  }
+}
+
+Status Coordinator::Bind() {
+  try {
+    sock_.set(zmq::sockopt::router_mandatory, 1);
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);
+    sock_.set(zmq::sockopt::sndhwm, 0);
+    sock_.bind(BindSpec(opts_.bind));
+  } catch (const zmq::error_t& e) {
+    return Status::InvalidArgument("coordinator cannot bind '" + opts_.bind + "': " + e.what());
+  }
+  endpoint_ = LastEndpoint(sock_);
+  if (!opts_.endpoint_file.empty()) {
+    Status s = WriteFileAtomic(opts_.endpoint_file, endpoint_ + "\n");
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
+std::vector<uint32_t> Coordinator::LiveWorkers() const {
+  std::vector<uint32_t> live;
+  for (uint32_t r = 0; r < workers_.size(); ++r)
+    if (workers_[r].state == WorkerState::kPending || workers_[r].state == WorkerState::kAlive)
+      live.push_back(r);
+  return live;
+}
+
+ClusterView Coordinator::View() const {
+  ClusterView v;
+  v.consistency = opts_.consistency;
+  v.staleness = opts_.staleness;
+  v.num_servers = opts_.num_servers;
+  v.num_workers = opts_.num_workers;
+  v.map = map_;
+  for (const auto& s : servers_) v.servers.push_back(s.endpoint);
+  v.tables = tables_;
+  v.membership_version = membership_version_;
+  v.live_workers = LiveWorkers();
+  return v;
+}
+
+void Coordinator::Reply(const std::string& to, zmq::message_t header) {
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(to.data(), to.size());
+  frames.push_back(std::move(header));
+  Status s = SendMultipart(sock_, frames);
+  if (!s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
+}
+
+void Coordinator::ReplyError(const std::string& to, uint64_t request_id, const Status& s) {
+  LOG_WARN << "request " << request_id << " refused: " << s.ToString();
+  Reply(to, wire::EncodeError(fbb_, request_id, s));
+}
+
+void Coordinator::ReplyCluster(const std::string& to, uint64_t request_id, uint32_t rank) {
+  fbb_.Clear();
+  auto cluster = wire::BuildCluster(fbb_, View());
+  wire::Fields f;
+  f.type = wire::MsgType::Reply;
+  f.request_id = request_id;
+  f.rank = static_cast<int32_t>(rank);
+  f.map_version = map_.version;
+  Reply(to, wire::Encode(fbb_, f, wire::Body::ClusterInfo, cluster.Union()));
+}
+
+void Coordinator::BroadcastUpdate(uint64_t update_id) {
+  ClusterView v = View();
+  for (uint32_t r = 0; r < servers_.size(); ++r) {
+    if (!servers_[r].registered) continue;
+    fbb_.Clear();
+    auto cluster = wire::BuildCluster(fbb_, v);
+    wire::Fields f;
+    f.type = wire::MsgType::ClusterUpdate;
+    f.request_id = update_id;
+    f.map_version = map_.version;
+    Reply(servers_[r].routing_id, wire::Encode(fbb_, f, wire::Body::ClusterInfo, cluster.Union()));
+  }
+}
+
+void Coordinator::MembershipChanged() {
+  ++membership_version_;
+  auto live = LiveWorkers();
+  std::string list;
+  for (auto r : live) list += (list.empty() ? "" : ",") + std::to_string(r);
+  LOG_INFO << "membership v" << membership_version_ << ": live workers [" << list << "]";
+  BroadcastUpdate(next_update_id_++);
+  MaybeReleaseBarrier();
+}
+
+int Coordinator::ServerRankOf(const std::string& routing_id) const {
+  for (uint32_t r = 0; r < servers_.size(); ++r)
+    if (servers_[r].registered && servers_[r].routing_id == routing_id) return static_cast<int>(r);
+  return -1;
+}
+
+void Coordinator::MaybeCompleteMap() {
+  if (!map_.owner.empty()) return;
+  for (const auto& s : servers_)
+    if (!s.registered) return;
+  map_ = ShardMap::Contiguous(opts_.partitions, opts_.num_servers, 1);
+  LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v1 with "
+           << opts_.partitions << " partitions";
+  BroadcastUpdate(next_update_id_++);
+  for (const auto& w : cluster_waiters_) ReplyCluster(w.routing_id, w.request_id, 0);
+  cluster_waiters_.clear();
+}
+
+void Coordinator::MaybeReleaseBarrier() {
+  if (barrier_arrived_.empty()) return;
+  for (uint32_t r : LiveWorkers())
+    if (!barrier_arrived_.count(r)) return;
+  LOG_DEBUG << "barrier " << barrier_generation_ << " released";
+  for (const auto& [rank, w] : barrier_arrived_) {
+    wire::Fields f;
+    f.request_id = w.request_id;
+    Reply(w.routing_id, wire::EncodeSimple(fbb_, f));
+  }
+  barrier_arrived_.clear();
+  ++barrier_generation_;
+}
+
+void Coordinator::HandleRegister(const std::string& from, const wire::Header& h) {
+  const auto* req = h.body_as_RegisterRequest();
+  if (!req) return ReplyError(from, h.request_id(), Status::BadMessage("Register without a RegisterRequest body"));
+  const int requested = req->requested_rank();
+  if (req->role() == wire::Role::Server) {
+    if (!req->endpoint() || req->endpoint()->size() == 0)
+      return ReplyError(from, h.request_id(), Status::InvalidArgument("a server must give its endpoint"));
+    int rank = requested;
+    if (rank < 0) {
+      for (uint32_t r = 0; r < servers_.size() && rank < 0; ++r)
+        if (!servers_[r].registered) rank = static_cast<int>(r);
+      if (rank < 0)
+        return ReplyError(from, h.request_id(),
+                          Status::Conflict("all " + std::to_string(servers_.size()) +
+                                           " server ranks are taken"));
+    }
+    if (rank >= static_cast<int>(servers_.size()))
+      return ReplyError(from, h.request_id(),
+                        Status::InvalidArgument("server rank " + std::to_string(rank) +
+                                                " but the job has " + std::to_string(servers_.size()) +
+                                                " servers"));
+    ServerSlot& slot = servers_[rank];
+    if (slot.registered && slot.alive && slot.routing_id != from)
+      return ReplyError(from, h.request_id(),
+                        Status::Conflict("server rank " + std::to_string(rank) +
+                                         " is held by a live server at " + slot.endpoint));
+    const bool rejoin = slot.registered;
+    slot.registered = true;
+    slot.alive = true;
+    slot.routing_id = from;
+    slot.endpoint = req->endpoint()->str();
+    slot.last_seen = Clock::now();
+    LOG_INFO << "server " << rank << (rejoin ? " re-registered" : " registered") << " at " << slot.endpoint;
+    ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
+    MaybeCompleteMap();
+    return;
+  }
+  if (req->role() == wire::Role::Worker) {
+    int rank = requested;
+    if (rank < 0) {
+      for (uint32_t r = 0; r < workers_.size() && rank < 0; ++r)
+        if (workers_[r].state == WorkerState::kPending) rank = static_cast<int>(r);
+      if (rank < 0)
+        return ReplyError(from, h.request_id(),
+                          Status::Conflict("all " + std::to_string(workers_.size()) +
+                                           " worker ranks are taken"));
+    }
+    if (rank >= static_cast<int>(workers_.size()))
+      return ReplyError(from, h.request_id(),
+                        Status::InvalidArgument("worker rank " + std::to_string(rank) +
+                                                " but the job has " + std::to_string(workers_.size()) +
+                                                " workers"));
+    WorkerSlot& slot = workers_[rank];
+    if (slot.state != WorkerState::kPending)
+      return ReplyError(from, h.request_id(),
+                        Status::Conflict("worker rank " + std::to_string(rank) + " has already joined"));
+    slot.state = WorkerState::kAlive;
+    slot.last_seen = Clock::now();
+    LOG_INFO << "worker " << rank << " joined";
+    ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
+    return;
+  }
+  ReplyCluster(from, h.request_id(), 0);  // observer
+}
+
+void Coordinator::HandleCreateTable(const std::string& from, const wire::Header& h) {
+  TableSpec spec;
+  Status s = wire::DecodeTableSpec(h.body_as_TableSpec(), &spec);
+  if (!s.ok()) return ReplyError(from, h.request_id(), Status::InvalidArgument(s.message()));
+  auto reply_spec = [&](const TableSpec& t) {
+    fbb_.Clear();
+    auto body = wire::BuildTableSpec(fbb_, t);
+    wire::Fields f;
+    f.request_id = h.request_id();
+    f.table = t.id;
+    Reply(from, wire::Encode(fbb_, f, wire::Body::TableSpec, body.Union()));
+  };
+  for (const auto& t : tables_) {
+    if (t.name != spec.name) continue;
+    if (!t.SameShape(spec))
+      return ReplyError(from, h.request_id(),
+                        Status::Conflict("table '" + spec.name +
+                                         "' already exists with another shape, initializer or optimizer"));
+    for (const auto& p : pending_tables_)
+      if (p.table_id == t.id) {  // still being defined: answer with the first creator
+        PendingTable extra = p;
+        extra.creator = {from, h.request_id()};
+        pending_tables_.push_back(extra);
+        return;
+      }
+    return reply_spec(t);
+  }
+  spec.id = static_cast<uint32_t>(tables_.size());
+  tables_.push_back(spec);
+  LOG_INFO << "table '" << spec.name << "' (" << ToString(spec.kind) << ", id " << spec.id << ") defined";
+  PendingTable p;
+  p.table_id = spec.id;
+  p.creator = {from, h.request_id()};
+  p.update_id = next_update_id_++;
+  p.deadline = Clock::now() + opts_.ack_timeout;
+  for (uint32_t r = 0; r < servers_.size(); ++r)
+    if (servers_[r].registered && servers_[r].alive) p.waiting_for.insert(r);
+  BroadcastUpdate(p.update_id);
+  if (p.waiting_for.empty()) return reply_spec(spec);
+  pending_tables_.push_back(std::move(p));
+}
+
+void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
+  int rank = ServerRankOf(from);
+  if (rank < 0) return;
+  for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
+    if (it->update_id <= h.request_id()) it->waiting_for.erase(static_cast<uint32_t>(rank));
+    if (it->waiting_for.empty()) {
+      fbb_.Clear();
+      auto body = wire::BuildTableSpec(fbb_, tables_[it->table_id]);
+      wire::Fields f;
+      f.request_id = it->creator.request_id;
+      f.table = it->table_id;
+      Reply(it->creator.routing_id, wire::Encode(fbb_, f, wire::Body::TableSpec, body.Union()));
+      it = pending_tables_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Coordinator::HandleBarrier(const std::string& from, const wire::Header& h) {
+  const int rank = h.rank();
+  if (h.role() != wire::Role::Worker || rank < 0 || rank >= static_cast<int>(workers_.size()))
+    return ReplyError(from, h.request_id(), Status::InvalidArgument("only workers take part in barriers"));
+  auto st = workers_[rank].state;
+  if (st != WorkerState::kAlive && st != WorkerState::kPending)
+    return ReplyError(from, h.request_id(),
+                      Status::Unavailable("worker " + std::to_string(rank) + " is no longer live"));
+  barrier_arrived_[static_cast<uint32_t>(rank)] = {from, h.request_id()};
+  MaybeReleaseBarrier();
+}
+
+void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
+  if (frames.size() < 2) return;  // no identity + header: nothing to answer
+  const std::string from = frames[0].to_string();
+  std::vector<uint64_t> scratch;
+  const wire::Header* hp = nullptr;
+  Status s = wire::ParseHeader(frames[1], scratch, &hp);
+  if (!s.ok()) return ReplyError(from, 0, s);
+  const wire::Header& h = *hp;
+  if (frames.size() != 2)
+    return ReplyError(from, h.request_id(),
+                      Status::BadMessage("coordinator messages have one frame, got " +
+                                         std::to_string(frames.size() - 1)));
+  // Any message from a known peer counts as a heartbeat.
+  const int srank = ServerRankOf(from);
+  if (srank >= 0) {
+    servers_[srank].last_seen = Clock::now();
+    if (!servers_[srank].alive) {
+      servers_[srank].alive = true;
+      LOG_INFO << "server " << srank << " is answering again";
+    }
+  }
+  if (h.role() == wire::Role::Worker && h.rank() >= 0 && h.rank() < static_cast<int>(workers_.size()))
+    workers_[h.rank()].last_seen = Clock::now();
+
+  switch (h.type()) {
+    case wire::MsgType::Register:
+      return HandleRegister(from, h);
+    case wire::MsgType::Heartbeat: {
+      if (h.role() == wire::Role::Worker && h.rank() >= 0 && h.rank() < static_cast<int>(workers_.size()) &&
+          workers_[h.rank()].state != WorkerState::kAlive)
+        return ReplyError(from, h.request_id(),
+                          Status::Unavailable("worker " + std::to_string(h.rank()) +
+                                              " was declared dead or has left"));
+      wire::Fields f;
+      f.request_id = h.request_id();
+      f.map_version = map_.version;
+      f.seq = membership_version_;
+      return Reply(from, wire::EncodeSimple(fbb_, f));
+    }
+    case wire::MsgType::GetCluster:
+      if (map_.owner.empty()) {
+        cluster_waiters_.push_back({from, h.request_id()});
+        return;
+      }
+      return ReplyCluster(from, h.request_id(), 0);
+    case wire::MsgType::CreateTable:
+      return HandleCreateTable(from, h);
+    case wire::MsgType::Barrier:
+      return HandleBarrier(from, h);
+    case wire::MsgType::Leave: {
+      const int r = h.rank();
+      if (h.role() != wire::Role::Worker || r < 0 || r >= static_cast<int>(workers_.size()))
+        return ReplyError(from, h.request_id(), Status::InvalidArgument("only workers leave"));
+      wire::Fields f;
+      f.request_id = h.request_id();
+      Reply(from, wire::EncodeSimple(fbb_, f));
+      if (workers_[r].state == WorkerState::kAlive || workers_[r].state == WorkerState::kPending) {
+        workers_[r].state = WorkerState::kLeft;
+        LOG_INFO << "worker " << r << " left";
+        MembershipChanged();
+      }
+      return;
+    }
+    case wire::MsgType::Reply:
+      return HandleAck(from, h);
+    case wire::MsgType::Shutdown: {
+      LOG_INFO << "shutdown requested";
+      for (const auto& s : servers_) {
+        if (!s.registered) continue;
+        wire::Fields f;
+        f.type = wire::MsgType::Shutdown;
+        Reply(s.routing_id, wire::EncodeSimple(fbb_, f));
+      }
+      wire::Fields f;
+      f.request_id = h.request_id();
+      Reply(from, wire::EncodeSimple(fbb_, f));
+      shutdown_ = true;
+      return;
+    }
+    default:
+      return ReplyError(from, h.request_id(),
+                        Status::InvalidArgument(std::string("the coordinator does not serve '") +
+                                                wire::EnumNameMsgType(h.type()) + "' messages"));
+  }
+}
+
+void Coordinator::CheckTimeouts() {
+  const auto now = Clock::now();
+  bool changed = false;
+  for (uint32_t r = 0; r < workers_.size(); ++r) {
+    WorkerSlot& w = workers_[r];
+    if (w.state == WorkerState::kAlive && now - w.last_seen > opts_.heartbeat_timeout) {
+      w.state = WorkerState::kDead;
+      LOG_WARN << "worker " << r << " silent for more than " << opts_.heartbeat_timeout.count()
+               << " ms: declared dead";
+      changed = true;
+    } else if (w.state == WorkerState::kPending && now - start_ > opts_.join_timeout) {
+      w.state = WorkerState::kDead;
+      LOG_WARN << "worker " << r << " did not join within " << opts_.join_timeout.count()
+               << " ms: declared dead";
+      changed = true;
+    }
+  }
+  for (uint32_t r = 0; r < servers_.size(); ++r) {
+    ServerSlot& s = servers_[r];
+    if (s.registered && s.alive && now - s.last_seen > opts_.heartbeat_timeout) {
+      s.alive = false;
+      LOG_WARN << "server " << r << " at " << s.endpoint << " silent for more than "
+               << opts_.heartbeat_timeout.count() << " ms";
+    }
+  }
+  for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
+    if (now < it->deadline) {
+      ++it;
+      continue;
+    }
+    std::string missing;
+    for (auto r : it->waiting_for) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    ReplyError(it->creator.routing_id, it->creator.request_id,
+               Status::Unavailable("servers [" + missing + "] did not confirm table '" +
+                                   tables_[it->table_id].name + "' in time"));
+    it = pending_tables_.erase(it);
+  }
+  if (changed) MembershipChanged();
+}
+
+Status Coordinator::Run(const std::atomic<bool>& stop) {
+  start_ = Clock::now();
+  LOG_INFO << "coordinator on " << endpoint_ << ": " << opts_.num_servers << " servers, "
+           << opts_.num_workers << " workers, " << ToString(opts_.consistency)
+           << (opts_.consistency == Consistency::kBounded ? " s=" + std::to_string(opts_.staleness) : "");
+  std::vector<zmq::message_t> frames;
+  auto next_check = Clock::now();
+  while (!shutdown_ && !stop.load()) {
+    zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}};
+    Poll(items, 1, Millis(100));
+    while (RecvMultipart(sock_, &frames)) Handle(frames);
+    if (Clock::now() >= next_check) {
+      CheckTimeouts();
+      next_check = Clock::now() + Millis(100);
+    }
+  }
+  LOG_INFO << "coordinator stopped";
+  return Status::OK();
+}
+
+}  // namespace shardps

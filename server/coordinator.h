@@ -1,0 +1,118 @@
+// The coordinator: membership (ranks, heartbeats, failure detection), the
+// table definitions, the versioned shard map, barriers. It is never on the
+// push/pull data path: clients fetch the cluster view once and then talk to
+// the servers directly.
+//
+// Thread-safety: Run() is the only thread that touches the object.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <flatbuffers/flatbuffers.h>
+#include <zmq.hpp>
+
+#include "common/cluster.h"
+#include "common/net.h"
+#include "shardps/status.h"
+#include "shardps/types.h"
+
+namespace shardps {
+namespace wire {
+struct Header;
+}
+
+struct CoordinatorOptions {
+  std::string bind = "tcp://127.0.0.1:0";  // port 0: any free port
+  std::string endpoint_file;               // if set, the bound endpoint is written here
+  uint32_t num_servers = 1;
+  uint32_t num_workers = 1;
+  uint32_t partitions = 64;                 // virtual partitions
+  Consistency consistency = Consistency::kSync;
+  uint32_t staleness = 0;                   // bounded only
+  std::vector<TableSpec> tables;            // defined at start
+  Millis heartbeat_timeout{5000};           // silent this long = dead
+  Millis join_timeout{120000};              // a worker rank never seen this long = dead
+  Millis ack_timeout{30000};                // servers must ack a table definition
+
+  Status Validate() const;
+};
+
+class Coordinator {
+ public:
+  Coordinator(zmq::context_t& ctx, CoordinatorOptions opts);
+  // Binds the socket (and writes the endpoint file).
+  Status Bind();
+  const std::string& endpoint() const { return endpoint_; }
+  // Serves until a Shutdown request or `stop` becomes true.
+  Status Run(const std::atomic<bool>& stop);
+
+ private:
+  enum class WorkerState { kPending, kAlive, kLeft, kDead };
+  struct ServerSlot {
+    bool registered = false;
+    bool alive = false;
+    std::string routing_id, endpoint;
+    Clock::time_point last_seen;
+  };
+  struct WorkerSlot {
+    WorkerState state = WorkerState::kPending;
+    Clock::time_point last_seen;
+  };
+  struct Waiter {
+    std::string routing_id;
+    uint64_t request_id;
+  };
+  struct PendingTable {
+    uint32_t table_id;
+    Waiter creator;
+    std::set<uint32_t> waiting_for;  // server ranks yet to ack
+    uint64_t update_id;
+    Clock::time_point deadline;
+  };
+
+  void Handle(std::vector<zmq::message_t>& frames);
+  void HandleRegister(const std::string& from, const wire::Header& h);
+  void HandleCreateTable(const std::string& from, const wire::Header& h);
+  void HandleBarrier(const std::string& from, const wire::Header& h);
+  void HandleAck(const std::string& from, const wire::Header& h);
+  int ServerRankOf(const std::string& routing_id) const;
+  void Reply(const std::string& to, zmq::message_t header);
+  void ReplyError(const std::string& to, uint64_t request_id, const Status& s);
+  void ReplyCluster(const std::string& to, uint64_t request_id, uint32_t rank);
+  void BroadcastUpdate(uint64_t update_id);
+  void MembershipChanged();
+  void CheckTimeouts();
+  void MaybeCompleteMap();
+  void MaybeReleaseBarrier();
+  ClusterView View() const;
+  std::vector<uint32_t> LiveWorkers() const;
+
+  zmq::context_t& ctx_;
+  CoordinatorOptions opts_;
+  zmq::socket_t sock_;
+  std::string endpoint_;
+  flatbuffers::FlatBufferBuilder fbb_;
+  bool shutdown_ = false;
+  Clock::time_point start_;
+
+  std::vector<ServerSlot> servers_;
+  std::vector<WorkerSlot> workers_;
+  std::vector<TableSpec> tables_;
+  ShardMap map_;
+  uint64_t membership_version_ = 1;
+  uint64_t next_update_id_ = 1;
+
+  std::vector<Waiter> cluster_waiters_;  // GetCluster before the map is complete
+  uint64_t barrier_generation_ = 0;
+  std::map<uint32_t, Waiter> barrier_arrived_;  // worker rank -> its request
+  std::vector<PendingTable> pending_tables_;
+};
+
+}  // namespace shardps

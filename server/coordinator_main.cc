@@ -1,0 +1,71 @@
+// shardps-coordinator: membership, tables, shard map, barriers.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "common/log.h"
+#include "common/signals.h"
+#include "server/coordinator.h"
+#include "server/job_config.h"
+
+int main(int argc, char** argv) {
+  using namespace shardps;
+  CLI::App app{"shardps coordinator: membership, tables, shard map and barriers of one job"};
+  CoordinatorOptions o;
+  std::string config, consistency, log_level = "info";
+  int64_t hb_ms = -1, join_ms = -1;
+  uint32_t servers = 0, workers = 0, partitions = 0, staleness = 0;
+  app.add_option("--config", config, "job file (TOML): [job] and [[table]] sections")->check(CLI::ExistingFile);
+  app.add_option("--bind", o.bind, "endpoint to listen on; port 0 picks a free port")->capture_default_str();
+  app.add_option("--endpoint-file", o.endpoint_file, "write the bound endpoint to this file");
+  auto* s_opt = app.add_option("--servers", servers, "number of servers (overrides the job file)")->check(CLI::Range(1, 4096));
+  auto* w_opt = app.add_option("--workers", workers, "number of workers (overrides the job file)")->check(CLI::Range(0, 65536));
+  auto* p_opt = app.add_option("--partitions", partitions, "virtual partitions (overrides the job file)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--consistency", consistency, "sync | bounded | async (overrides the job file)");
+  auto* st_opt = app.add_option("--staleness", staleness, "bounded staleness s (overrides the job file)");
+  app.add_option("--heartbeat-timeout-ms", hb_ms, "declare a silent process dead after this long")->check(CLI::Range(1, 3600000));
+  app.add_option("--join-timeout-ms", join_ms, "declare a worker that never joined dead after this long")->check(CLI::Range(1, 86400000));
+  app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  SetLogName("coordinator");
+  LogLevel level;
+  if (!ParseLogLevel(log_level, &level)) {
+    std::fprintf(stderr, "error: --log-level '%s' is not one of debug, info, warn, error\n", log_level.c_str());
+    return 2;
+  }
+  SetLogLevel(level);
+  if (!config.empty()) {
+    Status s = LoadJobConfig(config, &o);
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+      return 2;
+    }
+  }
+  if (*s_opt) o.num_servers = servers;
+  if (*w_opt) o.num_workers = workers;
+  if (*p_opt) o.partitions = partitions;
+  if (*st_opt) o.staleness = staleness;
+  if (!consistency.empty()) {
+    Status s = Parse(consistency, &o.consistency);
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: --consistency: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
+  if (hb_ms > 0) o.heartbeat_timeout = Millis(hb_ms);
+  if (join_ms > 0) o.join_timeout = Millis(join_ms);
+  if (Status s = o.Validate(); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  const auto& stop = InstallStopSignals();
+  zmq::context_t ctx(1);
+  Coordinator c(ctx, o);
+  if (Status s = c.Bind(); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  Status s = c.Run(stop);
+  return s.ok() ? 0 : 1;
+}

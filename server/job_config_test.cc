@@ -1,0 +1,96 @@
+#include "server/job_config.h"
+
+#include <gtest/gtest.h>
+
+namespace shardps {
+namespace {
+
+TEST(JobConfig, ParsesJobAndTables) {
+  CoordinatorOptions o;
+  Status s = ParseJobConfig(R"(
+[job]
+servers = 3
+workers = 2
+consistency = "bounded"
+staleness = 2
+
+[[table]]
+name = "w"
+rows = 3000
+cols = 8
+init = "uniform"
+low = -0.5
+high = 0.5
+optimizer = "adam"
+lr = 0.01
+
+[[table]]
+name = "emb"
+kind = "sparse"
+cols = 16
+init = "normal"
+stddev = 0.1
+optimizer = "adagrad"
+)", "job.toml", &o);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(o.num_servers, 3u);
+  EXPECT_EQ(o.num_workers, 2u);
+  EXPECT_EQ(o.consistency, Consistency::kBounded);
+  EXPECT_EQ(o.staleness, 2u);
+  ASSERT_EQ(o.tables.size(), 2u);
+  EXPECT_EQ(o.tables[0].rows, 3000u);
+  EXPECT_EQ(o.tables[0].init, InitKind::kUniform);
+  EXPECT_FLOAT_EQ(o.tables[0].init_a, -0.5f);
+  EXPECT_EQ(o.tables[0].optimizer, OptimizerKind::kAdam);
+  EXPECT_EQ(o.tables[1].kind, TableKind::kSparse);
+  EXPECT_FLOAT_EQ(o.tables[1].init_b, 0.1f);
+  EXPECT_TRUE(o.Validate().ok());
+}
+
+TEST(JobConfig, ErrorsNameTheProblem) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"[job]\nservers = 0\n", "servers"},
+      {"[job]\nconsistency = \"eventual\"\n", "eventual"},
+      {"[job]\nwokers = 2\n", "wokers"},
+      {"[[table]]\nrows = 3\n", "no name"},
+      {"[[table]]\nname = \"w\"\nrows = 0\n", "rows > 0"},
+      {"[[table]]\nname = \"w\"\nrows = 4\noptimizer = \"lbfgs\"\n", "lbfgs"},
+      {"[[table]]\nname = \"w\"\nrows = 4\ncols = \"x\"\n", "cols"},
+      {"[job\n", "job.toml:"},
+  };
+  for (const auto& c : cases) {
+    CoordinatorOptions o;
+    Status s = ParseJobConfig(c.text, "job.toml", &o);
+    EXPECT_FALSE(s.ok()) << c.text;
+    EXPECT_NE(s.message().find(c.expect), std::string::npos) << s.message();
+  }
+}
+
+TEST(JobConfig, ValidateRejectsDuplicateTablesAndBadShapes) {
+  CoordinatorOptions o;
+  TableSpec t;
+  t.name = "w";
+  t.rows = 4;
+  o.tables = {t, t};
+  EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
+  o.tables = {t};
+  o.num_servers = 8;
+  o.partitions = 4;
+  EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
+  o.partitions = 64;
+  o.consistency = Consistency::kSync;
+  o.staleness = 3;
+  EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
+}
+
+TEST(JobConfig, MissingFileIsAClearError) {
+  CoordinatorOptions o;
+  Status s = LoadJobConfig("/nonexistent/job.toml", &o);
+  EXPECT_NE(s.message().find("/nonexistent/job.toml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,447 @@
+#include "server/server.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/log.h"
+#include "common/wire.h"
+
+namespace shardps {
+
+Status ServerOptions::Validate() const {
+  if (coordinator.empty()) return Status::InvalidArgument("--coordinator is required");
+  if (max_request_bytes < 1024)
+    return Status::InvalidArgument("max request size must be at least 1 KiB");
+  if (heartbeat_interval.count() <= 0) return Status::InvalidArgument("heartbeat interval must be > 0");
+  return Status::OK();
+}
+
+Server::Server(zmq::context_t& ctx, ServerOptions opts)
+    : ctx_(ctx),
+      opts_(std::move(opts)),
+      data_(ctx_, zmq::socket_type::router),
+      coord_(ctx_, zmq::socket_type::dealer) {}
+
+Server::~Server() = default;
+
+Status Server::Start() {
+  try {
+    data_.set(zmq::sockopt::router_mandatory, 1);
+    data_.set(zmq::sockopt::linger, 0);
+    data_.set(zmq::sockopt::sndhwm, 0);
+    data_.set(zmq::sockopt::rcvhwm, 0);
+    // Frames past twice the request limit drop the connection; anything in
+    // between gets a TooLarge reply.
+    data_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(2 * opts_.max_request_bytes + (1 << 20)));
+    data_.bind(BindSpec(opts_.bind));
+    coord_.set(zmq::sockopt::linger, 0);
+    coord_.connect(opts_.coordinator);
+  } catch (const zmq::error_t& e) {
+    return Status::InvalidArgument("server cannot bind '" + opts_.bind + "' or reach coordinator '" +
+                                   opts_.coordinator + "': " + e.what());
+  }
+  endpoint_ = LastEndpoint(data_);
+
+  fbb_.Clear();
+  auto ep = fbb_.CreateString(endpoint_);
+  auto req = wire::CreateRegisterRequest(fbb_, wire::Role::Server, opts_.rank, ep);
+  wire::Fields f;
+  f.type = wire::MsgType::Register;
+  f.request_id = next_request_id_++;
+  f.role = wire::Role::Server;
+  zmq::message_t m = wire::Encode(fbb_, f, wire::Body::RegisterRequest, req.Union());
+  coord_.send(m, zmq::send_flags::none);
+
+  const auto deadline = Clock::now() + opts_.register_timeout;
+  std::vector<zmq::message_t> frames;
+  while (Clock::now() < deadline) {
+    zmq::pollitem_t items[] = {{coord_.handle(), 0, ZMQ_POLLIN, 0}};
+    Poll(items, 1, Millis(100));
+    if (!RecvMultipart(coord_, &frames)) continue;
+    const wire::Header* h = nullptr;
+    Status s = wire::ParseHeader(frames[0], header_scratch_, &h);
+    if (!s.ok()) return Status::Internal("coordinator sent a bad reply: " + s.ToString());
+    if (h->type() != wire::MsgType::Reply || h->request_id() != f.request_id) continue;
+    s = wire::ReplyStatus(h);
+    if (!s.ok()) return Status(s.code(), "coordinator refused registration: " + s.message());
+    ClusterView v;
+    s = wire::DecodeCluster(h->body_as_ClusterInfo(), &v);
+    if (!s.ok()) return s;
+    rank_ = static_cast<uint32_t>(h->rank());
+    SetLogName("server " + std::to_string(rank_));
+    LOG_INFO << "registered as server " << rank_ << ", serving on " << endpoint_;
+    ApplyCluster(v);
+    return Status::OK();
+  }
+  return Status::Timeout("no answer from coordinator " + opts_.coordinator + " within " +
+                         std::to_string(opts_.register_timeout.count()) + " ms");
+}
+
+bool Server::IsLive(int rank) const {
+  return rank >= 0 && static_cast<size_t>(rank) < live_.size() && live_[rank];
+}
+
+int64_t Server::MinClock() const {
+  int64_t m = std::numeric_limits<int64_t>::max(), all = 0;
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    all = std::max(all, clocks_[r]);
+    if (live_[r]) m = std::min(m, clocks_[r]);
+  }
+  return m == std::numeric_limits<int64_t>::max() ? all : m;
+}
+
+int64_t Server::MaxClock() const {
+  int64_t m = -1, all = 0;
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    all = std::max(all, clocks_[r]);
+    if (live_[r]) m = std::max(m, clocks_[r]);
+  }
+  return m < 0 ? all : m;
+}
+
+void Server::ApplyCluster(const ClusterView& v) {
+  const bool had_map = view_.complete();
+  if (had_map && v.complete() && v.map.version != view_.map.version)
+    LOG_ERROR << "shard map changed from v" << view_.map.version << " to v" << v.map.version
+              << ": moving partitions between live servers is not supported yet; keeping v"
+              << view_.map.version;
+  ClusterView old = std::move(view_);
+  view_ = v;
+  if (had_map) view_.map = old.map;
+  if (view_.complete()) {
+    auto owned = view_.map.OwnedBy(rank_);
+    tables_.resize(view_.tables.size());
+    for (const auto& spec : view_.tables) {
+      if (tables_[spec.id]) continue;
+      tables_[spec.id] = std::make_unique<ServerTable>(spec, view_.map.partitions(), owned);
+      LOG_INFO << "holding table '" << spec.name << "' (" << ToString(spec.kind) << ", "
+               << owned.size() << " of " << view_.map.partitions() << " partitions, "
+               << tables_[spec.id]->rows_held() << " rows)";
+    }
+  }
+  // Membership.
+  if (clocks_.size() < view_.num_workers) {
+    clocks_.resize(view_.num_workers, 0);
+    live_.resize(view_.num_workers, 0);
+    last_seq_.resize(view_.num_workers, 0);
+  }
+  std::vector<uint8_t> now_live(clocks_.size(), 0);
+  for (uint32_t r : view_.live_workers)
+    if (r < now_live.size()) now_live[r] = 1;
+  for (size_t r = 0; r < live_.size(); ++r) {
+    if (live_[r] && !now_live[r]) {
+      // Gone: its pushes for clocks it never finished do not count.
+      size_t dropped = 0;
+      for (auto& [clock, list] : buffered_) {
+        if (clock < clocks_[r]) continue;
+        auto it = std::remove_if(list.begin(), list.end(),
+                                 [&](const Buffered& b) { return b.rank == r; });
+        dropped += static_cast<size_t>(list.end() - it);
+        list.erase(it, list.end());
+      }
+      LOG_INFO << "worker " << r << " is no longer live (at clock " << clocks_[r] << ")"
+               << (dropped ? ", dropped " + std::to_string(dropped) + " unfinished pushes" : "");
+    }
+  }
+  live_ = std::move(now_live);
+  Advance();
+}
+
+void Server::Reply(const zmq::message_t& to, zmq::message_t header) {
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(to.data(), to.size());
+  frames.push_back(std::move(header));
+  Status s = SendMultipart(data_, frames);
+  if (!s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
+}
+
+void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s) {
+  LOG_WARN << "request " << request_id << " refused: " << s.ToString();
+  Reply(to, wire::EncodeError(fbb_, request_id, s));
+}
+
+Status Server::CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push,
+                            ServerTable** t, const uint64_t** keys, const float** values) {
+  if (!view_.complete()) return Status::NotReady("server has no shard map yet");
+  if (h.table() >= tables_.size() || !tables_[h.table()])
+    return Status::UnknownTable("table id " + std::to_string(h.table()) + " is not defined (" +
+                                std::to_string(tables_.size()) + " tables exist)");
+  ServerTable* table = tables_[h.table()].get();
+  const TableSpec& spec = table->spec();
+  const bool by_keys = h.key_count() > 0;
+  const size_t want_frames = 2 + (by_keys ? 1 : 0) + (push ? 1 : 0);
+  if (frames.size() != want_frames)
+    return Status::BadMessage(std::string(push ? "push" : "pull") + " by " +
+                              (by_keys ? "keys" : "row range") + " takes " +
+                              std::to_string(want_frames - 1) + " frames, got " +
+                              std::to_string(frames.size() - 1));
+  uint64_t rows;
+  const uint64_t max_rows = opts_.max_request_bytes / 4 / spec.cols;
+  if (by_keys) {
+    rows = h.key_count();
+    if (rows > max_rows)
+      return Status::TooLarge(std::to_string(rows) + " keys exceed the request limit of " +
+                              std::to_string(opts_.max_request_bytes) + " bytes");
+    Status s = wire::CheckFrameSize("keys", frames[2].size(), rows * 8);
+    if (!s.ok()) return s;
+    *keys = wire::ArrayView<uint64_t>(frames[2], key_scratch_);
+    s = table->CheckKeys(*keys, rows);
+    if (!s.ok()) return s;
+  } else {
+    if (h.row_end() <= h.row_begin())
+      return Status::OutOfRange("empty or inverted row range [" + std::to_string(h.row_begin()) +
+                                ", " + std::to_string(h.row_end()) + ")");
+    rows = h.row_end() - h.row_begin();
+    if (rows > max_rows)
+      return Status::TooLarge(std::to_string(rows) + " rows exceed the request limit of " +
+                              std::to_string(opts_.max_request_bytes) + " bytes");
+    *keys = nullptr;
+    Status s = table->CheckRange(h.row_begin(), h.row_end());
+    if (!s.ok()) return s;
+  }
+  if (push) {
+    Status s = wire::CheckFrameSize("values", frames.back().size(), rows * spec.cols * 4);
+    if (!s.ok()) return s;
+    *values = wire::ArrayView<float>(frames.back(), value_scratch_);
+  }
+  *t = table;
+  return Status::OK();
+}
+
+void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  ServerTable* t;
+  const uint64_t* keys;
+  const float* values;
+  Status s = CheckRequest(h, frames, true, &t, &keys, &values);
+  if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
+  const bool worker = h.role() == wire::Role::Worker;
+  const int rank = h.rank();
+  if (worker && !IsLive(rank))
+    return ReplyError(frames[0], h.request_id(),
+                      Status::Unavailable("worker " + std::to_string(rank) + " is not live in this job"));
+  wire::Fields ok;
+  ok.request_id = h.request_id();
+  if (worker && h.seq() != 0) {
+    if (h.seq() <= last_seq_[rank]) {  // a retry of a push already applied
+      LOG_DEBUG << "duplicate push seq " << h.seq() << " from worker " << rank;
+      return Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+    }
+    last_seq_[rank] = h.seq();
+  }
+  if (worker && view_.consistency == Consistency::kSync) {
+    if (h.clock() < applied_clock_)
+      return ReplyError(frames[0], h.request_id(),
+                        Status::StaleClock("push for clock " + std::to_string(h.clock()) +
+                                           " arrived after that clock was applied (now " +
+                                           std::to_string(applied_clock_) + ")"));
+    Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+    buffered_[h.clock()].push_back({static_cast<uint32_t>(rank), arrivals_++, h.table(), std::move(frames)});
+    return;
+  }
+  if (keys)
+    t->ApplyKeys(keys, h.key_count(), values, 1.0f);
+  else
+    t->ApplyRange(h.row_begin(), h.row_end(), values, 1.0f);
+  Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+}
+
+void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  ServerTable* t;
+  const uint64_t* keys;
+  const float* values = nullptr;
+  Status s = CheckRequest(h, frames, false, &t, &keys, &values);
+  if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
+  if (h.role() == wire::Role::Worker && view_.consistency != Consistency::kAsync && IsLive(h.rank())) {
+    const int64_t need = h.clock() - static_cast<int64_t>(view_.staleness);
+    if (MinClock() < need) {
+      parked_.push_back({need, std::move(frames)});
+      return;
+    }
+  }
+  const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
+  zmq::message_t vals(rows * t->spec().cols * sizeof(float));
+  if (keys)
+    t->ReadKeys(keys, rows, static_cast<float*>(vals.data()));
+  else
+    t->ReadRange(h.row_begin(), h.row_end(), static_cast<float*>(vals.data()));
+  wire::Fields f;
+  f.request_id = h.request_id();
+  f.min_clock = MinClock();
+  f.max_clock = MaxClock();
+  std::vector<zmq::message_t> out;
+  out.emplace_back(frames[0].data(), frames[0].size());
+  out.push_back(wire::EncodeSimple(fbb_, f));
+  out.push_back(std::move(vals));
+  Status st = SendMultipart(data_, out);
+  if (!st.ok()) LOG_WARN << "pull reply dropped: " << st.ToString();
+}
+
+void Server::Tick(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  const int rank = h.rank();
+  if (h.role() != wire::Role::Worker || rank < 0 || static_cast<size_t>(rank) >= clocks_.size())
+    return ReplyError(frames[0], h.request_id(),
+                      Status::InvalidArgument("tick from a non-worker or an unknown rank " +
+                                              std::to_string(rank)));
+  if (!IsLive(rank))
+    return ReplyError(frames[0], h.request_id(),
+                      Status::Unavailable("worker " + std::to_string(rank) + " is not live in this job"));
+  if (h.clock() > clocks_[rank])
+    return ReplyError(frames[0], h.request_id(),
+                      Status::InvalidArgument("tick for clock " + std::to_string(h.clock()) +
+                                              " but worker " + std::to_string(rank) + " is at clock " +
+                                              std::to_string(clocks_[rank]) + ": a tick was lost"));
+  if (h.clock() == clocks_[rank]) clocks_[rank]++;
+  wire::Fields ok;
+  ok.request_id = h.request_id();
+  Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+  Advance();
+}
+
+void Server::AggregateClock(int64_t clock) {
+  auto it = buffered_.find(clock);
+  if (it == buffered_.end()) return;
+  auto& list = it->second;
+  std::sort(list.begin(), list.end(), [](const Buffered& a, const Buffered& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.arrival < b.arrival;
+  });
+  // Contributors: live workers (they finished `clock`) and workers that
+  // finished it before leaving or dying.
+  uint32_t n = 0;
+  for (size_t r = 0; r < clocks_.size(); ++r)
+    if (live_[r] || clocks_[r] > clock) ++n;
+  std::vector<uint8_t> touched(tables_.size(), 0);
+  for (auto& b : list) {
+    const wire::Header* h = nullptr;
+    if (!wire::ParseHeader(b.frames[1], header_scratch_, &h).ok()) continue;  // verified on arrival
+    ServerTable* t = tables_[b.table].get();
+    const float* values = wire::ArrayView<float>(b.frames.back(), value_scratch_);
+    if (h->key_count() > 0)
+      t->AccumulateKeys(wire::ArrayView<uint64_t>(b.frames[2], key_scratch_), h->key_count(), values);
+    else
+      t->AccumulateRange(h->row_begin(), h->row_end(), values);
+    touched[b.table] = 1;
+  }
+  const float scale = 1.0f / static_cast<float>(std::max<uint32_t>(n, 1));
+  for (size_t i = 0; i < tables_.size(); ++i)
+    if (touched[i]) tables_[i]->ApplyAccumulated(scale);
+  buffered_.erase(it);
+}
+
+void Server::Advance() {
+  if (view_.consistency == Consistency::kSync) {
+    bool any_live = std::any_of(live_.begin(), live_.end(), [](uint8_t l) { return l != 0; });
+    int64_t target = MinClock();
+    if (!any_live) target = buffered_.empty() ? applied_clock_ : std::max(applied_clock_, buffered_.rbegin()->first + 1);
+    while (applied_clock_ < target) AggregateClock(applied_clock_++);
+  }
+  if (parked_.empty()) return;
+  const int64_t m = MinClock();
+  std::deque<Parked> still;
+  std::deque<Parked> go;
+  for (auto& p : parked_) (p.need_clock <= m ? go : still).push_back(std::move(p));
+  parked_ = std::move(still);
+  for (auto& p : go) {
+    const wire::Header* h = nullptr;
+    std::vector<uint64_t> scratch;
+    if (!wire::ParseHeader(p.frames[1], scratch, &h).ok()) continue;
+    Pull(*h, p.frames);
+  }
+}
+
+void Server::HandleData(std::vector<zmq::message_t>& frames) {
+  if (frames.size() < 2) {
+    if (!frames.empty())
+      ReplyError(frames[0], 0, Status::BadMessage("message without a header frame"));
+    return;
+  }
+  const wire::Header* h = nullptr;
+  Status s = wire::ParseHeader(frames[1], header_scratch_, &h);
+  if (!s.ok()) return ReplyError(frames[0], 0, s);
+  uint64_t total = 0;
+  for (size_t i = 1; i < frames.size(); ++i) total += frames[i].size();
+  if (total > opts_.max_request_bytes)
+    return ReplyError(frames[0], h->request_id(),
+                      Status::TooLarge("request of " + std::to_string(total) +
+                                       " bytes exceeds this server's limit of " +
+                                       std::to_string(opts_.max_request_bytes) + " bytes"));
+  switch (h->type()) {
+    case wire::MsgType::Push:
+      return Push(*h, frames);
+    case wire::MsgType::Pull:
+      return Pull(*h, frames);
+    case wire::MsgType::Tick:
+      return Tick(*h, frames);
+    default:
+      return ReplyError(frames[0], h->request_id(),
+                        Status::InvalidArgument(std::string("a server does not serve '") +
+                                                wire::EnumNameMsgType(h->type()) + "' messages"));
+  }
+}
+
+void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
+  const wire::Header* h = nullptr;
+  Status s = wire::ParseHeader(frames[0], header_scratch_, &h);
+  if (!s.ok()) {
+    LOG_ERROR << "bad message from the coordinator: " << s.ToString();
+    return;
+  }
+  switch (h->type()) {
+    case wire::MsgType::ClusterUpdate: {
+      ClusterView v;
+      s = wire::DecodeCluster(h->body_as_ClusterInfo(), &v);
+      if (!s.ok()) {
+        LOG_ERROR << "bad cluster update: " << s.ToString();
+        return;
+      }
+      const uint64_t id = h->request_id();
+      ApplyCluster(v);
+      wire::Fields ack;
+      ack.type = wire::MsgType::Reply;
+      ack.request_id = id;
+      ack.role = wire::Role::Server;
+      ack.rank = static_cast<int32_t>(rank_);
+      coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
+      return;
+    }
+    case wire::MsgType::Shutdown:
+      LOG_INFO << "coordinator asked to shut down";
+      shutdown_ = true;
+      return;
+    case wire::MsgType::Reply:
+      s = wire::ReplyStatus(h);
+      if (!s.ok()) LOG_WARN << "coordinator: " << s.ToString();
+      return;
+    default:
+      LOG_WARN << "unexpected '" << wire::EnumNameMsgType(h->type()) << "' from the coordinator";
+  }
+}
+
+void Server::SendHeartbeat() {
+  wire::Fields f;
+  f.type = wire::MsgType::Heartbeat;
+  f.request_id = next_request_id_++;
+  f.role = wire::Role::Server;
+  f.rank = static_cast<int32_t>(rank_);
+  coord_.send(wire::EncodeSimple(fbb_, f), zmq::send_flags::dontwait);
+}
+
+Status Server::Run(const std::atomic<bool>& stop) {
+  std::vector<zmq::message_t> frames;
+  auto next_hb = Clock::now();
+  while (!shutdown_ && !stop.load()) {
+    const auto now = Clock::now();
+    if (now >= next_hb) {
+      SendHeartbeat();
+      next_hb = now + opts_.heartbeat_interval;
+    }
+    auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
+    zmq::pollitem_t items[] = {{data_.handle(), 0, ZMQ_POLLIN, 0}, {coord_.handle(), 0, ZMQ_POLLIN, 0}};
+    Poll(items, 2, std::max(wait, Millis(1)));
+    for (int i = 0; i < 256 && RecvMultipart(data_, &frames); ++i) HandleData(frames);
+    while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);
+  }
+  LOG_INFO << "server stopped";
+  return Status::OK();
+}
+
+}  // namespace shardps

@@ -1,0 +1,114 @@
+// The parameter server: holds its partitions of every table, applies pushed
+// gradients with the table's optimizer and answers pulls under the job's
+// consistency model (docs/consistency.md).
+//
+// One event-loop thread owns the tables and both sockets: a ROUTER for the
+// data path (push, pull, tick) and a DEALER to the coordinator (register,
+// heartbeats, cluster updates). Requests are applied in arrival order, so
+// concurrent pushes and pulls from many workers are serialised without
+// locks; pulls that must wait for slower workers are parked, never block the
+// loop. Scale out by running more servers (one per core).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <flatbuffers/flatbuffers.h>
+#include <zmq.hpp>
+
+#include "common/cluster.h"
+#include "common/net.h"
+#include "server/table.h"
+#include "shardps/status.h"
+
+namespace shardps {
+namespace wire {
+struct Header;
+}
+
+struct ServerOptions {
+  std::string coordinator;                 // e.g. tcp://127.0.0.1:5555
+  std::string bind = "tcp://127.0.0.1:0";  // data endpoint; port 0 = any free port
+  int rank = -1;                           // -1: the coordinator assigns one
+  uint64_t max_request_bytes = 512ull << 20;
+  Millis heartbeat_interval{500};
+  Millis register_timeout{60000};
+
+  Status Validate() const;
+};
+
+class Server {
+ public:
+  Server(zmq::context_t& ctx, ServerOptions opts);
+  ~Server();
+  // Binds the data socket and registers with the coordinator (waits for its
+  // reply, up to register_timeout).
+  Status Start();
+  // Serves until the coordinator says Shutdown or `stop` becomes true.
+  Status Run(const std::atomic<bool>& stop);
+
+  uint32_t rank() const { return rank_; }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  struct Parked {  // a pull waiting for slower workers
+    int64_t need_clock;
+    std::vector<zmq::message_t> frames;
+  };
+  struct Buffered {  // a synchronous push waiting for the end of its clock
+    uint32_t rank;
+    uint64_t arrival;
+    uint32_t table;
+    std::vector<zmq::message_t> frames;
+  };
+
+  void HandleData(std::vector<zmq::message_t>& frames);
+  void HandleCoordinator(std::vector<zmq::message_t>& frames);
+  void ApplyCluster(const ClusterView& v);
+  // Validates a push/pull; on success *t is its table and keys/values point
+  // at its frames (values null for pulls).
+  Status CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push,
+                      ServerTable** t, const uint64_t** keys, const float** values);
+  void Push(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  void Pull(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  void Tick(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  // Applies every synchronous clock all live workers finished, then answers
+  // the parked pulls that may now go.
+  void Advance();
+  void AggregateClock(int64_t clock);
+  int64_t MinClock() const;
+  int64_t MaxClock() const;
+  bool IsLive(int rank) const;
+  void Reply(const zmq::message_t& to, zmq::message_t header);
+  void ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s);
+  void SendHeartbeat();
+
+  zmq::context_t& ctx_;
+  ServerOptions opts_;
+  zmq::socket_t data_, coord_;
+  std::string endpoint_;
+  uint32_t rank_ = 0;
+  flatbuffers::FlatBufferBuilder fbb_;
+  std::vector<uint64_t> header_scratch_;
+  std::vector<uint64_t> key_scratch_;
+  std::vector<float> value_scratch_;
+  bool shutdown_ = false;
+  uint64_t next_request_id_ = 1;
+
+  ClusterView view_;
+  std::vector<std::unique_ptr<ServerTable>> tables_;  // by table id
+  std::vector<int64_t> clocks_;                       // per worker rank
+  std::vector<uint8_t> live_;                         // per worker rank
+  std::vector<uint64_t> last_seq_;                    // per worker rank: push dedup
+  int64_t applied_clock_ = 0;                         // sync: clocks < this are applied
+  std::map<int64_t, std::vector<Buffered>> buffered_; // sync: by clock
+  uint64_t arrivals_ = 0;
+  std::deque<Parked> parked_;
+};
+
+}  // namespace shardps

@@ -1,0 +1,50 @@
+// shardps-server: holds partitions of every table, applies gradients, serves pulls.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "common/signals.h"
+#include "server/server.h"
+
+int main(int argc, char** argv) {
+  using namespace shardps;
+  CLI::App app{"shardps parameter server"};
+  ServerOptions o;
+  std::string log_level = "info";
+  uint64_t max_mb = o.max_request_bytes >> 20;
+  int64_t hb_ms = o.heartbeat_interval.count(), reg_ms = o.register_timeout.count();
+  app.add_option("--coordinator", o.coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555")->required();
+  app.add_option("--bind", o.bind, "data endpoint to listen on; port 0 picks a free port")->capture_default_str();
+  app.add_option("--rank", o.rank, "server rank (default: the coordinator assigns one)")->check(CLI::Range(0, 4095));
+  app.add_option("--max-request-mb", max_mb, "largest request accepted, in MiB")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--heartbeat-ms", hb_ms, "heartbeat interval to the coordinator")->check(CLI::Range(1, 600000))->capture_default_str();
+  app.add_option("--register-timeout-ms", reg_ms, "how long to wait for the coordinator at start")->check(CLI::Range(1, 86400000))->capture_default_str();
+  app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  SetLogName("server");
+  LogLevel level;
+  if (!ParseLogLevel(log_level, &level)) {
+    std::fprintf(stderr, "error: --log-level '%s' is not one of debug, info, warn, error\n", log_level.c_str());
+    return 2;
+  }
+  SetLogLevel(level);
+  o.max_request_bytes = max_mb << 20;
+  o.heartbeat_interval = Millis(hb_ms);
+  o.register_timeout = Millis(reg_ms);
+  if (Status s = o.Validate(); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  TuneAllocatorForLargeMessages();
+  const auto& stop = InstallStopSignals();
+  zmq::context_t ctx(1);
+  Server server(ctx, o);
+  if (Status s = server.Start(); !s.ok()) {
+    LOG_ERROR << s.ToString();
+    return 1;
+  }
+  return server.Run(stop).ok() ? 0 : 1;
+}

@@ -1,0 +1,258 @@
+// Every bad input, sent over a real socket to real processes: each gets an
+// error reply naming the problem, and the server keeps serving with its
+// state unchanged.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/wire.h"
+#include "shardps/client.h"
+#include "tests/cluster.h"
+
+namespace shardps {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ClusterOptions;
+using testing::LocalCluster;
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ClusterOptions o;
+    o.servers = 2;
+    o.workers = 0;
+    o.consistency = "async";
+    o.server_args = {"--max-request-mb", "1"};
+    ASSERT_TRUE(cluster_.Start(o).ok());
+    ClientOptions co;
+    co.coordinator = cluster_.coordinator();
+    co.role = ClientRole::kObserver;
+    co.request_timeout = 30s;
+    ASSERT_TRUE(Client::Connect(co, &client_).ok());
+    TableSpec t;
+    t.name = "w";
+    t.rows = 1000;
+    t.cols = 4;
+    t.init = InitKind::kNormal;
+    t.init_b = 1.0f;
+    ASSERT_TRUE(client_->CreateTable(t, &table_).ok());
+    before_.resize(table_.size());
+    ASSERT_TRUE(client_->Pull(table_, before_).Wait().ok());
+    server0_ = cluster_.ServerEndpoint(0);
+    ASSERT_FALSE(server0_.empty());
+    sock_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.connect(server0_);
+  }
+  void TearDown() override {
+    if (HasFailure()) cluster_.DumpLogs();
+    // Whatever was sent, the table is unchanged and still served.
+    if (client_) {
+      std::vector<float> after(table_.size());
+      EXPECT_TRUE(client_->Pull(table_, after).Wait().ok());
+      EXPECT_EQ(after, before_);
+    }
+  }
+
+  // Sends raw frames, returns the status of the reply (Timeout if none).
+  Status Exchange(std::vector<zmq::message_t> frames, zmq::socket_t* s = nullptr) {
+    zmq::socket_t& sock = s ? *s : sock_;
+    for (size_t i = 0; i < frames.size(); ++i)
+      sock.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
+    if (zmq::poll(items, 1, 30s) == 0) return Status::Timeout("no reply within 30 s");
+    std::vector<zmq::message_t> reply;
+    zmq::message_t m;
+    do {
+      (void)sock.recv(m);
+      reply.push_back(std::move(m));
+    } while (reply.back().more());
+    const wire::Header* h = nullptr;
+    std::vector<uint64_t> scratch;
+    Status st = wire::ParseHeader(reply[0], scratch, &h);
+    if (!st.ok()) return Status::Internal("unparseable reply: " + st.ToString());
+    return wire::ReplyStatus(h);
+  }
+
+  zmq::message_t Header(wire::MsgType type, uint32_t table, uint64_t keys, uint64_t b, uint64_t e) {
+    wire::Fields f;
+    f.type = type;
+    f.request_id = 42;
+    f.table = table;
+    f.key_count = keys;
+    f.row_begin = b;
+    f.row_end = e;
+    return wire::EncodeSimple(fbb_, f);
+  }
+  static zmq::message_t Floats(size_t n) {
+    zmq::message_t m(n * 4);
+    std::memset(m.data(), 0, m.size());
+    return m;
+  }
+  static zmq::message_t Keys(std::vector<uint64_t> k) { return zmq::message_t(k.data(), k.size() * 8); }
+  template <typename... M>
+  static std::vector<zmq::message_t> Frames(M&&... m) {
+    std::vector<zmq::message_t> v;
+    (v.push_back(std::move(m)), ...);
+    return v;
+  }
+  // Rows of `table_` that server 0 holds: the first half (contiguous map).
+  static constexpr uint64_t kRowsOnServer0 = 500;
+
+  LocalCluster cluster_;
+  std::unique_ptr<Client> client_;
+  Table table_;
+  std::vector<float> before_;
+  std::string server0_;
+  zmq::context_t ctx_{1};
+  zmq::socket_t sock_;
+  flatbuffers::FlatBufferBuilder fbb_;
+};
+
+void ExpectError(const Status& s, Code code, const std::string& words) {
+  EXPECT_EQ(s.code(), code) << s.ToString();
+  EXPECT_NE(s.message().find(words), std::string::npos) << s.ToString();
+}
+
+TEST_F(BadInputTest, GarbageHeader) {
+  ExpectError(Exchange(Frames(zmq::message_t(std::string("not a flatbuffer at all, really")))),
+              Code::kBadMessage, "not a valid shardps header");
+}
+
+TEST_F(BadInputTest, TruncatedHeader) {
+  zmq::message_t full = Header(wire::MsgType::Pull, table_.id, 0, 0, 10);
+  zmq::message_t cut(full.data(), full.size() / 2);
+  ExpectError(Exchange(Frames(std::move(cut))), Code::kBadMessage, "header");
+}
+
+TEST_F(BadInputTest, EmptyHeaderFrame) {
+  ExpectError(Exchange(Frames(zmq::message_t())), Code::kBadMessage, "empty header");
+}
+
+TEST_F(BadInputTest, WrongProtocolVersion) {
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::HeaderBuilder b(fbb);
+  b.add_version(wire::kProtocolVersion + 6);
+  b.add_type(wire::MsgType::Pull);
+  fbb.Finish(b.Finish());
+  ExpectError(Exchange(Frames(zmq::message_t(fbb.GetBufferPointer(), fbb.GetSize()))),
+              Code::kVersionMismatch, "protocol version 7");
+}
+
+TEST_F(BadInputTest, UnknownTable) {
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Pull, 99, 0, 0, 10))), Code::kUnknownTable,
+              "table id 99");
+}
+
+TEST_F(BadInputTest, ValuesDoNotMatchKeys) {
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Push, table_.id, 2, 0, 0), Keys({1, 2}), Floats(7))),
+              Code::kSizeMismatch, "values frame has 28 bytes, the header announces 32");
+}
+
+TEST_F(BadInputTest, KeysFrameDoesNotMatchKeyCount) {
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Push, table_.id, 3, 0, 0), Keys({1, 2}), Floats(12))),
+              Code::kSizeMismatch, "keys frame");
+}
+
+TEST_F(BadInputTest, RangeValuesDoNotMatchRows) {
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Push, table_.id, 0, 0, 10), Floats(39))),
+              Code::kSizeMismatch, "values");
+}
+
+TEST_F(BadInputTest, IdOutOfDenseRange) {
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Push, table_.id, 2, 0, 0), Keys({3, 5000}), Floats(8))),
+              Code::kOutOfRange, "row id 5000");
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Pull, table_.id, 0, 990, 1200))), Code::kOutOfRange,
+              "rows [990, 1200)");
+}
+
+TEST_F(BadInputTest, RowsHeldByAnotherServer) {
+  // Server 0 holds the first half of the table; the second half lives on server 1.
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Pull, table_.id, 0, 0, 1000))), Code::kWrongServer,
+              "not held by this server");
+  EXPECT_TRUE(Exchange(Frames(Header(wire::MsgType::Pull, table_.id, 0, 0, kRowsOnServer0))).ok());
+}
+
+TEST_F(BadInputTest, WrongNumberOfFrames) {
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Push, table_.id, 0, 0, 10))), Code::kBadMessage,
+              "takes 2 frames, got 1");
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Pull, table_.id, 0, 0, 10), Floats(40))),
+              Code::kBadMessage, "takes 1 frames, got 2");
+}
+
+TEST_F(BadInputTest, OversizedMessage) {
+  // The servers run with --max-request-mb 1.
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Push, table_.id, 0, 0, 10), Floats(600000))),
+              Code::kTooLarge, "exceeds this server's limit");
+}
+
+TEST_F(BadInputTest, MessageTypeNotServedByServers) {
+  ExpectError(Exchange(Frames(Header(wire::MsgType::CreateTable, 0, 0, 0, 0))), Code::kInvalidArgument,
+              "does not serve 'CreateTable'");
+}
+
+TEST_F(BadInputTest, TickFromANonWorker) {
+  ExpectError(Exchange(Frames(Header(wire::MsgType::Tick, 0, 0, 0, 0))), Code::kInvalidArgument, "tick");
+}
+
+TEST_F(BadInputTest, CoordinatorRefusesGarbageAndBadTables) {
+  zmq::socket_t c(ctx_, zmq::socket_type::dealer);
+  c.set(zmq::sockopt::linger, 0);
+  c.connect(cluster_.coordinator());
+  ExpectError(Exchange(Frames(zmq::message_t(std::string("\x01\x02\x03garbage"))), &c), Code::kBadMessage,
+              "header");
+  // A table that exists with another shape.
+  flatbuffers::FlatBufferBuilder fbb;
+  TableSpec t = table_.spec;
+  t.rows = 7;
+  auto body = wire::BuildTableSpec(fbb, t);
+  wire::Fields f;
+  f.type = wire::MsgType::CreateTable;
+  ExpectError(Exchange(Frames(wire::Encode(fbb, f, wire::Body::TableSpec, body.Union())), &c),
+              Code::kConflict, "already exists");
+  // An invalid one.
+  fbb.Clear();
+  t.name = "bad";
+  t.cols = 0;
+  body = wire::BuildTableSpec(fbb, t);
+  ExpectError(Exchange(Frames(wire::Encode(fbb, f, wire::Body::TableSpec, body.Union())), &c),
+              Code::kInvalidArgument, "cols must be > 0");
+}
+
+TEST_F(BadInputTest, ClientRefusesBadArgumentsBeforeSending) {
+  std::vector<float> small(3);
+  ExpectError(client_->Push(table_, small).Wait(), Code::kSizeMismatch, "array has 3 floats");
+  std::vector<uint64_t> ids = {1, 1000};
+  std::vector<float> out(8);
+  ExpectError(client_->Pull(table_, ids, out).Wait(), Code::kOutOfRange, "row id 1000");
+  Table fake = table_;
+  fake.spec.name = "nope";
+  ExpectError(client_->Pull(fake, out).Wait(), Code::kUnknownTable, "'nope'");
+  Table missing;
+  ExpectError(client_->GetTable("nope", &missing), Code::kUnknownTable, "known: 'w'");
+}
+
+TEST_F(BadInputTest, BadCommandLinesAreRefusedAtStart) {
+  std::string out;
+  EXPECT_NE(testing::RunCommand({testing::BinaryPath("SHARDPS_SERVER")}, &out), 0);
+  EXPECT_NE(out.find("--coordinator is required"), std::string::npos) << out;
+  EXPECT_NE(testing::RunCommand({testing::BinaryPath("SHARDPS_SERVER"), "--coordinator", "tcp://127.0.0.1:1",
+                                 "--max-request-mb", "0"}, &out), 0);
+  EXPECT_NE(out.find("max-request-mb"), std::string::npos) << out;
+  EXPECT_NE(testing::RunCommand({testing::BinaryPath("SHARDPS_COORDINATOR"), "--consistency", "eventual"}, &out), 0);
+  EXPECT_NE(out.find("unknown consistency 'eventual'"), std::string::npos) << out;
+  EXPECT_NE(testing::RunCommand({testing::BinaryPath("SHARDPS_COORDINATOR"), "--servers", "4",
+                                 "--partitions", "2"}, &out), 0);
+  EXPECT_NE(out.find("partitions"), std::string::npos) << out;
+  EXPECT_NE(testing::RunCommand({testing::BinaryPath("SHARDPS_COORDINATOR"), "--config", "/no/such/job.toml"}, &out), 0);
+  EXPECT_NE(out.find("/no/such/job.toml"), std::string::npos) << out;
+  EXPECT_NE(testing::RunCommand({testing::BinaryPath("SHARDPS_SERVER"), "--coordinator", "tcp://127.0.0.1:1",
+                                 "--bind", "nonsense://x"}, &out), 0);
+  EXPECT_NE(out.find("cannot bind"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace shardps

@@ -1,0 +1,145 @@
+#include "tests/cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+extern char** environ;
+
+namespace shardps::testing {
+
+std::string BinaryPath(const char* env_name) {
+  const char* p = std::getenv(env_name);
+  if (!p) {
+    std::fprintf(stderr, "environment variable %s is not set (run through meson test)\n", env_name);
+    std::abort();
+  }
+  return p;
+}
+
+static std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+pid_t LocalCluster::Spawn(const std::string& name, const std::vector<std::string>& argv) {
+  std::string log = dir_ + "/" + name + ".log";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  if (pid > 0) {
+    pids_.push_back(pid);
+    logs_.push_back(log);
+  }
+  return pid;
+}
+
+Status LocalCluster::Start(const ClusterOptions& o) {
+  char tmpl[] = "/tmp/shardps-test-XXXXXX";
+  if (!mkdtemp(tmpl)) return Status::Internal("mkdtemp failed");
+  dir_ = tmpl;
+  std::vector<std::string> cargs = {BinaryPath("SHARDPS_COORDINATOR"),
+                                    "--endpoint-file", dir_ + "/coordinator.endpoint",
+                                    "--servers", std::to_string(o.servers),
+                                    "--workers", std::to_string(o.workers),
+                                    "--consistency", o.consistency,
+                                    "--partitions", std::to_string(o.partitions),
+                                    "--heartbeat-timeout-ms", std::to_string(o.heartbeat_timeout_ms)};
+  if (o.consistency == "bounded") {
+    cargs.push_back("--staleness");
+    cargs.push_back(std::to_string(o.staleness));
+  }
+  if (!o.job_toml.empty()) {
+    std::ofstream(dir_ + "/job.toml") << o.job_toml;
+    cargs.push_back("--config");
+    cargs.push_back(dir_ + "/job.toml");
+  }
+  if (Spawn("coordinator", cargs) < 0) return Status::Internal("cannot start the coordinator");
+  const std::string ep_file = dir_ + "/coordinator.endpoint";
+  if (!WaitFor([&] { return access(ep_file.c_str(), R_OK) == 0; }, std::chrono::seconds(30))) {
+    DumpLogs();
+    return Status::Timeout("coordinator wrote no endpoint file within 30 s");
+  }
+  coordinator_ = ReadFile(ep_file);
+  while (!coordinator_.empty() && coordinator_.back() == '\n') coordinator_.pop_back();
+  for (int i = 0; i < o.servers; ++i) {
+    std::vector<std::string> sargs = {BinaryPath("SHARDPS_SERVER"), "--coordinator", coordinator_,
+                                      "--rank", std::to_string(i), "--heartbeat-ms", "200"};
+    sargs.insert(sargs.end(), o.server_args.begin(), o.server_args.end());
+    if (Spawn("server" + std::to_string(i), sargs) < 0) return Status::Internal("cannot start a server");
+  }
+  return Status::OK();
+}
+
+std::string LocalCluster::ServerEndpoint(int rank) {
+  const std::string log = dir_ + "/server" + std::to_string(rank) + ".log";
+  std::regex re("serving on (tcp://[^ \\n]+)");
+  std::smatch m;
+  std::string text;
+  WaitFor([&] {
+    text = ReadFile(log);
+    return std::regex_search(text, m, re);
+  }, std::chrono::seconds(30));
+  return std::regex_search(text, m, re) ? m[1].str() : "";
+}
+
+void LocalCluster::DumpLogs() const {
+  for (const auto& l : logs_) {
+    std::string text = ReadFile(l);
+    if (text.size() > 4000) text = "..." + text.substr(text.size() - 4000);
+    std::fprintf(stderr, "==== %s ====\n%s\n", l.c_str(), text.c_str());
+  }
+}
+
+LocalCluster::~LocalCluster() {
+  for (pid_t p : pids_) kill(p, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (pid_t p : pids_) {
+    int st;
+    while (waitpid(p, &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(p, SIGKILL);
+        waitpid(p, &st, 0);
+        break;
+      }
+      usleep(10000);
+    }
+  }
+  if (!dir_.empty() && !std::getenv("SHARDPS_KEEP_TEST_DIRS")) {
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir_.c_str());
+  }
+}
+
+int RunCommand(const std::vector<std::string>& argv, std::string* output, int timeout_s) {
+  std::string cmd = "timeout " + std::to_string(timeout_s);
+  for (const auto& a : argv) cmd += " '" + a + "'";
+  cmd += " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  output->clear();
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace shardps::testing

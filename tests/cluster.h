@@ -1,0 +1,67 @@
+// LocalCluster: a real coordinator and real servers as child processes on
+// loopback (free ports), with their logs in a temporary directory. Tests
+// connect real clients to it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "shardps/status.h"
+
+namespace shardps::testing {
+
+struct ClusterOptions {
+  int servers = 3;
+  int workers = 2;
+  std::string consistency = "sync";
+  int staleness = 0;
+  int partitions = 64;
+  int heartbeat_timeout_ms = 3000;
+  std::string job_toml;                  // optional job file contents
+  std::vector<std::string> server_args;  // extra flags for every server
+};
+
+class LocalCluster {
+ public:
+  LocalCluster() = default;
+  ~LocalCluster();  // stops every process (SIGTERM, then SIGKILL after 10 s)
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  // Starts the coordinator, waits for its endpoint file, starts the servers.
+  Status Start(const ClusterOptions& o);
+  const std::string& coordinator() const { return coordinator_; }
+  const std::string& dir() const { return dir_; }
+  // The data endpoint of server `rank`, read from its log (waits for it).
+  std::string ServerEndpoint(int rank);
+  // Prints the tail of every log (call on failure).
+  void DumpLogs() const;
+
+ private:
+  pid_t Spawn(const std::string& name, const std::vector<std::string>& argv);
+  std::string dir_;
+  std::string coordinator_;
+  std::vector<pid_t> pids_;
+  std::vector<std::string> logs_;
+};
+
+// Path of a built binary, from the environment meson sets (SHARDPS_<NAME>).
+std::string BinaryPath(const char* env_name);
+// Runs a command, returns its exit status and combined output.
+int RunCommand(const std::vector<std::string>& argv, std::string* output, int timeout_s = 60);
+// Polls `cond` every 10 ms until true or `timeout`; returns its last value.
+template <typename F>
+bool WaitFor(F cond, std::chrono::milliseconds timeout) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    struct timespec ts {0, 10 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+  return cond();
+}
+
+}  // namespace shardps::testing
