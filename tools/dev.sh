@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine (as root, or with sudo):
+# installs the Debian packages shardps needs (idempotent, non-interactive),
+# builds with Meson, then
+#   tools/dev.sh demo   runs the main job: a local cluster training on real data
+#   tools/dev.sh test   runs every test
+#   tools/dev.sh build  only builds
+#   tools/dev.sh bench  runs the benchmarks
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+what=${1:-}
+case "$what" in demo|test|build|bench) ;; *)
+  echo "usage: tools/dev.sh demo|test|build|bench" >&2; exit 2 ;;
+esac
+
+packages=(build-essential pkg-config meson ninja-build
+  libzmq3-dev cppzmq-dev flatbuffers-compiler libflatbuffers-dev librocksdb-dev
+  libgtest-dev libopenblas-dev libcli11-dev libtomlplusplus-dev zlib1g-dev libxxhash-dev
+  dataset-fashion-mnist gnuplot-nox)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "dev.sh: installing ${missing[*]}"
+  sudo=""; ((EUID == 0)) || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nvcc lives outside PATH in NVIDIA's toolkit layout; the CUDA backend is
+# built wherever it is found.
+[[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="$PATH:/usr/local/cuda/bin"
+if [[ ! -f build/build.ninja ]]; then
+  meson setup build >/dev/null
+fi
+ninja -C build
+
+case "$what" in
+  demo)
+    exec tools/shardps-launch --servers 2 --workers 2 -- \
+      build/client/linear_trainer --coordinator {coordinator} --rank {rank} --steps 300 ;;
+  test)
+    exec meson test -C build --print-errorlogs --num-processes 2 ;;
+  bench)
+    exec build/tools/shardps-bench ;;
+  build) ;;
+esac
