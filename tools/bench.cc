@@ -1,0 +1,362 @@
+// shardps-bench: push/pull throughput and latency against a real server
+// process, next to the raw ZeroMQ ceiling measured the same way on the same
+// loopback, and the optimizer's apply bandwidth next to memcpy.
+//
+//   shardps-bench [--quick] [--bin-dir DIR] [--seconds S]
+//
+// Prints one table; see docs/performance.md for what each row means.
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/net.h"
+#include "server/table.h"
+#include "shardps/client.h"
+
+extern char** environ;
+
+namespace shardps {
+namespace {
+
+using Sec = std::chrono::duration<double>;
+double Now() { return Sec(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Child {
+  pid_t pid = -1;
+  ~Child() {
+    if (pid > 0) {
+      kill(pid, SIGTERM);
+      int st;
+      waitpid(pid, &st, 0);
+    }
+  }
+};
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+std::string WaitForFile(const std::string& path, double seconds) {
+  double end = Now() + seconds;
+  while (Now() < end) {
+    std::ifstream f(path);
+    std::string s;
+    if (f && std::getline(f, s) && !s.empty()) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
+}
+
+// ---- raw ZeroMQ: a sink process that acknowledges every `batch`-th message.
+int RawSink(const std::string& endpoint_file) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.set(zmq::sockopt::rcvhwm, 0);
+  s.set(zmq::sockopt::sndhwm, 0);
+  s.bind("tcp://127.0.0.1:*");
+  if (!WriteFileAtomic(endpoint_file, LastEndpoint(s) + "\n").ok()) return 1;
+  TuneAllocatorForLargeMessages();
+  std::vector<zmq::message_t> frames;
+  for (;;) {
+    if (!RecvMultipart(s, &frames, false)) continue;
+    // frames: identity, header(8 bytes: 1 = wants ack), payload
+    if (frames.size() >= 2 && frames[1].size() == 8 && *static_cast<const uint64_t*>(frames[1].data()) == 1) {
+      zmq::message_t id(frames[0].data(), frames[0].size());
+      zmq::message_t ack(8);
+      s.send(id, zmq::send_flags::sndmore);
+      s.send(ack, zmq::send_flags::none);
+    }
+  }
+}
+
+void NoFree(void*, void*) {}
+
+struct RawResult {
+  double gbps = 0, rtt_us = 0;
+};
+
+// One-way throughput: stream `count` messages of `size` bytes (sent without
+// copies from one buffer, the best a raw sender can do), the last asks for an
+// acknowledgement. Round trip: `rt` messages each acknowledged.
+RawResult RawZmq(const std::string& endpoint, size_t size, double seconds) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::sndhwm, 0);
+  s.connect(endpoint);
+  std::vector<char> buf(size, 1);
+  auto send = [&](bool ack) {
+    uint64_t flag = ack ? 1 : 0;
+    zmq::message_t h(&flag, 8);
+    zmq::message_t p(buf.data(), size, &NoFree, nullptr);
+    s.send(h, zmq::send_flags::sndmore);
+    s.send(p, zmq::send_flags::none);
+  };
+  auto wait_ack = [&] {
+    zmq::message_t m;
+    (void)s.recv(m);
+  };
+  send(true);
+  wait_ack();  // connected and warm
+  RawResult r;
+  // Throughput: rounds of `window` messages, the last of each acknowledged.
+  const int window = std::max<int>(2, static_cast<int>(std::min<size_t>(64, (64u << 20) / size)));
+  uint64_t bytes = 0;
+  double t0 = Now();
+  while (Now() - t0 < seconds) {
+    for (int i = 0; i < window; ++i) send(i + 1 == window);
+    wait_ack();
+    bytes += static_cast<uint64_t>(window) * size;
+  }
+  r.gbps = bytes / (Now() - t0) / 1e9;
+  int n = 0;
+  t0 = Now();
+  while (Now() - t0 < seconds / 2 || n < 3) {
+    send(true);
+    wait_ack();
+    ++n;
+  }
+  r.rtt_us = (Now() - t0) / n * 1e6;
+  return r;
+}
+
+// ---- shardps through the client library.
+struct PsResult {
+  double push_gbps = 0, pull_gbps = 0, pushpull_gbps = 0, rtt_us = 0;
+};
+
+template <typename MakeReq>
+double Pipelined(int window, double seconds, uint64_t bytes_per_req, MakeReq make) {
+  std::deque<Request> inflight;
+  uint64_t bytes = 0;
+  double t0 = Now();
+  while (Now() - t0 < seconds) {
+    if (static_cast<int>(inflight.size()) >= window) {
+      if (!inflight.front().Wait().ok()) return -1;
+      inflight.pop_front();
+    }
+    inflight.push_back(make());
+    bytes += bytes_per_req;
+  }
+  for (auto& r : inflight)
+    if (!r.Wait().ok()) return -1;
+  return bytes / (Now() - t0) / 1e9;
+}
+
+PsResult Shardps(Client& c, size_t size, double seconds, int* id) {
+  TableSpec spec;
+  spec.name = "bench_dense_" + std::to_string(size);
+  spec.cols = size >= 1024 ? 256 : 1;
+  spec.rows = size / 4 / spec.cols;
+  spec.optimizer = OptimizerKind::kSGD;
+  spec.lr = 1e-9f;
+  Table t;
+  Status s = c.CreateTable(spec, &t);
+  if (!s.ok()) {
+    std::fprintf(stderr, "create table: %s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+  (*id)++;
+  const int window = std::max<int>(2, static_cast<int>(std::min<size_t>(64, (64u << 20) / size)));
+  std::vector<float> g(t.size(), 1e-3f), out(t.size());
+  (void)c.Pull(t, out).Wait();  // warm up
+  PsResult r;
+  r.push_gbps = Pipelined(window, seconds, size, [&] { return c.Push(t, g); });
+  // Pulls may land in one buffer: the bench measures transport, not use.
+  r.pull_gbps = Pipelined(window, seconds, size, [&] { return c.Pull(t, out); });
+  bool flip = false;
+  r.pushpull_gbps = Pipelined(window, seconds, size, [&] {
+    flip = !flip;
+    return flip ? c.Push(t, g) : c.Pull(t, out);
+  });
+  int n = 0;
+  double t0 = Now();
+  while (Now() - t0 < seconds / 2 || n < 3) {
+    (void)c.Push(t, g).Wait();
+    ++n;
+  }
+  r.rtt_us = (Now() - t0) / n * 1e6;
+  return r;
+}
+
+double SparseRate(Client& c, bool push, uint32_t cols, double seconds) {
+  TableSpec spec;
+  spec.name = "bench_sparse_" + std::to_string(cols);
+  spec.kind = TableKind::kSparse;
+  spec.cols = cols;
+  spec.optimizer = OptimizerKind::kSGD;
+  spec.lr = 1e-6f;
+  Table t;
+  if (!c.CreateTable(spec, &t).ok()) std::exit(1);
+  std::mt19937_64 rng(5);
+  const int kKeys = 1000, kBatches = 64;
+  std::vector<std::vector<uint64_t>> keys(kBatches, std::vector<uint64_t>(kKeys));
+  for (auto& k : keys)
+    for (auto& id : k) id = rng() % 1000000;
+  std::vector<float> vals(static_cast<size_t>(kKeys) * cols, 1e-3f);
+  for (auto& k : keys) (void)c.Pull(t, k, vals).Wait();  // create the rows
+  int i = 0;
+  double gb = Pipelined(16, seconds, static_cast<uint64_t>(kKeys), [&] {
+    auto& k = keys[i++ % kBatches];
+    return push ? c.Push(t, k, vals) : c.Pull(t, k, vals);
+  });
+  return gb * 1e9;  // "bytes" were keys
+}
+
+double SmallRate(Client& c, int window, double seconds) {
+  TableSpec spec;
+  spec.name = "bench_small_" + std::to_string(window);
+  spec.rows = 1;
+  spec.cols = 256;  // 1 KiB
+  spec.lr = 1e-9f;
+  Table t;
+  if (!c.CreateTable(spec, &t).ok()) std::exit(1);
+  std::vector<float> g(256, 1e-3f);
+  double gb = Pipelined(window, seconds, 1, [&] { return c.Push(t, g); });
+  return gb * 1e9;
+}
+
+void ApplyVsMemcpy(double seconds, double* apply_gbps, double* memcpy_gbps) {
+  const size_t n = 16u << 20;  // 64 MiB of floats
+  TableSpec spec;
+  spec.name = "apply";
+  spec.rows = n / 256;
+  spec.cols = 256;
+  spec.lr = 1e-9f;
+  ServerTable t(spec, 1, {0});
+  std::vector<float> g(n, 1e-3f), a(n, 1.0f), b(n);
+  int reps = 0;
+  double t0 = Now();
+  while (Now() - t0 < seconds || reps < 2) {
+    t.ApplyRange(0, spec.rows, g.data(), 1.0f);
+    ++reps;
+  }
+  *apply_gbps = reps * n * 4.0 / (Now() - t0) / 1e9;
+  reps = 0;
+  t0 = Now();
+  while (Now() - t0 < seconds || reps < 2) {
+    std::memcpy(b.data(), a.data(), n * 4);
+    a[reps % n] = b[(reps * 7) % n];  // keep the copy observable
+    ++reps;
+  }
+  *memcpy_gbps = reps * n * 4.0 / (Now() - t0) / 1e9;
+}
+
+std::string Dir(const std::string& p) { return p.substr(0, p.rfind('/')); }
+
+}  // namespace
+}  // namespace shardps
+
+int main(int argc, char** argv) {
+  using namespace shardps;
+  CLI::App app{"shardps benchmark: push/pull throughput and latency next to raw ZeroMQ"};
+  bool quick = false;
+  double seconds = 1.0;
+  std::string bin_dir, raw_sink;
+  app.add_flag("--quick", quick, "tiny run (checks that the benchmark works; figures are meaningless)");
+  app.add_option("--seconds", seconds, "measuring time per figure")->check(CLI::Range(0.01, 60.0))->capture_default_str();
+  app.add_option("--bin-dir", bin_dir, "directory with shardps-server and shardps-coordinator");
+  app.add_option("--raw-sink", raw_sink, "(internal) run as the raw ZeroMQ sink, writing its endpoint here");
+  CLI11_PARSE(app, argc, argv);
+  if (!raw_sink.empty()) return RawSink(raw_sink);
+  if (quick) seconds = 0.05;
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) return 1;
+  self[len] = 0;
+  if (bin_dir.empty()) bin_dir = Dir(Dir(self)) + "/server";
+  const std::string server = bin_dir + "/shardps-server", coord = bin_dir + "/shardps-coordinator";
+  if (access(server.c_str(), X_OK) != 0 || access(coord.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "error: no shardps-server/shardps-coordinator in '%s' (use --bin-dir)\n", bin_dir.c_str());
+    return 2;
+  }
+  TuneAllocatorForLargeMessages();
+  char tmpl[] = "/tmp/shardps-bench-XXXXXX";
+  if (!mkdtemp(tmpl)) return 1;
+  const std::string dir = tmpl;
+
+  Child sink;
+  sink.pid = Spawn({self, "--raw-sink", dir + "/sink.endpoint"}, dir + "/sink.log");
+  const std::string sink_ep = WaitForFile(dir + "/sink.endpoint", 30);
+  Child cproc, sproc;
+  cproc.pid = Spawn({coord, "--servers", "1", "--workers", "0", "--consistency", "async",
+                     "--endpoint-file", dir + "/coord.endpoint", "--log-level", "warn"},
+                    dir + "/coordinator.log");
+  const std::string coord_ep = WaitForFile(dir + "/coord.endpoint", 30);
+  if (sink_ep.empty() || coord_ep.empty()) {
+    std::fprintf(stderr, "error: helper processes did not start (logs in %s)\n", dir.c_str());
+    return 1;
+  }
+  sproc.pid = Spawn({server, "--coordinator", coord_ep, "--log-level", "warn", "--max-request-mb", "64"},
+                    dir + "/server.log");
+  ClientOptions co;
+  co.coordinator = coord_ep;
+  co.role = ClientRole::kObserver;
+  std::unique_ptr<Client> client;
+  Status s = Client::Connect(co, &client);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+
+  std::printf("shardps-bench: 1 server process, 1 client process, loopback, %.2f s per figure%s\n\n", seconds,
+              quick ? " (--quick: figures are not meaningful)" : "");
+  std::printf("%-8s | %9s %9s %9s %9s | %9s %9s | %6s %6s\n", "dense", "push", "pull", "push+pull", "rtt",
+              "raw zmq", "raw rtt", "push/", "pull/");
+  std::printf("%-8s | %9s %9s %9s %9s | %9s %9s | %6s %6s\n", "size", "GB/s", "GB/s", "GB/s", "us", "GB/s",
+              "us", "raw", "raw");
+  int ids = 0;
+  for (size_t size : {size_t{1} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
+    RawResult raw = RawZmq(sink_ep, size, seconds);
+    PsResult ps = Shardps(*client, size, seconds, &ids);
+    const char* label = size == 1024 ? "1 KB" : size == 65536 ? "64 KB" : size == (1u << 20) ? "1 MB" : "16 MB";
+    std::printf("%-8s | %9.3f %9.3f %9.3f %9.1f | %9.3f %9.1f | %5.0f%% %5.0f%%\n", label, ps.push_gbps,
+                ps.pull_gbps, ps.pushpull_gbps, ps.rtt_us, raw.gbps, raw.rtt_us, 100 * ps.push_gbps / raw.gbps,
+                100 * ps.pull_gbps / raw.gbps);
+  }
+  std::printf("\nsparse, 1000 random ids per request, 16 in flight:\n");
+  for (uint32_t cols : {16u, 64u}) {
+    double push = SparseRate(*client, true, cols, seconds), pull = SparseRate(*client, false, cols, seconds);
+    std::printf("  width %2u: push %.2f M keys/s (%.2f GB/s), pull %.2f M keys/s (%.2f GB/s)\n", cols, push / 1e6,
+                push * cols * 4 / 1e9, pull / 1e6, pull * cols * 4 / 1e9);
+  }
+  double blocking = SmallRate(*client, 1, seconds), pipelined = SmallRate(*client, 16, seconds);
+  std::printf("\nsmall 1 KB pushes: blocking %.0f /s, 16 in flight %.0f /s (%.1fx)\n", blocking, pipelined,
+              pipelined / blocking);
+  double apply = 0, copy = 0;
+  ApplyVsMemcpy(seconds, &apply, &copy);
+  std::printf("optimizer apply (SGD, 64 MiB): %.2f GB/s of gradient; memcpy %.2f GB/s (%.0f%%)\n", apply, copy,
+              100 * apply / copy);
+  (void)client->Close();
+  std::string rm = "rm -rf '" + dir + "'";
+  if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
+  return 0;
+}
