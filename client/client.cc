@@ -317,7 +317,9 @@ class ClientImpl {
           std::string(push ? "gradient" : "output") + " array has " + std::to_string(floats) +
           " floats, rows [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ") x " +
           std::to_string(cols) + " cols need " + std::to_string((r.end - r.begin) * cols))));
-    // Split by partition, merging neighbours on the same server.
+    // Split by partition, merging neighbours on the same server up to
+    // max_message_bytes, so a server applies one chunk while the next is
+    // still on the wire (and each chunk is still in cache when applied).
     struct Seg {
       uint32_t server;
       uint64_t begin, end;
@@ -327,7 +329,7 @@ class ClientImpl {
     for (uint64_t row = r.begin; row < r.end;) {
       uint32_t p = PartitionOfRow(row, t.spec.rows, P);
       uint64_t stop = std::min(r.end, PartitionRowBegin(p + 1, t.spec.rows, P));
-      if (!segs.empty() && segs.back().server == map.owner[p] && segs.back().end == row)
+      if (!segs.empty() && segs.back().server == map.owner[p] && segs.back().end == row && (stop - segs.back().begin) * cols * 4 <= opts_.max_message_bytes)
         segs.back().end = stop;
       else
         segs.push_back({map.owner[p], row, stop});
@@ -766,6 +768,8 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   if (options.coordinator.empty()) return Status::InvalidArgument("ClientOptions.coordinator is empty");
   if (options.connect_timeout.count() <= 0 || options.request_timeout.count() <= 0)
     return Status::InvalidArgument("timeouts must be > 0");
+  if (options.max_message_bytes < 4096)
+    return Status::InvalidArgument("max_message_bytes must be at least 4096");
   auto impl = std::make_unique<detail::ClientImpl>(options);
   Status s = impl->Start();
   if (!s.ok()) return s;

@@ -62,6 +62,10 @@ struct ClientOptions {
   // bounded staleness a pull legitimately waits for slower workers.
   std::chrono::milliseconds request_timeout{120000};
   std::chrono::milliseconds heartbeat_interval{500};
+  // A dense row range larger than this is sent as several messages (split at
+  // partition boundaries), so a server applies one while the next is still
+  // on the wire. A single partition's rows are never split.
+  uint64_t max_message_bytes = 1 << 20;
 };
 
 // A table as the client sees it.
