@@ -484,8 +484,9 @@ class ClientImpl {
     }
   }
 
-  Status Clock() {
-    if (opts_.role != ClientRole::kWorker) return Status::InvalidArgument("Clock() is for workers only");
+  shardps::Request ClockAsync() {
+    if (opts_.role != ClientRole::kWorker)
+      return shardps::Request(FailedCall(Status::InvalidArgument("Clock() is for workers only")));
     uint32_t servers;
     {
       std::lock_guard<std::mutex> lock(vmu_);
@@ -494,7 +495,8 @@ class ClientImpl {
     auto call = std::make_shared<Call>();
     call->parts_left = static_cast<int>(servers);
     call->op = "clock tick";
-    const int64_t c = clock_.load();
+    call->default_timeout = opts_.request_timeout;
+    const int64_t c = clock_.fetch_add(1);
     thread_local flatbuffers::FlatBufferBuilder fbb;
     for (uint32_t sv = 0; sv < servers; ++sv) {
       Outgoing o;
@@ -508,9 +510,7 @@ class ClientImpl {
       f.clock = c;
       EnqueueFrames(std::move(o), f, {}, false, fbb);
     }
-    Status s = shardps::Request(call).Wait(opts_.request_timeout);
-    if (s.ok()) clock_.store(c + 1);
-    return s;
+    return shardps::Request(call);
   }
 
   Status Barrier(Millis timeout) {
@@ -728,7 +728,7 @@ class ClientImpl {
 // ---- Request ----
 
 Status Request::Wait(std::chrono::milliseconds timeout) {
-  if (!call_) return Status::InvalidArgument("waiting on an empty Request");
+  if (!call_) return Status::OK();  // a default-constructed Request: nothing to wait for
   std::unique_lock<std::mutex> lock(call_->mu);
   if (!call_->cv.wait_for(lock, timeout, [&] { return call_->DoneLocked(); }))
     return Status::Timeout(std::string(call_->op) + " not answered within " + std::to_string(timeout.count()) +
@@ -737,7 +737,7 @@ Status Request::Wait(std::chrono::milliseconds timeout) {
 }
 
 Status Request::Wait() {
-  if (!call_) return Status::InvalidArgument("waiting on an empty Request");
+  if (!call_) return Status::OK();
   return Wait(call_->default_timeout.count() > 0 ? call_->default_timeout : std::chrono::milliseconds(120000));
 }
 
@@ -804,7 +804,8 @@ Request Client::Pull(const Table& t, std::span<const uint64_t> keys, std::span<f
   return impl_->KeysRequest(false, t, keys, out.data(), out.size());
 }
 
-Status Client::Clock() { return impl_->Clock(); }
+Status Client::Clock() { return impl_->ClockAsync().Wait(); }
+Request Client::ClockAsync() { return impl_->ClockAsync(); }
 Status Client::Barrier(std::chrono::milliseconds timeout) { return impl_->Barrier(timeout); }
 int Client::rank() const { return impl_->rank_; }
 int64_t Client::clock() const { return impl_->clock_.load(); }

@@ -89,7 +89,8 @@ struct Call;
 class ClientImpl;
 }  // namespace detail
 
-// An outstanding push, pull or tick.
+// An outstanding push, pull or tick. A default-constructed Request is
+// complete and OK.
 class Request {
  public:
   Request() = default;
@@ -138,6 +139,10 @@ class Client {
   // Ends this worker's current iteration: tells every server (in order after
   // this worker's pushes) and advances clock() by one. Workers only.
   Status Clock();
+  // The same without waiting: clock() advances at once, the Request
+  // completes when every server acknowledged the tick. Pulls issued after it
+  // carry the new clock (and wait, at the server, as the model says).
+  Request ClockAsync();
   // Waits until every live worker reached the barrier. Workers only.
   Status Barrier(std::chrono::milliseconds timeout);
 
