@@ -38,8 +38,11 @@ ninja -C build
 
 case "$what" in
   demo)
-    exec tools/shardps-launch --servers 2 --workers 2 -- \
-      build/client/linear_trainer --coordinator {coordinator} --rank {rank} --steps 300 ;;
+    # 2 servers + 2 workers training the MLP 784-256-128-10 on Fashion-MNIST,
+    # synchronously; worker 0 reports the test accuracy after every epoch.
+    exec tools/shardps-launch --servers 2 --workers 2 --consistency sync -- \
+      build/worker/shardps-worker --coordinator {coordinator} --rank {rank} \
+        --model mlp --hidden 256,128 --epochs 10 --batch 64 --optimizer adam --lr 0.001 ;;
   test)
     exec meson test -C build --print-errorlogs --num-processes 2 ;;
   bench)

@@ -1,0 +1,104 @@
+// End-to-end training through real processes: the launcher starts a
+// coordinator and servers, real shardps-worker processes train on real
+// Fashion-MNIST data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "tests/cluster.h"
+
+namespace shardps {
+namespace {
+
+using testing::BinaryPath;
+using testing::RunCommand;
+
+std::string BinDir() {
+  std::string s = BinaryPath("SHARDPS_SERVER");
+  return s.substr(0, s.rfind('/'));
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+class TrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shardps-train-XXXXXX";
+    ASSERT_TRUE(mkdtemp(tmpl));
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+
+  // Runs `workers` shardps-worker processes against a fresh local cluster.
+  int Launch(int workers, const std::string& consistency, std::vector<std::string> worker_args, std::string* out) {
+    std::vector<std::string> argv = {BinaryPath("SHARDPS_LAUNCH"), "--servers", "2", "--workers", std::to_string(workers),
+                                     "--consistency", consistency, "--bin-dir", BinDir(), "--timeout", "400",
+                                     "--", BinaryPath("SHARDPS_WORKER"), "--coordinator", "{coordinator}",
+                                     "--rank", "{rank}", "--device", "cpu", "--progress-sec", "5"};
+    argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+    return RunCommand(argv, out, 420);
+  }
+  std::string dir_;
+};
+
+TEST_F(TrainingTest, ShortRunOnFashionMnistLearns) {
+  std::string out;
+  int rc = Launch(2, "sync",
+                  {"--model", "mlp", "--hidden", "64", "--epochs", "1", "--train-limit", "8000", "--test-limit", "2000",
+                   "--min-accuracy", "0.6", "--csv", dir_ + "/run.csv"},
+                  &out);
+  ASSERT_EQ(rc, 0) << out;  // rc 3: accuracy not clearly above chance (10 %)
+  EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+  std::ifstream csv(dir_ + "/run.csv");
+  std::string header, row;
+  std::getline(csv, header);
+  std::getline(csv, row);
+  EXPECT_EQ(header, "time_s,epoch,loss,test_accuracy");
+  EXPECT_FALSE(row.empty());
+}
+
+TEST_F(TrainingTest, SynchronousTwoWorkersEqualOneProcessWithTheCombinedBatch) {
+  const std::vector<std::string> common = {"--model", "mlp", "--hidden", "32", "--epochs", "2", "--train-limit", "1024",
+                                           "--test-limit", "100", "--optimizer", "sgd", "--lr", "0.1"};
+  std::string out;
+  auto two = common;
+  two.insert(two.end(), {"--batch", "32", "--save-params", dir_ + "/two.bin"});
+  ASSERT_EQ(Launch(2, "sync", two, &out), 0) << out;
+  auto one = common;
+  one.insert(one.end(), {"--batch", "64", "--save-params", dir_ + "/one.bin"});
+  ASSERT_EQ(Launch(1, "sync", one, &out), 0) << out;
+  auto a = ReadFloats(dir_ + "/two.bin"), b = ReadFloats(dir_ + "/one.bin");
+  ASSERT_EQ(a.size(), size_t{784 * 32 + 32 + 32 * 10 + 10});
+  ASSERT_EQ(a.size(), b.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+  EXPECT_LE(max_diff, 1e-5);
+}
+
+TEST_F(TrainingTest, SparseLogisticRegressionLearnsTheClickModel) {
+  std::string out;
+  int rc = Launch(2, "async",
+                  {"--model", "sparse-lr", "--examples", "40000", "--id-space", "100000", "--optimizer", "adagrad",
+                   "--lr", "0.1", "--epochs", "1", "--batch", "100", "--eval-examples", "5000", "--min-accuracy", "0.6"},
+                  &out);
+  ASSERT_EQ(rc, 0) << out;
+}
+
+TEST_F(TrainingTest, BadWorkerFlagsAreRefused) {
+  std::string out;
+  EXPECT_NE(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--model", "resnet"}, &out), 0);
+  EXPECT_NE(out.find("resnet"), std::string::npos) << out;
+  EXPECT_NE(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--hidden", "12,x"}, &out, 30), 0);
+}
+
+}  // namespace
+}  // namespace shardps
