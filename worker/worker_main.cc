@@ -44,6 +44,7 @@ struct Options {
   bool no_shuffle = false;
   uint64_t seed = 1;
   double slowdown = 1.0;
+  int slow_rank = -1;  // -1: every worker is slowed down
   double progress_sec = 2.0;
   std::string csv, save_params;
   double min_accuracy = -1;
@@ -240,7 +241,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       dev.Download(stats, dstats.data(), 2);
       const double loss = stats[0] / B;
       epoch_loss += loss;
-      if (o.slowdown > 1.0)
+      if (o.slowdown > 1.0 && (o.slow_rank < 0 || o.slow_rank == rank))
         std::this_thread::sleep_for(Sec((Now() - t0) * (o.slowdown - 1.0)));
       progress.Step(rank, epoch, step + 1, steps, B, loss, stale);
     }
@@ -428,6 +429,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-shuffle", o.no_shuffle, "keep the data order (no per-epoch shuffle)");
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--slowdown", o.slowdown, "run this many times slower (a straggler), e.g. 2")->check(CLI::Range(1.0, 1000.0))->capture_default_str();
+  app.add_option("--slow-rank", o.slow_rank, "only this worker is slowed down (default: all)")->check(CLI::Range(-1, 65535));
   app.add_option("--progress-sec", o.progress_sec, "seconds between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "the evaluating worker writes (time, epoch, loss, accuracy) here");
   app.add_option("--save-params", o.save_params, "the evaluating worker writes the final parameters (float32) here");
