@@ -129,8 +129,11 @@ class ClientImpl {
     ::close(efd_);
   }
 
-  // Queues `o` for the I/O thread. Fails its call if the client is closed.
-  void Enqueue(Outgoing&& o) {
+  // Queues `o` for the I/O thread; `finish(o)` runs under the queue lock
+  // (so what it numbers is numbered in send order). Fails the call if the
+  // client is closed.
+  template <typename Finish>
+  void Enqueue(Outgoing&& o, Finish&& finish) {
     bool wake;
     {
       std::lock_guard<std::mutex> lock(qmu_);
@@ -139,14 +142,18 @@ class ClientImpl {
         return;
       }
       if (o.kind == Outgoing::kStop) stopping_ = true;
+      finish(o);
       wake = queue_.empty();
       queue_.push_back(std::move(o));
     }
-    if (wake) {
+    if (wake) {  // the I/O thread drains the whole queue once woken
       uint64_t one = 1;
       ssize_t n = ::write(efd_, &one, sizeof one);
       (void)n;
     }
+  }
+  void Enqueue(Outgoing&& o) {
+    Enqueue(std::move(o), [](Outgoing&) {});
   }
 
   // A request to the coordinator with one header frame; waits for its reply.
@@ -463,25 +470,12 @@ class ClientImpl {
   void EnqueueFrames(Outgoing&& o, wire::Fields f, std::vector<zmq::message_t> extra, bool push,
                      flatbuffers::FlatBufferBuilder& fbb) {
     o.request_id = f.request_id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    bool wake;
-    {
-      std::lock_guard<std::mutex> lock(qmu_);
-      if (stopping_) {
-        o.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
-        return;
-      }
-      if (push && opts_.role == ClientRole::kWorker && o.target < static_cast<int>(seq_.size()))
-        f.seq = ++seq_[o.target];
-      o.frames.push_back(wire::EncodeSimple(fbb, f));
-      for (auto& m : extra) o.frames.push_back(std::move(m));
-      wake = queue_.empty();
-      queue_.push_back(std::move(o));
-    }
-    if (wake) {
-      uint64_t one = 1;
-      ssize_t n = ::write(efd_, &one, sizeof one);
-      (void)n;
-    }
+    Enqueue(std::move(o), [&](Outgoing& q) {
+      if (push && opts_.role == ClientRole::kWorker && q.target < static_cast<int>(seq_.size()))
+        f.seq = ++seq_[q.target];
+      q.frames.push_back(wire::EncodeSimple(fbb, f));
+      for (auto& m : extra) q.frames.push_back(std::move(m));
+    });
   }
 
   shardps::Request ClockAsync() {

@@ -1,8 +1,9 @@
 #include "tests/cluster.h"
 
+#include "common/process.h"
+
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,8 +12,6 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
-
-extern char** environ;
 
 namespace shardps::testing {
 
@@ -34,16 +33,7 @@ static std::string ReadFile(const std::string& path) {
 
 pid_t LocalCluster::Spawn(const std::string& name, const std::vector<std::string>& argv) {
   std::string log = dir_ + "/" + name + ".log";
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
+  pid_t pid = SpawnProcess(argv, log);
   if (pid > 0) {
     pids_.push_back(pid);
     logs_.push_back(log);

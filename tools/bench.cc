@@ -9,7 +9,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,10 +28,9 @@
 #include <zmq.hpp>
 
 #include "common/net.h"
+#include "common/process.h"
 #include "server/table.h"
 #include "shardps/client.h"
-
-extern char** environ;
 
 namespace shardps {
 namespace {
@@ -50,20 +48,6 @@ struct Child {
     }
   }
 };
-
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
 
 std::string WaitForFile(const std::string& path, double seconds) {
   double end = Now() + seconds;
@@ -304,10 +288,10 @@ int main(int argc, char** argv) {
   const std::string dir = tmpl;
 
   Child sink;
-  sink.pid = Spawn({self, "--raw-sink", dir + "/sink.endpoint"}, dir + "/sink.log");
+  sink.pid = SpawnProcess({self, "--raw-sink", dir + "/sink.endpoint"}, dir + "/sink.log");
   const std::string sink_ep = WaitForFile(dir + "/sink.endpoint", 30);
   Child cproc, sproc;
-  cproc.pid = Spawn({coord, "--servers", "1", "--workers", "0", "--consistency", "async",
+  cproc.pid = SpawnProcess({coord, "--servers", "1", "--workers", "0", "--consistency", "async",
                      "--endpoint-file", dir + "/coord.endpoint", "--log-level", "warn"},
                     dir + "/coordinator.log");
   const std::string coord_ep = WaitForFile(dir + "/coord.endpoint", 30);
@@ -315,7 +299,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: helper processes did not start (logs in %s)\n", dir.c_str());
     return 1;
   }
-  sproc.pid = Spawn({server, "--coordinator", coord_ep, "--log-level", "warn", "--max-request-mb", "64"},
+  sproc.pid = SpawnProcess({server, "--coordinator", coord_ep, "--log-level", "warn", "--max-request-mb", "64"},
                     dir + "/server.log");
   ClientOptions co;
   co.coordinator = coord_ep;
