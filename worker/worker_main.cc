@@ -218,7 +218,9 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       dev.Upload(dx.data(), hx.data(), hx.size());
       dev.Upload(dy.data(), hy.data(), B);
       int64_t min_clock = INT64_MAX;
+      const double w0 = Now();
       wait_all(pulls, &min_clock);
+      const double waited = Now() - w0;
       const int64_t stale = std::max<int64_t>(0, ps.clock() - min_clock);
       for (int l = 0; l < L; ++l) {
         dev.Upload(mlp.weight(l).data(), pw[l].data(), pw[l].size());
@@ -241,8 +243,10 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       dev.Download(stats, dstats.data(), 2);
       const double loss = stats[0] / B;
       epoch_loss += loss;
+      // A straggler: its own work (not the time it waited for others) takes
+      // `slowdown` times as long.
       if (o.slowdown > 1.0 && (o.slow_rank < 0 || o.slow_rank == rank))
-        std::this_thread::sleep_for(Sec((Now() - t0) * (o.slowdown - 1.0)));
+        std::this_thread::sleep_for(Sec((Now() - t0 - waited) * (o.slowdown - 1.0)));
       progress.Step(rank, epoch, step + 1, steps, B, loss, stale);
     }
     if (evaluator) {
