@@ -21,6 +21,9 @@ struct ClusterView {
   std::vector<TableSpec> tables;       // index = table id
   uint64_t membership_version = 0;
   std::vector<uint32_t> live_workers;  // ascending
+  std::string snapshot_root;           // "" = no snapshots
+  uint32_t snapshot_every_clocks = 0;  // 0 = not by clock
+  std::string restore_from;            // snapshot directory to load at start
 
   bool complete() const { return !map.owner.empty(); }
   const TableSpec* FindTable(const std::string& name) const {

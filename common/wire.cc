@@ -159,6 +159,8 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   for (const auto& t : c.tables) tables.push_back(BuildTableSpec(fbb, t));
   auto tv = fbb.CreateVector(tables);
   auto live = fbb.CreateVector(c.live_workers);
+  auto snap_root = fbb.CreateString(c.snapshot_root);
+  auto restore = fbb.CreateString(c.restore_from);
   ClusterInfoBuilder b(fbb);
   b.add_consistency(static_cast<wire::Consistency>(c.consistency));
   b.add_staleness(c.staleness);
@@ -171,6 +173,9 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   b.add_tables(tv);
   b.add_membership_version(c.membership_version);
   b.add_live_workers(live);
+  b.add_snapshot_root(snap_root);
+  b.add_snapshot_every_clocks(c.snapshot_every_clocks);
+  b.add_restore_from(restore);
   return b.Finish();
 }
 
@@ -212,6 +217,9 @@ Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
   c.membership_version = in->membership_version();
   if (in->live_workers())
     c.live_workers.assign(in->live_workers()->begin(), in->live_workers()->end());
+  if (in->snapshot_root()) c.snapshot_root = in->snapshot_root()->str();
+  c.snapshot_every_clocks = in->snapshot_every_clocks();
+  if (in->restore_from()) c.restore_from = in->restore_from()->str();
   *out = std::move(c);
   return Status::OK();
 }

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "server/snapshot.h"
 #include "shardps/status.h"
 #include "shardps/types.h"
 
@@ -55,6 +56,17 @@ class ServerTable {
 
   // Rows held: dense rows of owned partitions, sparse rows created so far.
   uint64_t rows_held() const;
+
+  // Snapshots: copies every held partition, rows ascending, parameters then
+  // optimizer state per row (`table_id` labels the copies).
+  void Export(uint32_t table_id, std::vector<snapshot::PartitionData>* out) const;
+  // Restore: sets row `row` (a dense row or sparse id of a held partition)
+  // to `values` (cols + state_width floats).
+  void Import(uint64_t row, const float* values);
+  bool Holds(uint32_t partition) const {
+    return partition < partitions_ && (spec_.kind == TableKind::kDense ? dense_[partition] != nullptr
+                                                                       : sparse_[partition] != nullptr);
+  }
 
  private:
   struct DensePart {
