@@ -18,6 +18,9 @@ Status CoordinatorOptions::Validate() const {
   if (consistency == Consistency::kSync && staleness != 0)
     return Status::InvalidArgument("staleness applies to 'bounded' consistency only (sync is 0)");
   if (heartbeat_timeout.count() <= 0) return Status::InvalidArgument("heartbeat timeout must be > 0");
+  if (snapshot_dir.empty() && (snapshot_every_clocks || snapshot_every_sec || restore))
+    return Status::InvalidArgument("snapshot and restore options need --snapshot-dir");
+  if (keep_snapshots == 0) return Status::InvalidArgument("keep_snapshots must be at least 1");
   std::set<std::string> names;
   for (const auto& t : tables) {
     Status s = t.Validate();
@@ -49,6 +52,10 @@ Status Coordinator::Bind() {
     return Status::InvalidArgument("coordinator cannot bind '" + opts_.bind + "': " + e.what());
   }
   endpoint_ = LastEndpoint(sock_);
+  if (opts_.restore) {
+    Status s = PrepareRestore();
+    if (!s.ok()) return s;
+  }
   if (!opts_.endpoint_file.empty()) {
     Status s = WriteFileAtomic(opts_.endpoint_file, endpoint_ + "\n");
     if (!s.ok()) return s;
@@ -75,6 +82,9 @@ ClusterView Coordinator::View() const {
   v.tables = tables_;
   v.membership_version = membership_version_;
   v.live_workers = LiveWorkers();
+  v.snapshot_root = opts_.snapshot_dir;
+  v.snapshot_every_clocks = opts_.snapshot_every_clocks;
+  v.restore_from = restore_dir_;
   return v;
 }
 
@@ -360,7 +370,19 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
       return;
     }
     case wire::MsgType::Reply:
+      if (HandleSnapshotReply(from, h)) return;
       return HandleAck(from, h);
+    case wire::MsgType::SnapshotDone:
+      return HandleSnapshotDone(from, h);
+    case wire::MsgType::SnapshotNow: {
+      if (opts_.snapshot_dir.empty())
+        return ReplyError(from, h.request_id(),
+                          Status::InvalidArgument("this job has no snapshot directory (--snapshot-dir)"));
+      if (map_.owner.empty())
+        return ReplyError(from, h.request_id(), Status::NotReady("not every server has registered yet"));
+      Waiter w{from, h.request_id()};
+      return StartOnDemandSnapshot(&w);
+    }
     case wire::MsgType::Shutdown: {
       LOG_INFO << "shutdown requested";
       for (const auto& s : servers_) {
@@ -435,6 +457,7 @@ Status Coordinator::Run(const std::atomic<bool>& stop) {
     while (RecvMultipart(sock_, &frames)) Handle(frames);
     if (Clock::now() >= next_check) {
       CheckTimeouts();
+      CheckSnapshotTimers();
       next_check = Clock::now() + Millis(100);
     }
   }

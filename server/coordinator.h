@@ -20,12 +20,14 @@
 
 #include "common/cluster.h"
 #include "common/net.h"
+#include "server/snapshot.h"
 #include "shardps/status.h"
 #include "shardps/types.h"
 
 namespace shardps {
 namespace wire {
 struct Header;
+enum class MsgType : uint8_t;
 }
 
 struct CoordinatorOptions {
@@ -40,6 +42,14 @@ struct CoordinatorOptions {
   Millis heartbeat_timeout{5000};           // silent this long = dead
   Millis join_timeout{120000};              // a worker rank never seen this long = dead
   Millis ack_timeout{30000};                // servers must ack a table definition
+  // Snapshots (docs/snapshots.md).
+  std::string snapshot_dir;                 // "" = no snapshots
+  uint32_t snapshot_every_clocks = 0;       // 0 = not by clock
+  uint32_t snapshot_every_sec = 0;          // 0 = not by time
+  uint32_t keep_snapshots = 3;              // newest complete ones kept
+  bool restore = false;                     // start from a snapshot in snapshot_dir
+  int64_t restore_clock = -1;               // -1: the newest good one
+  Millis snapshot_timeout{600000};          // a snapshot not complete by then fails
 
   Status Validate() const;
 };
@@ -47,7 +57,8 @@ struct CoordinatorOptions {
 class Coordinator {
  public:
   Coordinator(zmq::context_t& ctx, CoordinatorOptions opts);
-  // Binds the socket (and writes the endpoint file).
+  // Binds the socket (and writes the endpoint file); with `restore`, picks
+  // the snapshot to start from and takes its tables.
   Status Bind();
   const std::string& endpoint() const { return endpoint_; }
   // Serves until a Shutdown request or `stop` becomes true.
@@ -83,6 +94,34 @@ class Coordinator {
   void HandleBarrier(const std::string& from, const wire::Header& h);
   void HandleAck(const std::string& from, const wire::Header& h);
   int ServerRankOf(const std::string& routing_id) const;
+
+  // Snapshots (coordinator_snapshot.cc).
+  struct SnapOp {
+    int64_t clock = -1;           // -1 while still choosing it
+    bool on_demand = false;
+    int phase = 0;                // 0 query clocks, 1 scheduling, 2 writing
+    int64_t margin = 4;
+    int tries = 0;
+    std::map<uint64_t, uint32_t> asked;  // request id -> server rank
+    int64_t max_clock = 0;
+    bool missed = false;
+    std::set<uint32_t> reported;
+    std::vector<snapshot::PartEntry> parts;
+    std::vector<snapshot::FileEntry> files;
+    std::vector<Waiter> waiters;  // SnapshotNow requests
+    Clock::time_point deadline;
+    bool done = false;
+  };
+  Status PrepareRestore();
+  void StartOnDemandSnapshot(const Waiter* requester);
+  void AskServers(SnapOp& op, wire::MsgType type, int64_t clock);
+  bool HandleSnapshotReply(const std::string& from, const wire::Header& h);
+  void HandleSnapshotDone(const std::string& from, const wire::Header& h);
+  void FinishSnapshot(SnapOp& op, const Status& failure);
+  void CheckSnapshotTimers();
+  std::vector<SnapOp> snap_ops_;
+  Clock::time_point next_timed_snapshot_;
+  std::string restore_dir_;
   void Reply(const std::string& to, zmq::message_t header);
   void ReplyError(const std::string& to, uint64_t request_id, const Status& s);
   void ReplyCluster(const std::string& to, uint64_t request_id, uint32_t rank);

@@ -25,6 +25,12 @@ int main(int argc, char** argv) {
   auto* st_opt = app.add_option("--staleness", staleness, "bounded staleness s (overrides the job file)");
   app.add_option("--heartbeat-timeout-ms", hb_ms, "declare a silent process dead after this long")->check(CLI::Range(1, 3600000));
   app.add_option("--join-timeout-ms", join_ms, "declare a worker that never joined dead after this long")->check(CLI::Range(1, 86400000));
+  app.add_option("--snapshot-dir", o.snapshot_dir, "where snapshots are written (and restored from)");
+  app.add_option("--snapshot-every-clocks", o.snapshot_every_clocks, "snapshot every k clocks (0: off)");
+  app.add_option("--snapshot-every-sec", o.snapshot_every_sec, "snapshot every t seconds (0: off)");
+  app.add_option("--keep-snapshots", o.keep_snapshots, "keep the newest K complete snapshots")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_flag("--restore", o.restore, "start from the newest good snapshot in --snapshot-dir");
+  app.add_option("--restore-clock", o.restore_clock, "with --restore: the snapshot taken at this clock");
   app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

@@ -115,7 +115,13 @@ Status ParseJobConfig(std::string_view text, std::string_view src, CoordinatorOp
   RETURN_IF_ERROR(CheckKeys(root, src, "top level", {"job", "table"}));
   if (const toml::table* job = root["job"].as_table()) {
     RETURN_IF_ERROR(CheckKeys(*job, src, "job", {"servers", "workers", "partitions", "consistency",
-                                                 "staleness", "heartbeat_timeout_ms", "join_timeout_ms"}));
+                                                 "staleness", "heartbeat_timeout_ms", "join_timeout_ms",
+                                                 "snapshot_dir", "snapshot_every_clocks", "snapshot_every_sec",
+                                                 "keep_snapshots"}));
+    if (auto d = (*job)["snapshot_dir"].value<std::string>()) out->snapshot_dir = *d;
+    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_clocks", src, 0, 1u << 30, &out->snapshot_every_clocks));
+    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_sec", src, 0, 1u << 30, &out->snapshot_every_sec));
+    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "keep_snapshots", src, 1, 100000, &out->keep_snapshots));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "servers", src, 1, 4096, &out->num_servers));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "workers", src, 0, 65536, &out->num_workers));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "partitions", src, 1, 1u << 20, &out->partitions));

@@ -22,7 +22,16 @@ Server::Server(zmq::context_t& ctx, ServerOptions opts)
       data_(ctx_, zmq::socket_type::router),
       coord_(ctx_, zmq::socket_type::dealer) {}
 
-Server::~Server() = default;
+Server::~Server() {
+  if (writer_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(wmu_);
+      writer_stop_ = true;
+    }
+    wcv_.notify_all();
+    writer_.join();
+  }
+}
 
 Status Server::Start() {
   try {
@@ -114,6 +123,14 @@ void Server::ApplyCluster(const ClusterView& v) {
     for (const auto& spec : view_.tables) {
       if (tables_[spec.id]) continue;
       tables_[spec.id] = std::make_unique<ServerTable>(spec, view_.map.partitions(), owned);
+      if (!view_.restore_from.empty()) {
+        Status rs = RestoreTable(spec);
+        if (!rs.ok()) {
+          LOG_ERROR << "restore failed, stopping: " << rs.ToString();
+          shutdown_ = true;
+          return;
+        }
+      }
       LOG_INFO << "holding table '" << spec.name << "' (" << ToString(spec.kind) << ", "
                << owned.size() << " of " << view_.map.partitions() << " partitions, "
                << tables_[spec.id]->rows_held() << " rows)";
@@ -332,8 +349,13 @@ void Server::Advance() {
     bool any_live = std::any_of(live_.begin(), live_.end(), [](uint8_t l) { return l != 0; });
     int64_t target = MinClock();
     if (!any_live) target = buffered_.empty() ? applied_clock_ : std::max(applied_clock_, buffered_.rbegin()->first + 1);
-    while (applied_clock_ < target) AggregateClock(applied_clock_++);
+    while (applied_clock_ < target) {
+      CutIfDue(applied_clock_);  // the state holds exactly the clocks < applied_clock_
+      AggregateClock(applied_clock_++);
+    }
+    CutIfDue(applied_clock_);
   }
+  MaybeCut();
   if (parked_.empty()) return;
   const int64_t m = MinClock();
   std::deque<Parked> still;
@@ -403,6 +425,10 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
       coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
       return;
     }
+    case wire::MsgType::ClockQuery:
+    case wire::MsgType::SnapshotAt:
+    case wire::MsgType::SnapshotCancel:
+      return HandleSnapshotControl(*h);
     case wire::MsgType::Shutdown:
       LOG_INFO << "coordinator asked to shut down";
       shutdown_ = true;
@@ -439,6 +465,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     Poll(items, 2, std::max(wait, Millis(1)));
     for (int i = 0; i < 256 && RecvMultipart(data_, &frames); ++i) HandleData(frames);
     while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);
+    SendSnapshotReports();
   }
   LOG_INFO << "server stopped";
   return Status::OK();

@@ -11,6 +11,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -23,6 +27,7 @@
 
 #include "common/cluster.h"
 #include "common/net.h"
+#include "server/snapshot.h"
 #include "server/table.h"
 #include "shardps/status.h"
 
@@ -88,6 +93,29 @@ class Server {
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s);
   void SendHeartbeat();
 
+  // Snapshots (server_snapshot.cc). A cut copies every held partition in
+  // the event loop; a writer thread writes it to RocksDB and the loop then
+  // reports to the coordinator.
+  struct CutJob {
+    int64_t clock;
+    std::vector<snapshot::PartitionData> parts;
+  };
+  struct CutDone {
+    int64_t clock;
+    std::vector<snapshot::PartEntry> parts;
+    uint64_t bytes = 0;
+    std::string error;
+  };
+  bool Quiescent() const;             // no live workers: nothing will change
+  bool CutDue(int64_t clock) const;   // a cut at `clock` is scheduled or periodic
+  void CutIfDue(int64_t clock);       // sync: called with applied_clock_
+  void MaybeCut();                    // bounded/async and quiescent cuts
+  void TakeCut(int64_t clock);
+  void WriterLoop();
+  void SendSnapshotReports();
+  void HandleSnapshotControl(const wire::Header& h);
+  Status RestoreTable(const TableSpec& spec);
+
   zmq::context_t& ctx_;
   ServerOptions opts_;
   zmq::socket_t data_, coord_;
@@ -109,6 +137,17 @@ class Server {
   std::map<int64_t, std::vector<Buffered>> buffered_; // sync: by clock
   uint64_t arrivals_ = 0;
   std::deque<Parked> parked_;
+
+  std::set<int64_t> scheduled_cuts_;  // on-demand cut clocks
+  int64_t last_cut_ = -1;
+  std::thread writer_;
+  std::mutex wmu_;  // guards jobs_, done_, writer_stop_
+  std::condition_variable wcv_;
+  std::deque<CutJob> jobs_;
+  std::deque<CutDone> done_;
+  bool writer_stop_ = false;
+  snapshot::Manifest restore_manifest_;
+  bool restore_loaded_ = false;
 };
 
 }  // namespace shardps

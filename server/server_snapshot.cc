@@ -1,0 +1,184 @@
+// The server's side of snapshots: consistent cuts, the background writer,
+// reports to the coordinator, and restoring partitions at start.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/log.h"
+#include "common/wire.h"
+#include "server/server.h"
+
+namespace shardps {
+
+bool Server::Quiescent() const {
+  return std::none_of(live_.begin(), live_.end(), [](uint8_t l) { return l != 0; });
+}
+
+bool Server::CutDue(int64_t clock) const {
+  if (view_.snapshot_root.empty() || clock <= last_cut_) return false;
+  if (scheduled_cuts_.count(clock)) return true;
+  return view_.snapshot_every_clocks > 0 && clock > 0 && clock % view_.snapshot_every_clocks == 0;
+}
+
+void Server::CutIfDue(int64_t clock) {
+  if (CutDue(clock)) TakeCut(clock);
+}
+
+void Server::MaybeCut() {
+  if (view_.snapshot_root.empty() || !view_.complete()) return;
+  if (Quiescent()) {
+    // Nothing changes without live workers: every scheduled cut is exact now.
+    while (!scheduled_cuts_.empty() && *scheduled_cuts_.begin() <= last_cut_) scheduled_cuts_.erase(scheduled_cuts_.begin());
+    if (!scheduled_cuts_.empty()) TakeCut(*scheduled_cuts_.begin());
+    return;
+  }
+  if (view_.consistency == Consistency::kSync) return;  // cut in Advance(), clock by clock
+  // Bounded / async: the cut at C is taken once every live worker finished
+  // clock C, so it holds every update of the clocks < C (and possibly newer
+  // ones that already arrived, within the staleness bound).
+  const int64_t m = MinClock();
+  int64_t due = -1;
+  for (int64_t c : scheduled_cuts_)
+    if (c <= m && c > last_cut_) due = std::max(due, c);
+  if (view_.snapshot_every_clocks > 0) {
+    const int64_t periodic = (m / view_.snapshot_every_clocks) * view_.snapshot_every_clocks;
+    if (periodic > 0 && periodic > last_cut_) due = std::max(due, periodic);
+  }
+  if (due >= 0) TakeCut(due);
+}
+
+void Server::TakeCut(int64_t clock) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CutJob job;
+  job.clock = clock;
+  for (size_t id = 0; id < tables_.size(); ++id)
+    if (tables_[id]) tables_[id]->Export(static_cast<uint32_t>(id), &job.parts);
+  last_cut_ = clock;
+  while (!scheduled_cuts_.empty() && *scheduled_cuts_.begin() <= clock) scheduled_cuts_.erase(scheduled_cuts_.begin());
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  LOG_INFO << "snapshot cut at clock " << clock << ": " << job.parts.size() << " partitions copied in " << ms << " ms";
+  if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
+  {
+    std::lock_guard<std::mutex> lock(wmu_);
+    jobs_.push_back(std::move(job));
+  }
+  wcv_.notify_all();
+}
+
+void Server::WriterLoop() {
+  for (;;) {
+    CutJob job;
+    {
+      std::unique_lock<std::mutex> lock(wmu_);
+      wcv_.wait(lock, [&] { return writer_stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    CutDone done;
+    done.clock = job.clock;
+    const std::string dir = view_.snapshot_root + "/" + snapshot::DirName(job.clock);
+    mkdir(view_.snapshot_root.c_str(), 0755);
+    mkdir(dir.c_str(), 0755);
+    Status s = snapshot::WriteServerFile(dir + "/" + snapshot::ServerFileName(rank_), rank_, job.parts, &done.parts,
+                                         &done.bytes);
+    if (!s.ok()) done.error = s.ToString();
+    {
+      std::lock_guard<std::mutex> lock(wmu_);
+      done_.push_back(std::move(done));
+    }
+  }
+}
+
+void Server::SendSnapshotReports() {
+  std::deque<CutDone> done;
+  {
+    std::lock_guard<std::mutex> lock(wmu_);
+    if (done_.empty()) return;
+    done.swap(done_);
+  }
+  for (const auto& d : done) {
+    if (d.error.empty())
+      LOG_INFO << "snapshot at clock " << d.clock << " written (" << d.bytes << " bytes)";
+    else
+      LOG_ERROR << "snapshot at clock " << d.clock << " failed: " << d.error;
+    fbb_.Clear();
+    std::vector<flatbuffers::Offset<wire::SnapshotFile>> files;
+    files.push_back(wire::CreateSnapshotFile(fbb_, rank_, fbb_.CreateString(snapshot::ServerFileName(rank_)), d.bytes));
+    std::vector<flatbuffers::Offset<wire::SnapshotPart>> parts;
+    for (const auto& p : d.parts)
+      parts.push_back(wire::CreateSnapshotPart(fbb_, p.table, p.partition, p.server, p.rows, p.checksum));
+    auto body = wire::CreateSnapshotReport(fbb_, d.clock, fbb_.CreateVector(files), fbb_.CreateVector(parts),
+                                           d.error.empty() ? 0 : fbb_.CreateString(d.error));
+    wire::Fields f;
+    f.type = wire::MsgType::SnapshotDone;
+    f.request_id = next_request_id_++;
+    f.role = wire::Role::Server;
+    f.rank = static_cast<int32_t>(rank_);
+    f.clock = d.clock;
+    coord_.send(wire::Encode(fbb_, f, wire::Body::SnapshotReport, body.Union()), zmq::send_flags::dontwait);
+  }
+}
+
+void Server::HandleSnapshotControl(const wire::Header& h) {
+  wire::Fields r;
+  r.type = wire::MsgType::Reply;
+  r.request_id = h.request_id();
+  r.role = wire::Role::Server;
+  r.rank = static_cast<int32_t>(rank_);
+  // Where a cut taken now would be: sync cuts at applied clocks, the others
+  // once every live worker passed the clock.
+  const int64_t at = view_.consistency == Consistency::kSync ? applied_clock_ : MinClock();
+  r.min_clock = at;
+  Status s;
+  if (view_.snapshot_root.empty()) {
+    s = Status::InvalidArgument("this job has no snapshot directory (coordinator --snapshot-dir)");
+  } else if (h.type() == wire::MsgType::SnapshotAt) {
+    const int64_t c = h.clock();
+    if (c <= last_cut_ || (!Quiescent() && c < at) ||
+        (!Quiescent() && view_.consistency != Consistency::kSync && c <= at))
+      s = Status::StaleClock("server " + std::to_string(rank_) + " is already at clock " + std::to_string(at) +
+                             ", past the cut at " + std::to_string(c));
+    else
+      scheduled_cuts_.insert(c);
+  } else if (h.type() == wire::MsgType::SnapshotCancel) {
+    scheduled_cuts_.erase(h.clock());
+  }
+  r.error = wire::ToWire(s.code());
+  r.message = s.message();
+  coord_.send(wire::EncodeSimple(fbb_, r), zmq::send_flags::dontwait);
+  if (s.ok() && h.type() == wire::MsgType::SnapshotAt) {
+    if (view_.consistency == Consistency::kSync && !Quiescent()) CutIfDue(applied_clock_);
+    MaybeCut();
+  }
+}
+
+Status Server::RestoreTable(const TableSpec& spec) {
+  if (!restore_loaded_) {
+    Status s = snapshot::ReadManifest(view_.restore_from, &restore_manifest_);
+    if (!s.ok()) return s;
+    restore_loaded_ = true;
+  }
+  const TableSpec* saved = nullptr;
+  for (const auto& t : restore_manifest_.tables)
+    if (t.id == spec.id) saved = &t;
+  if (!saved) return Status::OK();  // a table created after the snapshot
+  if (!saved->SameShape(spec))
+    return Status::Conflict("table '" + spec.name + "' differs from the one in " + view_.restore_from);
+  ServerTable& t = *tables_[spec.id];
+  uint64_t rows = 0;
+  for (uint32_t p = 0; p < view_.map.partitions(); ++p) {
+    if (!t.Holds(p)) continue;
+    Status s = snapshot::ForEachRow(view_.restore_from, restore_manifest_, spec.id, p,
+                                    [&](uint64_t row, const float* v, uint32_t) {
+                                      t.Import(row, v);
+                                      ++rows;
+                                    });
+    if (!s.ok()) return s;
+  }
+  LOG_INFO << "restored " << rows << " rows of table '" << spec.name << "' from " << view_.restore_from;
+  return Status::OK();
+}
+
+}  // namespace shardps
