@@ -24,6 +24,7 @@ struct ClusterView {
   std::string snapshot_root;           // "" = no snapshots
   uint32_t snapshot_every_clocks = 0;  // 0 = not by clock
   std::string restore_from;            // snapshot directory to load at start
+  int64_t snapshot_clock_base = 0;     // snapshots are labelled base + clock
 
   bool complete() const { return !map.owner.empty(); }
   const TableSpec* FindTable(const std::string& name) const {

@@ -176,6 +176,7 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   b.add_snapshot_root(snap_root);
   b.add_snapshot_every_clocks(c.snapshot_every_clocks);
   b.add_restore_from(restore);
+  b.add_snapshot_clock_base(c.snapshot_clock_base);
   return b.Finish();
 }
 
@@ -220,6 +221,7 @@ Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
   if (in->snapshot_root()) c.snapshot_root = in->snapshot_root()->str();
   c.snapshot_every_clocks = in->snapshot_every_clocks();
   if (in->restore_from()) c.restore_from = in->restore_from()->str();
+  c.snapshot_clock_base = in->snapshot_clock_base();
   *out = std::move(c);
   return Status::OK();
 }

@@ -85,6 +85,7 @@ ClusterView Coordinator::View() const {
   v.snapshot_root = opts_.snapshot_dir;
   v.snapshot_every_clocks = opts_.snapshot_every_clocks;
   v.restore_from = restore_dir_;
+  v.snapshot_clock_base = clock_base_;
   return v;
 }
 

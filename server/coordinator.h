@@ -122,6 +122,7 @@ class Coordinator {
   std::vector<SnapOp> snap_ops_;
   Clock::time_point next_timed_snapshot_;
   std::string restore_dir_;
+  int64_t clock_base_ = 0;  // a restored job's snapshots continue the restored clock
   void Reply(const std::string& to, zmq::message_t header);
   void ReplyError(const std::string& to, uint64_t request_id, const Status& s);
   void ReplyCluster(const std::string& to, uint64_t request_id, uint32_t rank);

@@ -42,6 +42,7 @@ Status Coordinator::PrepareRestore() {
   }
   tables_ = std::move(tables);
   restore_dir_ = dir;
+  clock_base_ = m.clock;
   LOG_INFO << "restoring from " << dir << " (clock " << m.clock << ", " << m.tables.size() << " tables, written by "
            << m.num_servers << " servers)";
   return Status::OK();
@@ -99,6 +100,9 @@ bool Coordinator::HandleSnapshotReply(const std::string& from, const wire::Heade
       op.phase = 1;
       op.missed = false;
       op.clock = op.max_clock + op.margin;
+      snapshot::Manifest existing;
+      while (snapshot::ReadManifest(opts_.snapshot_dir + "/" + snapshot::DirName(clock_base_ + op.clock), &existing).ok())
+        ++op.clock;  // never overwrite a complete snapshot
       AskServers(op, wire::MsgType::SnapshotAt, op.clock);
     } else if (op.phase == 1) {
       if (!op.missed) {
@@ -165,10 +169,11 @@ void Coordinator::HandleSnapshotDone(const std::string& from, const wire::Header
 void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
   op.done = true;
   Status s = failure;
-  const std::string dir = opts_.snapshot_dir + "/" + snapshot::DirName(op.clock);
+  const int64_t label = clock_base_ + op.clock;
+  const std::string dir = opts_.snapshot_dir + "/" + snapshot::DirName(label);
   if (s.ok()) {
     snapshot::Manifest m;
-    m.clock = op.clock;
+    m.clock = label;
     m.unix_time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
     m.consistency = opts_.consistency;
@@ -207,7 +212,7 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     }
     wire::Fields f;
     f.request_id = w.request_id;
-    f.clock = op.clock;
+    f.clock = label;
     f.message = dir;
     Reply(w.routing_id, wire::EncodeSimple(fbb_, f));
   }

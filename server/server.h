@@ -43,6 +43,7 @@ struct ServerOptions {
   uint64_t max_request_bytes = 512ull << 20;
   Millis heartbeat_interval{500};
   Millis register_timeout{60000};
+  Millis snapshot_write_delay{0};  // fault-injection aid for tests: wait before writing
 
   Status Validate() const;
 };

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-request-mb", max_mb, "largest request accepted, in MiB")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--heartbeat-ms", hb_ms, "heartbeat interval to the coordinator")->check(CLI::Range(1, 600000))->capture_default_str();
   app.add_option("--register-timeout-ms", reg_ms, "how long to wait for the coordinator at start")->check(CLI::Range(1, 86400000))->capture_default_str();
+  int64_t delay_ms = 0;
+  app.add_option("--snapshot-write-delay-ms", delay_ms, "(testing) wait this long before writing each snapshot")->check(CLI::Range(0, 3600000));
   app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   o.max_request_bytes = max_mb << 20;
   o.heartbeat_interval = Millis(hb_ms);
   o.register_timeout = Millis(reg_ms);
+  o.snapshot_write_delay = Millis(delay_ms);
   if (Status s = o.Validate(); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 2;

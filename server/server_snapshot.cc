@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "common/log.h"
 #include "common/wire.h"
@@ -78,12 +79,17 @@ void Server::WriterLoop() {
     }
     CutDone done;
     done.clock = job.clock;
-    const std::string dir = view_.snapshot_root + "/" + snapshot::DirName(job.clock);
+    const std::string dir = view_.snapshot_root + "/" + snapshot::DirName(view_.snapshot_clock_base + job.clock);
     mkdir(view_.snapshot_root.c_str(), 0755);
     mkdir(dir.c_str(), 0755);
-    Status s = snapshot::WriteServerFile(dir + "/" + snapshot::ServerFileName(rank_), rank_, job.parts, &done.parts,
+    if (opts_.snapshot_write_delay.count() > 0) std::this_thread::sleep_for(opts_.snapshot_write_delay);
+    snapshot::Manifest existing;
+    Status s = snapshot::ReadManifest(dir, &existing).ok()
+                   ? Status::Conflict(dir + " is a complete snapshot already: not overwritten")
+                   : snapshot::WriteServerFile(dir + "/" + snapshot::ServerFileName(rank_), rank_, job.parts, &done.parts,
                                          &done.bytes);
     if (!s.ok()) done.error = s.ToString();
+    done.clock = job.clock;
     {
       std::lock_guard<std::mutex> lock(wmu_);
       done_.push_back(std::move(done));

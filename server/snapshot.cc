@@ -186,6 +186,7 @@ Status ReadManifest(const std::string& snap_dir, Manifest* m) {
         return Status::BadMessage(path + ": a partition entry is out of range");
       out.parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum()});
     }
+  std::sort(out.files.begin(), out.files.end(), [](const FileEntry& a, const FileEntry& b) { return a.server < b.server; });
   *m = std::move(out);
   return Status::OK();
 }

@@ -42,9 +42,14 @@ pid_t LocalCluster::Spawn(const std::string& name, const std::vector<std::string
 }
 
 Status LocalCluster::Start(const ClusterOptions& o) {
-  char tmpl[] = "/tmp/shardps-test-XXXXXX";
-  if (!mkdtemp(tmpl)) return Status::Internal("mkdtemp failed");
-  dir_ = tmpl;
+  if (!o.dir.empty()) {
+    dir_ = o.dir;
+    own_dir_ = false;
+  } else {
+    char tmpl[] = "/tmp/shardps-test-XXXXXX";
+    if (!mkdtemp(tmpl)) return Status::Internal("mkdtemp failed");
+    dir_ = tmpl;
+  }
   std::vector<std::string> cargs = {BinaryPath("SHARDPS_COORDINATOR"),
                                     "--endpoint-file", dir_ + "/coordinator.endpoint",
                                     "--servers", std::to_string(o.servers),
@@ -56,6 +61,7 @@ Status LocalCluster::Start(const ClusterOptions& o) {
     cargs.push_back("--staleness");
     cargs.push_back(std::to_string(o.staleness));
   }
+  cargs.insert(cargs.end(), o.coordinator_args.begin(), o.coordinator_args.end());
   if (!o.job_toml.empty()) {
     std::ofstream(dir_ + "/job.toml") << o.job_toml;
     cargs.push_back("--config");
@@ -90,6 +96,17 @@ std::string LocalCluster::ServerEndpoint(int rank) {
   return std::regex_search(text, m, re) ? m[1].str() : "";
 }
 
+std::string LocalCluster::Log(const std::string& name) const { return ReadFile(dir_ + "/" + name + ".log"); }
+
+void LocalCluster::KillServer(int rank, int sig) {
+  // pids_: coordinator first, then servers in rank order.
+  if (static_cast<size_t>(rank + 1) >= pids_.size()) return;
+  pid_t p = pids_[rank + 1];
+  kill(p, sig);
+  int st;
+  waitpid(p, &st, 0);
+}
+
 void LocalCluster::DumpLogs() const {
   for (const auto& l : logs_) {
     std::string text = ReadFile(l);
@@ -112,7 +129,7 @@ LocalCluster::~LocalCluster() {
       usleep(10000);
     }
   }
-  if (!dir_.empty() && !std::getenv("SHARDPS_KEEP_TEST_DIRS")) {
+  if (own_dir_ && !dir_.empty() && !std::getenv("SHARDPS_KEEP_TEST_DIRS")) {
     std::string cmd = "rm -rf '" + dir_ + "'";
     if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir_.c_str());
   }
@@ -120,7 +137,11 @@ LocalCluster::~LocalCluster() {
 
 int RunCommand(const std::vector<std::string>& argv, std::string* output, int timeout_s) {
   std::string cmd = "timeout " + std::to_string(timeout_s);
-  for (const auto& a : argv) cmd += " '" + a + "'";
+  for (const auto& a : argv) {
+    std::string q;
+    for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    cmd += " '" + q + "'";
+  }
   cmd += " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;

@@ -22,6 +22,8 @@ struct ClusterOptions {
   int heartbeat_timeout_ms = 3000;
   std::string job_toml;                  // optional job file contents
   std::vector<std::string> server_args;  // extra flags for every server
+  std::vector<std::string> coordinator_args;  // extra flags for the coordinator
+  std::string dir;                       // use this directory (default: a new temp dir)
 };
 
 class LocalCluster {
@@ -39,6 +41,10 @@ class LocalCluster {
   std::string ServerEndpoint(int rank);
   // Prints the tail of every log (call on failure).
   void DumpLogs() const;
+  // The text of a process's log ("coordinator", "server0", ...).
+  std::string Log(const std::string& name) const;
+  // Sends `sig` to server `rank` (e.g. SIGKILL) and reaps it.
+  void KillServer(int rank, int sig);
 
  private:
   pid_t Spawn(const std::string& name, const std::vector<std::string>& argv);
@@ -46,6 +52,7 @@ class LocalCluster {
   std::string coordinator_;
   std::vector<pid_t> pids_;
   std::vector<std::string> logs_;
+  bool own_dir_ = true;
 };
 
 // Path of a built binary, from the environment meson sets (SHARDPS_<NAME>).
