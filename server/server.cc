@@ -255,10 +255,13 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     buffered_[h.clock()].push_back({static_cast<uint32_t>(rank), arrivals_++, h.table(), std::move(frames)});
     return;
   }
-  if (keys)
+  if (keys) {
+    EnsureCopiedKeys(h.table(), keys, h.key_count());
     t->ApplyKeys(keys, h.key_count(), values, 1.0f);
-  else
+  } else {
+    EnsureCopiedRange(h.table(), h.row_begin(), h.row_end());
     t->ApplyRange(h.row_begin(), h.row_end(), values, 1.0f);
+  }
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
 }
 
@@ -277,8 +280,10 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   }
   const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
   zmq::message_t vals(rows * t->spec().cols * sizeof(float));
-  if (keys)
+  if (keys) {
+    if (t->spec().kind == TableKind::kSparse) EnsureCopiedKeys(h.table(), keys, rows);  // may create rows
     t->ReadKeys(keys, rows, static_cast<float*>(vals.data()));
+  }
   else
     t->ReadRange(h.row_begin(), h.row_end(), static_cast<float*>(vals.data()));
   wire::Fields f;
@@ -332,10 +337,14 @@ void Server::AggregateClock(int64_t clock) {
     if (!wire::ParseHeader(b.frames[1], header_scratch_, &h).ok()) continue;  // verified on arrival
     ServerTable* t = tables_[b.table].get();
     const float* values = wire::ArrayView<float>(b.frames.back(), value_scratch_);
-    if (h->key_count() > 0)
-      t->AccumulateKeys(wire::ArrayView<uint64_t>(b.frames[2], key_scratch_), h->key_count(), values);
-    else
+    if (h->key_count() > 0) {
+      const uint64_t* keys = wire::ArrayView<uint64_t>(b.frames[2], key_scratch_);
+      EnsureCopiedKeys(b.table, keys, h->key_count());  // the sum is applied below
+      t->AccumulateKeys(keys, h->key_count(), values);
+    } else {
+      EnsureCopiedRange(b.table, h->row_begin(), h->row_end());
       t->AccumulateRange(h->row_begin(), h->row_end(), values);
+    }
     touched[b.table] = 1;
   }
   const float scale = 1.0f / static_cast<float>(std::max<uint32_t>(n, 1));
@@ -462,9 +471,10 @@ Status Server::Run(const std::atomic<bool>& stop) {
     }
     auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
     zmq::pollitem_t items[] = {{data_.handle(), 0, ZMQ_POLLIN, 0}, {coord_.handle(), 0, ZMQ_POLLIN, 0}};
-    Poll(items, 2, std::max(wait, Millis(1)));
+    Poll(items, 2, cut_active_ ? Millis(0) : std::max(wait, Millis(1)));
     for (int i = 0; i < 256 && RecvMultipart(data_, &frames); ++i) HandleData(frames);
     while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);
+    CopySomeOfCut(2.0);
     SendSnapshotReports();
   }
   LOG_INFO << "server stopped";

@@ -107,6 +107,14 @@ class Server {
     uint64_t bytes = 0;
     std::string error;
   };
+  // A cut is copied partition by partition: between requests a few at a
+  // time, and any partition a request is about to change first (copy on
+  // write), so the cut stays exact while training pauses only briefly.
+  void CopyCutPartition(uint32_t table, uint32_t partition);
+  void CopySomeOfCut(double budget_ms);
+  void FinishCut();
+  void EnsureCopiedRange(uint32_t table, uint64_t begin, uint64_t end);
+  void EnsureCopiedKeys(uint32_t table, const uint64_t* keys, uint64_t n);
   bool Quiescent() const;             // no live workers: nothing will change
   bool CutDue(int64_t clock) const;   // a cut at `clock` is scheduled or periodic
   void CutIfDue(int64_t clock);       // sync: called with applied_clock_
@@ -140,6 +148,12 @@ class Server {
   std::deque<Parked> parked_;
 
   std::set<int64_t> scheduled_cuts_;  // on-demand cut clocks
+  bool cut_active_ = false;
+  CutJob cut_job_;
+  std::vector<std::vector<uint8_t>> cut_pending_;  // [table][partition]: still to copy
+  size_t cut_remaining_ = 0;
+  double cut_started_ms_ = 0;
+  double cut_max_slice_ms_ = 0;
   int64_t last_cut_ = -1;
   std::thread writer_;
   std::mutex wmu_;  // guards jobs_, done_, writer_stop_

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/wire.h"
+#include "common/partition.h"
 #include "server/server.h"
 
 namespace shardps {
@@ -49,21 +50,96 @@ void Server::MaybeCut() {
   if (due >= 0) TakeCut(due);
 }
 
+namespace {
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 void Server::TakeCut(int64_t clock) {
-  const auto t0 = std::chrono::steady_clock::now();
-  CutJob job;
-  job.clock = clock;
-  for (size_t id = 0; id < tables_.size(); ++id)
-    if (tables_[id]) tables_[id]->Export(static_cast<uint32_t>(id), &job.parts);
+  if (cut_active_) FinishCut();  // a cut still copying completes first
+  cut_job_ = CutJob{clock, {}};
+  cut_pending_.assign(tables_.size(), {});
+  cut_remaining_ = 0;
+  for (size_t id = 0; id < tables_.size(); ++id) {
+    if (!tables_[id]) continue;
+    cut_pending_[id].assign(tables_[id]->partitions(), 0);
+    for (uint32_t p = 0; p < tables_[id]->partitions(); ++p)
+      if (tables_[id]->Holds(p)) {
+        cut_pending_[id][p] = 1;
+        ++cut_remaining_;
+      }
+  }
   last_cut_ = clock;
   while (!scheduled_cuts_.empty() && *scheduled_cuts_.begin() <= clock) scheduled_cuts_.erase(scheduled_cuts_.begin());
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  LOG_INFO << "snapshot cut at clock " << clock << ": " << job.parts.size() << " partitions copied in " << ms << " ms";
+  cut_active_ = true;
+  cut_started_ms_ = NowMs();
+  cut_max_slice_ms_ = 0;
+  if (cut_remaining_ == 0) FinishCut();
+}
+
+void Server::CopyCutPartition(uint32_t table, uint32_t p) {
+  tables_[table]->ExportPartition(table, p, &cut_job_.parts);
+  cut_pending_[table][p] = 0;
+  if (--cut_remaining_ == 0) FinishCut();
+}
+
+void Server::EnsureCopiedRange(uint32_t table, uint64_t begin, uint64_t end) {
+  if (!cut_active_ || table >= cut_pending_.size() || cut_pending_[table].empty() || begin >= end) return;
+  const TableSpec& spec = tables_[table]->spec();
+  const uint32_t P = tables_[table]->partitions();
+  const double t0 = NowMs();
+  for (uint32_t p = PartitionOfRow(begin, spec.rows, P); cut_active_ && p <= PartitionOfRow(end - 1, spec.rows, P); ++p)
+    if (cut_pending_[table][p]) CopyCutPartition(table, p);
+  cut_max_slice_ms_ = std::max(cut_max_slice_ms_, NowMs() - t0);
+}
+
+void Server::EnsureCopiedKeys(uint32_t table, const uint64_t* keys, uint64_t n) {
+  if (!cut_active_ || table >= cut_pending_.size() || cut_pending_[table].empty()) return;
+  const TableSpec& spec = tables_[table]->spec();
+  const uint32_t P = tables_[table]->partitions();
+  const double t0 = NowMs();
+  for (uint64_t i = 0; i < n && cut_active_; ++i) {
+    const uint32_t p = spec.kind == TableKind::kDense ? PartitionOfRow(keys[i], spec.rows, P) : PartitionOfId(keys[i], P);
+    if (cut_pending_[table][p]) CopyCutPartition(table, p);
+  }
+  cut_max_slice_ms_ = std::max(cut_max_slice_ms_, NowMs() - t0);
+}
+
+void Server::CopySomeOfCut(double budget_ms) {
+  if (!cut_active_) return;
+  const double t0 = NowMs();
+  for (size_t t = 0; t < cut_pending_.size() && cut_active_; ++t)
+    for (uint32_t p = 0; p < cut_pending_[t].size() && cut_active_; ++p) {
+      if (!cut_pending_[t][p]) continue;
+      CopyCutPartition(static_cast<uint32_t>(t), p);
+      if (NowMs() - t0 >= budget_ms) {
+        cut_max_slice_ms_ = std::max(cut_max_slice_ms_, NowMs() - t0);
+        return;
+      }
+    }
+  cut_max_slice_ms_ = std::max(cut_max_slice_ms_, NowMs() - t0);
+}
+
+void Server::FinishCut() {
+  if (cut_remaining_ > 0) {
+    for (size_t t = 0; t < cut_pending_.size(); ++t)
+      for (uint32_t p = 0; p < cut_pending_[t].size(); ++p)
+        if (cut_pending_[t][p]) {
+          tables_[t]->ExportPartition(static_cast<uint32_t>(t), p, &cut_job_.parts);
+          cut_pending_[t][p] = 0;
+        }
+    cut_remaining_ = 0;
+  }
+  cut_active_ = false;
+  LOG_INFO << "snapshot cut at clock " << cut_job_.clock << ": " << cut_job_.parts.size() << " partitions copied over "
+           << (NowMs() - cut_started_ms_) << " ms, longest pause " << cut_max_slice_ms_ << " ms";
   if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
   {
     std::lock_guard<std::mutex> lock(wmu_);
-    jobs_.push_back(std::move(job));
+    jobs_.push_back(std::move(cut_job_));
   }
+  cut_job_ = CutJob{};
   wcv_.notify_all();
 }
 

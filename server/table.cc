@@ -232,37 +232,39 @@ uint64_t ServerTable::rows_held() const {
 namespace shardps {
 
 void ServerTable::Export(uint32_t table_id, std::vector<snapshot::PartitionData>* out) const {
+  for (uint32_t p = 0; p < partitions_; ++p)
+    if (Holds(p)) ExportPartition(table_id, p, out);
+}
+
+void ServerTable::ExportPartition(uint32_t table_id, uint32_t p, std::vector<snapshot::PartitionData>* out) const {
   const uint32_t c = spec_.cols, sw = static_cast<uint32_t>(state_width_), stride = c + sw;
-  for (uint32_t p = 0; p < partitions_; ++p) {
-    if (!Holds(p)) continue;
-    snapshot::PartitionData d;
-    d.table = table_id;
-    d.partition = p;
-    d.stride = stride;
-    if (spec_.kind == TableKind::kDense) {
-      const DensePart& part = *dense_[p];
-      const uint64_t n = part.end - part.begin;
-      d.rows.resize(n);
-      d.values.resize(n * stride);
-      for (uint64_t r = 0; r < n; ++r) {
-        d.rows[r] = part.begin + r;
-        std::memcpy(&d.values[r * stride], &part.w[r * c], c * sizeof(float));
-        if (sw) std::memcpy(&d.values[r * stride + c], &part.state[r * sw], sw * sizeof(float));
-      }
-    } else {
-      const SparsePart& part = *sparse_[p];
-      std::vector<std::pair<uint64_t, uint32_t>> ids(part.index.begin(), part.index.end());
-      std::sort(ids.begin(), ids.end());
-      d.rows.resize(ids.size());
-      d.values.resize(ids.size() * stride);
-      for (size_t i = 0; i < ids.size(); ++i) {
-        d.rows[i] = ids[i].first;
-        const float* row = part.chunks[ids[i].second / kChunkRows].get() + (ids[i].second % kChunkRows) * stride;
-        std::memcpy(&d.values[i * stride], row, stride * sizeof(float));
-      }
+  snapshot::PartitionData d;
+  d.table = table_id;
+  d.partition = p;
+  d.stride = stride;
+  if (spec_.kind == TableKind::kDense) {
+    const DensePart& part = *dense_[p];
+    const uint64_t n = part.end - part.begin;
+    d.rows.resize(n);
+    d.values.resize(n * stride);
+    for (uint64_t r = 0; r < n; ++r) {
+      d.rows[r] = part.begin + r;
+      std::memcpy(&d.values[r * stride], &part.w[r * c], c * sizeof(float));
+      if (sw) std::memcpy(&d.values[r * stride + c], &part.state[r * sw], sw * sizeof(float));
     }
-    out->push_back(std::move(d));
+  } else {
+    const SparsePart& part = *sparse_[p];
+    std::vector<std::pair<uint64_t, uint32_t>> ids(part.index.begin(), part.index.end());
+    std::sort(ids.begin(), ids.end());
+    d.rows.resize(ids.size());
+    d.values.resize(ids.size() * stride);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      d.rows[i] = ids[i].first;
+      const float* row = part.chunks[ids[i].second / kChunkRows].get() + (ids[i].second % kChunkRows) * stride;
+      std::memcpy(&d.values[i * stride], row, stride * sizeof(float));
+    }
   }
+  out->push_back(std::move(d));
 }
 
 void ServerTable::Import(uint64_t row, const float* values) {

@@ -60,6 +60,9 @@ class ServerTable {
   // Snapshots: copies every held partition, rows ascending, parameters then
   // optimizer state per row (`table_id` labels the copies).
   void Export(uint32_t table_id, std::vector<snapshot::PartitionData>* out) const;
+  // The same for one held partition.
+  void ExportPartition(uint32_t table_id, uint32_t partition, std::vector<snapshot::PartitionData>* out) const;
+  uint32_t partitions() const { return partitions_; }
   // Restore: sets row `row` (a dense row or sparse id of a held partition)
   // to `values` (cols + state_width floats).
   void Import(uint64_t row, const float* values);
