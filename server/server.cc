@@ -122,7 +122,8 @@ void Server::ApplyCluster(const ClusterView& v) {
     tables_.resize(view_.tables.size());
     for (const auto& spec : view_.tables) {
       if (tables_[spec.id]) continue;
-      tables_[spec.id] = std::make_unique<ServerTable>(spec, view_.map.partitions(), owned);
+      const bool restoring = !view_.restore_from.empty() && spec.kind == TableKind::kDense && RestoreCoversTable(spec);
+      tables_[spec.id] = std::make_unique<ServerTable>(spec, view_.map.partitions(), owned, !restoring);
       if (!view_.restore_from.empty()) {
         Status rs = RestoreTable(spec);
         if (!rs.ok()) {

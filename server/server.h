@@ -124,6 +124,9 @@ class Server {
   void SendSnapshotReports();
   void HandleSnapshotControl(const wire::Header& h);
   Status RestoreTable(const TableSpec& spec);
+  // True when the snapshot holds every row of dense table `spec` (so the
+  // table need not be initialised before the restore overwrites it).
+  bool RestoreCoversTable(const TableSpec& spec);
 
   zmq::context_t& ctx_;
   ServerOptions opts_;

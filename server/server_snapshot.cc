@@ -236,6 +236,19 @@ void Server::HandleSnapshotControl(const wire::Header& h) {
   }
 }
 
+bool Server::RestoreCoversTable(const TableSpec& spec) {
+  if (!restore_loaded_) {
+    if (!snapshot::ReadManifest(view_.restore_from, &restore_manifest_).ok()) return false;
+    restore_loaded_ = true;
+  }
+  uint64_t rows = 0;
+  bool same = false;
+  for (const auto& t : restore_manifest_.tables) same |= t.id == spec.id && t.SameShape(spec);
+  for (const auto& p : restore_manifest_.parts)
+    if (p.table == spec.id) rows += p.rows;
+  return same && rows == spec.rows;
+}
+
 Status Server::RestoreTable(const TableSpec& spec) {
   if (!restore_loaded_) {
     Status s = snapshot::ReadManifest(view_.restore_from, &restore_manifest_);

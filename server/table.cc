@@ -11,7 +11,7 @@
 namespace shardps {
 
 ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
-                         const std::vector<uint32_t>& owned)
+                         const std::vector<uint32_t>& owned, bool initialize)
     : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)) {
   if (spec_.kind == TableKind::kDense) {
     dense_.resize(partitions);
@@ -22,9 +22,11 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
       part->end = PartitionRowBegin(p + 1, spec_.rows, partitions);
       const uint64_t n = part->end - part->begin;
       part->w.resize(n * spec_.cols);
-      for (uint64_t r = 0; r < n; ++r) InitRow(spec_, part->begin + r, &part->w[r * spec_.cols]);
       part->state.resize(n * state_width_);
-      InitOptimizerState(spec_, part->state.data(), n);
+      if (initialize) {
+        for (uint64_t r = 0; r < n; ++r) InitRow(spec_, part->begin + r, &part->w[r * spec_.cols]);
+        InitOptimizerState(spec_, part->state.data(), n);
+      }
       dense_[p] = std::move(part);
     }
   } else {

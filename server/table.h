@@ -24,10 +24,31 @@
 
 namespace shardps {
 
+// An allocator that leaves new floats uninitialised: dense partitions are
+// written in full right after allocation (initializer or restore), and a
+// 1 GiB table should not be zeroed first.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using FloatArray = std::vector<float, UninitAllocator<float>>;
+
 class ServerTable {
  public:
   // `owned`: the partitions (of `partitions`) this server holds.
-  ServerTable(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
+  // initialize = false leaves dense rows unset (a restore overwrites them all).
+  ServerTable(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned, bool initialize = true);
   ServerTable(const ServerTable&) = delete;
   ServerTable& operator=(const ServerTable&) = delete;
 
@@ -74,8 +95,8 @@ class ServerTable {
  private:
   struct DensePart {
     uint64_t begin = 0, end = 0;  // rows
-    std::vector<float> w, state;
-    std::vector<float> acc;        // lazily allocated, synchronous mode
+    FloatArray w, state;
+    FloatArray acc;                // lazily allocated, synchronous mode
     std::vector<uint8_t> touched;  // per row: acc holds a sum
   };
   static constexpr uint32_t kChunkRows = 1024;

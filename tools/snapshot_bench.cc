@@ -1,0 +1,267 @@
+// shardps-snapshot-bench: snapshot write throughput next to the disk's
+// sequential write bandwidth (measured in the same run), the pause a
+// snapshot causes to pushes and pulls, and restore time next to the time
+// to read the snapshot's files.
+//
+//   shardps-snapshot-bench [--mib 1024] [--dir DIR] [--quick]
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/process.h"
+#include "common/wire.h"
+#include "server/snapshot.h"
+#include "shardps/client.h"
+
+namespace shardps {
+namespace {
+
+using Sec = std::chrono::duration<double>;
+double Now() { return Sec(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::string WaitForFile(const std::string& path, double seconds) {
+  double end = Now() + seconds;
+  while (Now() < end) {
+    std::ifstream f(path);
+    std::string s;
+    if (f && std::getline(f, s) && !s.empty()) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
+}
+
+struct Cluster {
+  std::vector<pid_t> pids;
+  std::string coordinator;
+  ~Cluster() { Stop(); }
+  void Stop() {
+    for (pid_t p : pids) kill(p, SIGTERM);
+    for (pid_t p : pids) {
+      int st;
+      waitpid(p, &st, 0);
+    }
+    pids.clear();
+  }
+  bool Start(const std::string& bin, const std::string& dir, const std::string& snaps, bool restore) {
+    const std::string ep = dir + "/coord.endpoint";
+    std::remove(ep.c_str());
+    std::vector<std::string> c = {bin + "/shardps-coordinator", "--servers", "2", "--workers", "0", "--consistency", "async",
+                                  "--endpoint-file", ep, "--snapshot-dir", snaps, "--keep-snapshots", "2"};
+    if (restore) c.push_back("--restore");
+    pids.push_back(SpawnProcess(c, dir + "/coordinator.log"));
+    coordinator = WaitForFile(ep, 120);
+    if (coordinator.empty()) return false;
+    for (int i = 0; i < 2; ++i)
+      pids.push_back(SpawnProcess({bin + "/shardps-server", "--coordinator", coordinator, "--rank", std::to_string(i),
+                                   "--max-request-mb", "64"},
+                                  dir + "/server" + std::to_string(i) + (restore ? "-restore" : "") + ".log"));
+    return true;
+  }
+};
+
+Status Trigger(const std::string& coordinator) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(coordinator);
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::Fields f;
+  f.type = wire::MsgType::SnapshotNow;
+  f.request_id = 1;
+  s.send(wire::EncodeSimple(fbb, f), zmq::send_flags::none);
+  zmq::pollitem_t items[] = {{s.handle(), 0, ZMQ_POLLIN, 0}};
+  if (zmq::poll(items, 1, std::chrono::seconds(600)) == 0) return Status::Timeout("snapshot not done within 600 s");
+  zmq::message_t m;
+  (void)s.recv(m);
+  std::vector<uint64_t> scratch;
+  const wire::Header* h;
+  Status st = wire::ParseHeader(m, scratch, &h);
+  return st.ok() ? wire::ReplyStatus(h) : st;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+}  // namespace shardps
+
+int main(int argc, char** argv) {
+  using namespace shardps;
+  CLI::App app{"shardps snapshot benchmark"};
+  uint64_t mib = 1024;
+  std::string dir;
+  bool quick = false;
+  int repeats = 3;
+  app.add_option("--mib", mib, "model size in MiB (over 2 servers)")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--dir", dir, "where to write (default: a new directory under /tmp)");
+  app.add_option("--repeats", repeats, "snapshots measured")->check(CLI::Range(1, 100))->capture_default_str();
+  app.add_flag("--quick", quick, "a 16 MiB model (checks that it works)");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) mib = 16, repeats = 1;
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) return 1;
+  self[len] = 0;
+  std::string bin = self;
+  bin = bin.substr(0, bin.rfind('/'));
+  bin = bin.substr(0, bin.rfind('/')) + "/server";
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/shardps-snapbench-XXXXXX";
+    if (!mkdtemp(tmpl)) return 1;
+    dir = tmpl;
+  }
+  const std::string snaps = dir + "/snaps";
+  const uint64_t bytes = mib << 20;
+
+  // 1. The disk's sequential write bandwidth: the same bytes, 8 MiB writes, fdatasync.
+  double disk_gbps;
+  {
+    std::vector<char> block(8 << 20, 1);
+    const std::string path = dir + "/dd.bin";
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+      std::fprintf(stderr, "error: cannot write in %s\n", dir.c_str());
+      return 1;
+    }
+    double t0 = Now();
+    for (uint64_t done = 0; done < bytes; done += block.size())
+      if (write(fd, block.data(), std::min<uint64_t>(block.size(), bytes - done)) < 0) return 1;
+    fdatasync(fd);
+    disk_gbps = bytes / (Now() - t0) / 1e9;
+    close(fd);
+    std::remove(path.c_str());
+  }
+
+  // 2. A cluster holding a model of `bytes`, and a client measuring latency.
+  Cluster cluster;
+  if (!cluster.Start(bin, dir, snaps, false)) {
+    std::fprintf(stderr, "error: the cluster did not start (logs in %s)\n", dir.c_str());
+    return 1;
+  }
+  ClientOptions co;
+  co.coordinator = cluster.coordinator;
+  co.role = ClientRole::kObserver;
+  std::unique_ptr<Client> client;
+  Status s = Client::Connect(co, &client);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  TableSpec spec;
+  spec.name = "model";
+  spec.cols = 256;
+  spec.rows = bytes / 4 / spec.cols;
+  spec.optimizer = OptimizerKind::kSGD;
+  spec.lr = 1e-6f;
+  Table t;
+  if (!(s = client->CreateTable(spec, &t)).ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::atomic<bool> stop{false};
+  struct Sample {
+    double at, latency;
+  };
+  std::vector<Sample> samples;
+  std::thread load([&] {
+    std::mt19937_64 rng(1);
+    std::vector<float> row(256), g(256, 1e-3f);
+    while (!stop) {
+      const uint64_t r = rng() % spec.rows;
+      double t0 = Now();
+      Request q = (rng() & 1) ? client->Pull(t, RowRange{r, r + 1}, row) : client->Push(t, RowRange{r, r + 1}, g);
+      if (!q.Wait().ok()) break;
+      samples.push_back({t0, Now() - t0});
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::vector<double> write_gbps, pauses;
+  for (int i = 0; i < repeats; ++i) {
+    double t0 = Now();
+    if (!(s = Trigger(cluster.coordinator)).ok()) {
+      std::fprintf(stderr, "error: snapshot: %s\n", s.ToString().c_str());
+      stop = true;
+      load.join();
+      return 1;
+    }
+    double t1 = Now();
+    std::vector<snapshot::Listing> all;
+    snapshot::List(snaps, &all);
+    write_gbps.push_back(all.back().bytes / (t1 - t0) / 1e9);
+    // The longest a request was delayed while this snapshot was taken.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    double worst = 0;
+    for (const auto& sm : samples)
+      if (sm.at + sm.latency >= t0 && sm.at <= t1) worst = std::max(worst, sm.latency);
+    pauses.push_back(worst * 1000);
+  }
+  stop = true;
+  load.join();
+  std::vector<double> base;
+  for (const auto& sm : samples) base.push_back(sm.latency * 1000);
+  (void)client->Close();
+  client.reset();
+  cluster.Stop();
+
+  // 3. Restore next to reading the files.
+  std::vector<snapshot::Listing> all;
+  snapshot::List(snaps, &all);
+  const std::string newest = all.back().dir;
+  snapshot::Manifest m;
+  snapshot::ReadManifest(newest, &m);
+  double t0 = Now();
+  std::vector<char> buf(8 << 20);
+  for (const auto& f : m.files) {
+    int fd = open((newest + "/" + f.name).c_str(), O_RDONLY);
+    while (read(fd, buf.data(), buf.size()) > 0) {
+    }
+    close(fd);
+  }
+  const double read_s = Now() - t0;
+  t0 = Now();
+  Cluster restored;
+  if (!restored.Start(bin, dir, snaps, true)) return 1;
+  co.coordinator = restored.coordinator;
+  if (!(s = Client::Connect(co, &client)).ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::vector<float> row(256);
+  if (!(s = client->GetTable("model", &t)).ok() || !(s = client->Pull(t, RowRange{0, 1}, row).Wait()).ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  const double restore_s = Now() - t0;
+  (void)client->Close();
+
+  std::printf("shardps-snapshot-bench: %llu MiB model on 2 servers, snapshots in %s%s\n", static_cast<unsigned long long>(mib),
+              snaps.c_str(), quick ? " (--quick: figures not meaningful)" : "");
+  std::printf("  disk sequential write (8 MiB writes + fdatasync): %.2f GB/s\n", disk_gbps);
+  std::printf("  snapshot write: median %.2f GB/s over %d snapshots = %.0f%% of the disk\n", Median(write_gbps), repeats,
+              100 * Median(write_gbps) / disk_gbps);
+  std::printf("  push/pull delay during a snapshot: median of the longest per snapshot %.1f ms (median request %.2f ms)\n",
+              Median(pauses), Median(base));
+  std::printf("  restore (start to first answered pull): %.2f s; reading the files: %.2f s; ratio %.2fx\n", restore_s, read_s,
+              restore_s / read_s);
+  restored.Stop();
+  std::string rm = "rm -rf '" + dir + "'";
+  if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
+  return 0;
+}
