@@ -150,9 +150,12 @@ void Coordinator::MaybeCompleteMap() {
   map_ = ShardMap::Contiguous(opts_.partitions, opts_.num_servers, 1);
   LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v1 with "
            << opts_.partitions << " partitions";
-  BroadcastUpdate(next_update_id_++);
-  for (const auto& w : cluster_waiters_) ReplyCluster(w.routing_id, w.request_id, 0);
-  cluster_waiters_.clear();
+  // Clients are told the cluster is ready only once every server holds the
+  // map and its tables (and finished restoring them): a client's first
+  // request must not overtake the update on its way to a server.
+  map_update_id_ = next_update_id_++;
+  for (uint32_t r = 0; r < servers_.size(); ++r) map_waiting_.insert(r);
+  BroadcastUpdate(map_update_id_);
 }
 
 void Coordinator::MaybeReleaseBarrier() {
@@ -279,6 +282,15 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
 void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
   int rank = ServerRankOf(from);
   if (rank < 0) return;
+  if (!cluster_ready_ && map_update_id_ != 0 && h.request_id() >= map_update_id_) {
+    map_waiting_.erase(static_cast<uint32_t>(rank));
+    if (map_waiting_.empty()) {
+      cluster_ready_ = true;
+      LOG_INFO << "every server holds the shard map: the cluster is ready";
+      for (const auto& w : cluster_waiters_) ReplyCluster(w.routing_id, w.request_id, 0);
+      cluster_waiters_.clear();
+    }
+  }
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
     if (it->update_id <= h.request_id()) it->waiting_for.erase(static_cast<uint32_t>(rank));
     if (it->waiting_for.empty()) {
@@ -347,7 +359,7 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
       return Reply(from, wire::EncodeSimple(fbb_, f));
     }
     case wire::MsgType::GetCluster:
-      if (map_.owner.empty()) {
+      if (!cluster_ready_) {
         cluster_waiters_.push_back({from, h.request_id()});
         return;
       }

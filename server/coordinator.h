@@ -149,7 +149,10 @@ class Coordinator {
   uint64_t membership_version_ = 1;
   uint64_t next_update_id_ = 1;
 
-  std::vector<Waiter> cluster_waiters_;  // GetCluster before the map is complete
+  std::vector<Waiter> cluster_waiters_;  // GetCluster before every server holds the map
+  bool cluster_ready_ = false;           // every server acknowledged the first map
+  uint64_t map_update_id_ = 0;
+  std::set<uint32_t> map_waiting_;       // servers yet to acknowledge it
   uint64_t barrier_generation_ = 0;
   std::map<uint32_t, Waiter> barrier_arrived_;  // worker rank -> its request
   std::vector<PendingTable> pending_tables_;

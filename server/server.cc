@@ -473,8 +473,8 @@ Status Server::Run(const std::atomic<bool>& stop) {
     auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
     zmq::pollitem_t items[] = {{data_.handle(), 0, ZMQ_POLLIN, 0}, {coord_.handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, cut_active_ ? Millis(0) : std::max(wait, Millis(1)));
+    while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);  // cluster updates first
     for (int i = 0; i < 256 && RecvMultipart(data_, &frames); ++i) HandleData(frames);
-    while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);
     CopySomeOfCut(2.0);
     SendSnapshotReports();
   }
