@@ -157,8 +157,10 @@ class ClientImpl {
   }
 
   // A request to the coordinator with one header frame; waits for its reply.
+  // On OK, *h is the reply header (pointing into *reply or *scratch).
   Status CoordinatorCall(flatbuffers::FlatBufferBuilder& fbb, wire::Fields f, wire::Body body_type,
-                         flatbuffers::Offset<void> body, Millis timeout, zmq::message_t* reply) {
+                         flatbuffers::Offset<void> body, Millis timeout, zmq::message_t* reply,
+                         std::vector<uint64_t>* scratch, const wire::Header** h) {
     auto call = std::make_shared<Call>();
     call->parts_left = 1;
     call->op = "coordinator request";
@@ -175,7 +177,7 @@ class ClientImpl {
     Status s = Request(call).Wait(timeout + Millis(1000));
     if (!s.ok()) return s;
     *reply = std::move(call->reply);
-    return Status::OK();
+    return wire::ParseHeader(*reply, *scratch, h);
   }
 
   wire::Role role_wire() const {
@@ -189,17 +191,15 @@ class ClientImpl {
     wire::Fields f;
     f.type = wire::MsgType::Register;
     zmq::message_t reply;
-    Status s = CoordinatorCall(fbb, f, wire::Body::RegisterRequest, req.Union(), opts_.connect_timeout, &reply);
+    std::vector<uint64_t> scratch;
+    const wire::Header* h = nullptr;
+    Status s = CoordinatorCall(fbb, f, wire::Body::RegisterRequest, req.Union(), opts_.connect_timeout, &reply, &scratch, &h);
     if (!s.ok()) {
       if (s.code() == Code::kTimeout)
         return Status::Timeout("no answer from coordinator " + opts_.coordinator + " within " +
                                std::to_string(opts_.connect_timeout.count()) + " ms");
       return Status(s.code(), "registration refused: " + s.message());
     }
-    std::vector<uint64_t> scratch;
-    const wire::Header* h = nullptr;
-    s = wire::ParseHeader(reply, scratch, &h);
-    if (!s.ok()) return s;
     if (opts_.role == ClientRole::kWorker) rank_ = h->rank();
     return Status::OK();
   }
@@ -209,17 +209,15 @@ class ClientImpl {
     wire::Fields f;
     f.type = wire::MsgType::GetCluster;
     zmq::message_t reply;
-    Status s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, timeout, &reply);
+    std::vector<uint64_t> scratch;
+    const wire::Header* h = nullptr;
+    Status s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, timeout, &reply, &scratch, &h);
     if (!s.ok()) {
       if (s.code() == Code::kTimeout)
-        return Status::Timeout("the cluster did not become complete (every server registered) within " +
+        return Status::Timeout("the cluster did not become ready (every server registered and holding the map) within " +
                                std::to_string(timeout.count()) + " ms");
       return s;
     }
-    std::vector<uint64_t> scratch;
-    const wire::Header* h = nullptr;
-    s = wire::ParseHeader(reply, scratch, &h);
-    if (!s.ok()) return s;
     ClusterView v;
     s = wire::DecodeCluster(h->body_as_ClusterInfo(), &v);
     if (!s.ok()) return s;
@@ -278,11 +276,9 @@ class ClientImpl {
     wire::Fields f;
     f.type = wire::MsgType::CreateTable;
     zmq::message_t reply;
-    s = CoordinatorCall(fbb, f, wire::Body::TableSpec, body.Union(), opts_.request_timeout, &reply);
-    if (!s.ok()) return s;
     std::vector<uint64_t> scratch;
     const wire::Header* h = nullptr;
-    s = wire::ParseHeader(reply, scratch, &h);
+    s = CoordinatorCall(fbb, f, wire::Body::TableSpec, body.Union(), opts_.request_timeout, &reply, &scratch, &h);
     if (!s.ok()) return s;
     TableSpec t;
     s = wire::DecodeTableSpec(h->body_as_TableSpec(), &t);
@@ -514,7 +510,9 @@ class ClientImpl {
     wire::Fields f;
     f.type = wire::MsgType::Barrier;
     zmq::message_t reply;
-    Status s = CoordinatorCall(fbb, f, wire::Body::BarrierRequest, body.Union(), timeout, &reply);
+    std::vector<uint64_t> scratch;
+    const wire::Header* h = nullptr;
+    Status s = CoordinatorCall(fbb, f, wire::Body::BarrierRequest, body.Union(), timeout, &reply, &scratch, &h);
     if (s.code() == Code::kTimeout)
       return Status::Timeout("barrier: not every live worker arrived within " +
                              std::to_string(timeout.count()) + " ms");
@@ -529,7 +527,9 @@ class ClientImpl {
       wire::Fields f;
       f.type = wire::MsgType::Leave;
       zmq::message_t reply;
-      s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, std::min(opts_.request_timeout, Millis(10000)), &reply);
+      std::vector<uint64_t> scratch;
+      const wire::Header* h = nullptr;
+      s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, std::min(opts_.request_timeout, Millis(10000)), &reply, &scratch, &h);
       if (!s.ok()) s = Status(s.code(), "leaving the job: " + s.message());
     }
     Stop();

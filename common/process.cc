@@ -3,6 +3,10 @@
 #include <fcntl.h>
 #include <spawn.h>
 
+#include <chrono>
+#include <fstream>
+#include <thread>
+
 extern char** environ;
 
 namespace shardps {
@@ -19,6 +23,17 @@ pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log)
   if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&fa);
   return pid;
+}
+
+std::string WaitForFileLine(const std::string& path, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    std::ifstream f(path);
+    std::string line;
+    if (f && std::getline(f, line) && !line.empty()) return line;
+    if (std::chrono::steady_clock::now() >= end) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace shardps

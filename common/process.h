@@ -12,4 +12,8 @@ namespace shardps {
 // Returns the pid, or -1 if it could not be started.
 pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log);
 
+// The first line of `path` once the file exists and has one, polling every
+// 10 ms for at most `seconds`; "" if it never did.
+std::string WaitForFileLine(const std::string& path, double seconds);
+
 }  // namespace shardps

@@ -49,16 +49,6 @@ struct Child {
   }
 };
 
-std::string WaitForFile(const std::string& path, double seconds) {
-  double end = Now() + seconds;
-  while (Now() < end) {
-    std::ifstream f(path);
-    std::string s;
-    if (f && std::getline(f, s) && !s.empty()) return s;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return "";
-}
 
 // ---- raw ZeroMQ: a sink process that acknowledges every `batch`-th message.
 int RawSink(const std::string& endpoint_file) {
@@ -289,12 +279,12 @@ int main(int argc, char** argv) {
 
   Child sink;
   sink.pid = SpawnProcess({self, "--raw-sink", dir + "/sink.endpoint"}, dir + "/sink.log");
-  const std::string sink_ep = WaitForFile(dir + "/sink.endpoint", 30);
+  const std::string sink_ep = WaitForFileLine(dir + "/sink.endpoint", 30);
   Child cproc, sproc;
   cproc.pid = SpawnProcess({coord, "--servers", "1", "--workers", "0", "--consistency", "async",
                      "--endpoint-file", dir + "/coord.endpoint", "--log-level", "warn"},
                     dir + "/coordinator.log");
-  const std::string coord_ep = WaitForFile(dir + "/coord.endpoint", 30);
+  const std::string coord_ep = WaitForFileLine(dir + "/coord.endpoint", 30);
   if (sink_ep.empty() || coord_ep.empty()) {
     std::fprintf(stderr, "error: helper processes did not start (logs in %s)\n", dir.c_str());
     return 1;

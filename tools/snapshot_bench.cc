@@ -33,16 +33,6 @@ namespace {
 using Sec = std::chrono::duration<double>;
 double Now() { return Sec(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-std::string WaitForFile(const std::string& path, double seconds) {
-  double end = Now() + seconds;
-  while (Now() < end) {
-    std::ifstream f(path);
-    std::string s;
-    if (f && std::getline(f, s) && !s.empty()) return s;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return "";
-}
 
 struct Cluster {
   std::vector<pid_t> pids;
@@ -63,7 +53,7 @@ struct Cluster {
                                   "--endpoint-file", ep, "--snapshot-dir", snaps, "--keep-snapshots", "2"};
     if (restore) c.push_back("--restore");
     pids.push_back(SpawnProcess(c, dir + "/coordinator.log"));
-    coordinator = WaitForFile(ep, 120);
+    coordinator = WaitForFileLine(ep, 120);
     if (coordinator.empty()) return false;
     for (int i = 0; i < 2; ++i)
       pids.push_back(SpawnProcess({bin + "/shardps-server", "--coordinator", coordinator, "--rank", std::to_string(i),
