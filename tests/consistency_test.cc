@@ -9,6 +9,10 @@
 #include <vector>
 
 #include "shardps/client.h"
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "common/process.h"
 #include "server/initializer.h"
 #include "tests/cluster.h"
 
@@ -279,6 +283,45 @@ TEST_F(ClusterTest, SynchronousPullWaitsForTheSlowestAndAWorkerLeavingReleasesIt
     InitRow(spec, i, &init);
     EXPECT_FLOAT_EQ(p[i], init - 0.5f);
   }
+}
+
+TEST_F(ClusterTest, AWorkerKilledMidTrainingIsDeclaredDeadAndNobodyWaitsForIt) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  o.consistency = "sync";
+  o.heartbeat_timeout_ms = 1500;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  // Worker 1 is a real trainer process; worker 0 is this test.
+  pid_t other = SpawnProcess({testing::BinaryPath("SHARDPS_LINEAR_TRAINER"), "--coordinator", cluster_.coordinator(),
+                              "--rank", "1", "--steps", "1000000"},
+                             cluster_.dir() + "/trainer.log");
+  ASSERT_GT(other, 0);
+  auto c = Connect(cluster_, ClientRole::kWorker, 0);
+  ASSERT_TRUE(c);
+  TableSpec spec;  // the trainer's table (client/examples/linear_trainer.cc)
+  spec.name = "linear.w";
+  spec.rows = 512;
+  spec.cols = 1;
+  spec.lr = 0.1f;
+  Table w;
+  ASSERT_TRUE(c->CreateTable(spec, &w).ok());
+  std::vector<float> p(w.size()), g(w.size(), 0.0f);
+  auto step = [&] {
+    Request pull = c->Pull(w, p);
+    Status s = pull.Wait(30s);
+    if (s.ok()) s = c->Push(w, g).Wait(30s);
+    if (s.ok()) s = c->Clock();
+    return s;
+  };
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(step().ok());  // in lock step with the trainer
+  kill(other, SIGKILL);
+  int st;
+  waitpid(other, &st, 0);
+  // The dead worker never ticks again: after the heartbeat timeout the
+  // coordinator declares it dead and the servers stop waiting.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(step().ok()) << "step " << i << " after the kill";
+  EXPECT_NE(cluster_.Log("coordinator").find("worker 1 silent"), std::string::npos);
 }
 
 }  // namespace
