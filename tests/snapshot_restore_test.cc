@@ -317,6 +317,28 @@ TEST_F(SnapshotRestoreTest, FlippedBytesFailVerifyAndRestoreFallsBack) {
   EXPECT_NE(log.find(all[1].dir), std::string::npos) << log;
 }
 
+TEST_F(SnapshotRestoreTest, TimedSnapshotsKeepOnlyTheNewestK) {
+  {
+    LocalCluster a;
+    Start(a, "a", 2, 0, {"--snapshot-every-sec", "1", "--keep-snapshots", "2"});
+    auto c = Connect(a, ClientRole::kObserver);
+    Table w;
+    ASSERT_TRUE(c->CreateTable(Dense(), &w).ok());
+    // Snapshots keep coming every second; older ones go once newer ones are complete.
+    ASSERT_TRUE(WaitFor([&] { return a.Log("coordinator").find("removed old snapshot") != std::string::npos; }, 60s))
+        << a.Log("coordinator");
+  }  // stopped: nothing changes below
+  std::vector<snapshot::Listing> all;
+  ASSERT_TRUE(snapshot::List(snaps_, &all).ok());
+  size_t complete = 0;
+  for (const auto& l : all) complete += l.complete;
+  EXPECT_LE(complete, 2u);
+  EXPECT_GE(complete, 1u);
+  std::string out;
+  for (const auto& l : all)
+    if (l.complete) EXPECT_EQ(Cli({"verify", l.dir}, &out), 0) << out;
+}
+
 TEST_F(SnapshotRestoreTest, EveryCliVerbWithJsonAndExportReadBack) {
   {
     LocalCluster a;
