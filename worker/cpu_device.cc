@@ -22,6 +22,8 @@ class CpuDevice final : public Device {
     return static_cast<float*>(p);
   }
   void Free(float* p) override { std::free(p); }
+  float* AllocHost(size_t n) override { return Alloc(n); }
+  void FreeHost(float* p) override { Free(p); }
   void Upload(float* dst, const float* host, size_t n) override {
     if (dst != host) std::memcpy(dst, host, n * sizeof(float));
   }

@@ -87,6 +87,12 @@ class CudaDevice final : public Device {
     return static_cast<float*>(p);
   }
   void Free(float* p) override { cudaFree(p); }
+  float* AllocHost(size_t n) override {
+    void* p = nullptr;
+    if (cudaMallocHost(&p, (n ? n : 1) * sizeof(float)) != cudaSuccess) throw std::bad_alloc();
+    return static_cast<float*>(p);
+  }
+  void FreeHost(float* p) override { cudaFreeHost(p); }
   void Upload(float* dst, const float* host, size_t n) override {
     Check(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_), "upload");
   }

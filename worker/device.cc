@@ -26,6 +26,22 @@ void DeviceBuffer::Reserve(size_t size) {
   size_ = size;
 }
 
+HostBuffer::HostBuffer(Device* d, size_t size) : dev_(d), data_(d->AllocHost(size)), size_(size) {}
+HostBuffer::~HostBuffer() {
+  if (data_) dev_->FreeHost(data_);
+}
+HostBuffer::HostBuffer(HostBuffer&& o) noexcept
+    : dev_(o.dev_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_) dev_->FreeHost(data_);
+    dev_ = o.dev_;
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
 Status ParseDeviceKind(const std::string& s, DeviceKind* out) {
   if (s == "auto") *out = DeviceKind::kAuto;
   else if (s == "cpu") *out = DeviceKind::kCpu;

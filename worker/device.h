@@ -48,6 +48,10 @@ class Device {
 
   virtual float* Alloc(size_t floats) = 0;
   virtual void Free(float* p) = 0;
+  // Host memory the device copies to and from fastest (page-locked for
+  // CUDA, so Upload is asynchronous and overlaps with compute).
+  virtual float* AllocHost(size_t floats) = 0;
+  virtual void FreeHost(float* p) = 0;
   virtual void Upload(float* dst, const float* host, size_t n) = 0;
   virtual void Download(float* host, const float* src, size_t n) = 0;
   virtual void Sync() = 0;
@@ -72,6 +76,26 @@ class Device {
   virtual void ColumnSum(const float* x, int rows, int cols, float* out) = 0;
   // out[j] = 0 for j < n.
   virtual void Zero(float* x, size_t n) = 0;
+};
+
+// Host memory from Device::AllocHost, `size` floats. Movable.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(Device* d, size_t size);
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& o) noexcept;
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  float* data() const { return data_; }
+  size_t size() const { return size_; }
+  float& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  Device* dev_ = nullptr;
+  float* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 enum class DeviceKind { kAuto, kCpu, kCuda };

@@ -59,7 +59,7 @@ struct Options {
   do {                                                                  \
     Status _s = (expr);                                                 \
     if (!_s.ok()) {                                                     \
-      std::fprintf(stderr, "error: %s: %s\n", #expr, _s.ToString().c_str()); \
+      std::fprintf(stderr, "error: %s\n", _s.ToString().c_str());      \
       std::exit(1);                                                     \
     }                                                                   \
   } while (0)
@@ -166,23 +166,24 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
 
   // Host buffers: pulled parameters, gradients (borrowed by pushes until
   // they complete), the batch.
-  std::vector<std::vector<float>> pw(L), pb(L), gw(L), gb(L);
+  // (Page-locked on a GPU, so uploads run asynchronously on the stream.)
+  std::vector<HostBuffer> pw, pb, gw, gb;
   for (int l = 0; l < L; ++l) {
-    pw[l].resize(mlp.weight_size(l));
-    pb[l].resize(mlp.bias_size(l));
-    gw[l].resize(mlp.weight_size(l));
-    gb[l].resize(mlp.bias_size(l));
+    pw.emplace_back(&dev, mlp.weight_size(l));
+    pb.emplace_back(&dev, mlp.bias_size(l));
+    gw.emplace_back(&dev, mlp.weight_size(l));
+    gb.emplace_back(&dev, mlp.bias_size(l));
   }
   const int B = o.batch;
-  std::vector<float> hx(static_cast<size_t>(B) * train.cols), hy(B);
+  HostBuffer hx(&dev, static_cast<size_t>(B) * train.cols), hy(&dev, B);
   DeviceBuffer dx(&dev, hx.size()), dy(&dev, B), dstats(&dev, 2);
 
   std::vector<Request> pulls, pushes;
   auto issue_pulls = [&] {
     pulls.clear();
     for (int l = 0; l < L; ++l) {
-      pulls.push_back(ps.Pull(wt[l], pw[l]));
-      pulls.push_back(ps.Pull(bt[l], pb[l]));
+      pulls.push_back(ps.Pull(wt[l], std::span<float>(pw[l].data(), pw[l].size())));
+      pulls.push_back(ps.Pull(bt[l], std::span<float>(pb[l].data(), pb[l].size())));
     }
   };
   auto wait_all = [&](std::vector<Request>& rs, int64_t* min_clock) {
@@ -233,8 +234,8 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
         dev.Download(gw[l].data(), mlp.grad_weight(l).data(), gw[l].size());
         dev.Download(gb[l].data(), mlp.grad_bias(l).data(), gb[l].size());
-        pushes.push_back(ps.Push(wt[l], gw[l]));
-        pushes.push_back(ps.Push(bt[l], gb[l]));
+        pushes.push_back(ps.Push(wt[l], std::span<const float>(gw[l].data(), gw[l].size())));
+        pushes.push_back(ps.Push(bt[l], std::span<const float>(gb[l].data(), gb[l].size())));
       });
       CHECK_OK(tick.Wait());  // the previous tick (long answered)
       tick = ps.ClockAsync();
