@@ -324,5 +324,82 @@ TEST_F(ClusterTest, AWorkerKilledMidTrainingIsDeclaredDeadAndNobodyWaitsForIt) {
   EXPECT_NE(cluster_.Log("coordinator").find("worker 1 silent"), std::string::npos);
 }
 
+TEST_F(ClusterTest, BarrierWaitsForEveryLiveWorkerAndALeavingWorkerReleasesIt) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 3;
+  o.consistency = "async";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto a = Connect(cluster_, ClientRole::kWorker, 0);
+  auto b = Connect(cluster_, ClientRole::kWorker, 1);
+  auto c = Connect(cluster_, ClientRole::kWorker, 2);
+  ASSERT_TRUE(a && b && c);
+  std::atomic<int> passed{0};
+  std::thread ta([&] { EXPECT_TRUE(a->Barrier(30s).ok()); passed++; });
+  std::thread tb([&] { EXPECT_TRUE(b->Barrier(30s).ok()); passed++; });
+  // Two of three arrived: nobody passes.
+  EXPECT_FALSE(testing::WaitFor([&] { return passed.load() > 0; }, 1s));
+  ASSERT_TRUE(c->Close().ok());  // the third leaves instead of arriving
+  ta.join();
+  tb.join();
+  EXPECT_EQ(passed.load(), 2);
+  // A barrier that cannot complete says so within its timeout.
+  Status s = a->Barrier(500ms);
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.ToString();
+  EXPECT_NE(s.message().find("barrier"), std::string::npos) << s.ToString();
+  EXPECT_EQ(Connect(cluster_, ClientRole::kObserver)->Barrier(1s).code(), Code::kInvalidArgument);
+}
+
+TEST_F(ClusterTest, TablesFromTheJobFile) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 0;
+  o.consistency = "async";
+  o.job_toml = R"(
+[[table]]
+name = "emb"
+kind = "sparse"
+cols = 8
+init = "constant"
+value = 0.5
+optimizer = "adagrad"
+lr = 0.1
+)";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto c = Connect(cluster_, ClientRole::kObserver);
+  Table e;
+  ASSERT_TRUE(c->GetTable("emb", &e).ok());
+  EXPECT_EQ(e.spec.kind, TableKind::kSparse);
+  EXPECT_EQ(e.spec.optimizer, OptimizerKind::kAdagrad);
+  std::vector<uint64_t> ids = {3, 1ull << 63};
+  std::vector<float> v(16);
+  ASSERT_TRUE(c->Pull(e, ids, v).Wait().ok());
+  for (float x : v) EXPECT_EQ(x, 0.5f);
+}
+
+TEST_F(ClusterTest, ARequestToAStoppedServerTimesOutNamingIt) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 0;
+  o.consistency = "async";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  ClientOptions co;
+  co.coordinator = cluster_.coordinator();
+  co.role = ClientRole::kObserver;
+  co.request_timeout = 1500ms;
+  std::unique_ptr<Client> c;
+  ASSERT_TRUE(Client::Connect(co, &c).ok());
+  Table w;
+  ASSERT_TRUE(c->CreateTable(DenseSpec("w", 100, 1), &w).ok());
+  cluster_.KillServer(1, SIGKILL);  // server 1 is gone
+  std::vector<float> p(w.size());
+  Status s = c->Pull(w, p).Wait(30s);
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.ToString();
+  EXPECT_NE(s.message().find("server 1"), std::string::npos) << s.ToString();
+  // Rows on the live server are still served.
+  std::vector<float> first(10);
+  EXPECT_TRUE(c->Pull(w, RowRange{0, 10}, first).Wait(30s).ok());
+}
+
 }  // namespace
 }  // namespace shardps
