@@ -226,6 +226,7 @@ class ClientImpl {
       std::lock_guard<std::mutex> lock(vmu_);
       connect = !view_.complete() || view_.servers != v.servers;
       view_ = std::move(v);
+      map_ = std::make_shared<const ShardMap>(view_.map);
     }
     if (connect) {
       Outgoing o;
@@ -294,19 +295,21 @@ class ClientImpl {
   }
 
   // Checks that `t` is a table of this job; copies the shard map out.
-  Status Resolve(const Table& t, ShardMap* map) {
+  // (The map is shared, not copied: it can hold a million partitions.)
+  Status Resolve(const Table& t, std::shared_ptr<const ShardMap>* map) {
     std::lock_guard<std::mutex> lock(vmu_);
     if (t.id >= view_.tables.size() || view_.tables[t.id].name != t.spec.name)
       return Status::UnknownTable("table '" + t.spec.name + "' (id " + std::to_string(t.id) +
                                   ") is not a table of this job");
-    *map = view_.map;
+    *map = map_;
     return Status::OK();
   }
 
   shardps::Request RangeRequest(bool push, const Table& t, RowRange r, float* data, uint64_t floats) {
-    ShardMap map;
-    Status s = Resolve(t, &map);
+    std::shared_ptr<const ShardMap> map_ref;
+    Status s = Resolve(t, &map_ref);
     if (!s.ok()) return shardps::Request(FailedCall(s));
+    const ShardMap& map = *map_ref;
     if (t.spec.kind != TableKind::kDense)
       return shardps::Request(FailedCall(Status::InvalidArgument(
           "table '" + t.spec.name + "' is sparse: address it by ids, not a row range")));
@@ -370,9 +373,10 @@ class ClientImpl {
 
   shardps::Request KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* data,
                                uint64_t floats) {
-    ShardMap map;
-    Status s = Resolve(t, &map);
+    std::shared_ptr<const ShardMap> map_ref;
+    Status s = Resolve(t, &map_ref);
     if (!s.ok()) return shardps::Request(FailedCall(s));
+    const ShardMap& map = *map_ref;
     const uint64_t cols = t.spec.cols, n = keys.size();
     if (floats != n * cols)
       return shardps::Request(FailedCall(Status::SizeMismatch(
@@ -703,8 +707,9 @@ class ClientImpl {
   bool stopping_ = false;
   std::vector<uint64_t> seq_;
 
-  mutable std::mutex vmu_;  // guards view_
+  mutable std::mutex vmu_;  // guards view_, map_
   ClusterView view_;
+  std::shared_ptr<const ShardMap> map_ = std::make_shared<const ShardMap>();
 
   // I/O thread only.
   zmq::socket_t coord_;
