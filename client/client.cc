@@ -423,7 +423,7 @@ class ClientImpl {
       return shardps::Request(call);
     }
     // Group by server: gather keys (and gradients) into per-server frames.
-    std::vector<std::vector<uint32_t>> pos(map.owner.empty() ? 0 : *std::max_element(map.owner.begin(), map.owner.end()) + 1);
+    std::vector<std::vector<uint32_t>> pos(*std::max_element(server.begin(), server.end()) + 1);
     for (uint64_t i = 0; i < n; ++i) pos[server[i]].push_back(static_cast<uint32_t>(i));
     int parts = 0;
     for (const auto& p : pos) parts += !p.empty();
