@@ -80,7 +80,7 @@ Status Server::Start() {
     SetLogName("server " + std::to_string(rank_));
     LOG_INFO << "registered as server " << rank_ << ", serving on " << endpoint_;
     ApplyCluster(v);
-    return Status::OK();
+    return fatal_;
   }
   return Status::Timeout("no answer from coordinator " + opts_.coordinator + " within " +
                          std::to_string(opts_.register_timeout.count()) + " ms");
@@ -128,6 +128,7 @@ void Server::ApplyCluster(const ClusterView& v) {
         Status rs = RestoreTable(spec);
         if (!rs.ok()) {
           LOG_ERROR << "restore failed, stopping: " << rs.ToString();
+          fatal_ = Status(rs.code(), "restore failed: " + rs.message());
           shutdown_ = true;
           return;
         }
@@ -427,6 +428,7 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
       }
       const uint64_t id = h->request_id();
       ApplyCluster(v);
+      if (!fatal_.ok()) return;  // not ready, and never will be: no ack
       wire::Fields ack;
       ack.type = wire::MsgType::Reply;
       ack.request_id = id;
@@ -479,7 +481,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     SendSnapshotReports();
   }
   LOG_INFO << "server stopped";
-  return Status::OK();
+  return fatal_;
 }
 
 }  // namespace shardps

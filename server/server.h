@@ -138,6 +138,7 @@ class Server {
   std::vector<uint64_t> key_scratch_;
   std::vector<float> value_scratch_;
   bool shutdown_ = false;
+  Status fatal_;  // why the server stopped on its own (restore failure)
   uint64_t next_request_id_ = 1;
 
   ClusterView view_;

@@ -49,5 +49,10 @@ int main(int argc, char** argv) {
     LOG_ERROR << s.ToString();
     return 1;
   }
-  return server.Run(stop).ok() ? 0 : 1;
+  Status s = server.Run(stop);
+  if (!s.ok()) {
+    LOG_ERROR << s.ToString();
+    return 1;
+  }
+  return 0;
 }
