@@ -305,7 +305,8 @@ class ClientImpl {
     return Status::OK();
   }
 
-  shardps::Request RangeRequest(bool push, const Table& t, RowRange r, float* data, uint64_t floats) {
+  shardps::Request RangeRequest(bool push, const Table& t, RowRange r, float* data, uint64_t floats,
+                               int64_t clock_ahead = 0) {
     std::shared_ptr<const ShardMap> map_ref;
     Status s = Resolve(t, &map_ref);
     if (!s.ok()) return shardps::Request(FailedCall(s));
@@ -358,7 +359,7 @@ class ClientImpl {
       f.role = role_wire();
       f.rank = rank_;
       f.table = t.id;
-      f.clock = clock_.load(std::memory_order_relaxed);
+      f.clock = clock_.load(std::memory_order_relaxed) + clock_ahead;
       f.row_begin = sg.begin;
       f.row_end = sg.end;
       if (!push) {
@@ -796,6 +797,9 @@ Request Client::Push(const Table& t, std::span<const uint64_t> keys, std::span<c
   return impl_->KeysRequest(true, t, keys, const_cast<float*>(grads.data()), grads.size());
 }
 Request Client::Pull(const Table& t, std::span<float> out) { return Pull(t, RowRange{0, t.spec.rows}, out); }
+Request Client::Prefetch(const Table& t, std::span<float> out) {
+  return impl_->RangeRequest(false, t, RowRange{0, t.spec.rows}, out.data(), out.size(), 1);
+}
 Request Client::Pull(const Table& t, RowRange rows, std::span<float> out) {
   return impl_->RangeRequest(false, t, rows, out.data(), out.size());
 }

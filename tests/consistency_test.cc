@@ -324,6 +324,30 @@ TEST_F(ClusterTest, AWorkerKilledMidTrainingIsDeclaredDeadAndNobodyWaitsForIt) {
   EXPECT_NE(cluster_.Log("coordinator").find("worker 1 silent"), std::string::npos);
 }
 
+TEST_F(ClusterTest, PrefetchReadsForTheNextClock) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 1;
+  o.consistency = "sync";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto c = Connect(cluster_, ClientRole::kWorker, 0);
+  ASSERT_TRUE(c);
+  TableSpec spec = DenseSpec("w", 100, 1);
+  Table w;
+  ASSERT_TRUE(c->CreateTable(spec, &w).ok());
+  std::vector<float> now(w.size()), next(w.size()), g(w.size(), 1.0f);
+  ASSERT_TRUE(c->Pull(w, now).Wait().ok());
+  // Sent before this clock's push: under sync it is answered only once the
+  // clock is complete, and then includes the push.
+  Request pre = c->Prefetch(w, next);
+  ASSERT_TRUE(c->Push(w, g).Wait().ok());
+  EXPECT_EQ(pre.Wait(1s).code(), Code::kTimeout);
+  ASSERT_TRUE(c->Clock().ok());
+  ASSERT_TRUE(pre.Wait(30s).ok());
+  EXPECT_EQ(pre.min_clock(), 1);
+  for (size_t i = 0; i < next.size(); ++i) EXPECT_FLOAT_EQ(next[i], now[i] - 0.5f);
+}
+
 TEST_F(ClusterTest, BarrierWaitsForEveryLiveWorkerAndALeavingWorkerReleasesIt) {
   ClusterOptions o;
   o.servers = 1;

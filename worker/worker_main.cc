@@ -45,6 +45,7 @@ struct Options {
   uint64_t seed = 1;
   double slowdown = 1.0;
   int slow_rank = -1;  // -1: every worker is slowed down
+  bool late_prefetch = false;  // bounded/async: pull after the pushes, not during backward
   double progress_sec = 2.0;
   std::string csv, save_params;
   double min_accuracy = -1;
@@ -179,11 +180,13 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   DeviceBuffer dx(&dev, hx.size()), dy(&dev, B), dstats(&dev, 2);
 
   std::vector<Request> pulls, pushes;
-  auto issue_pulls = [&] {
+  // ahead: for the next clock, issued before this clock's pushes.
+  auto issue_pulls = [&](bool ahead) {
     pulls.clear();
     for (int l = 0; l < L; ++l) {
-      pulls.push_back(ps.Pull(wt[l], std::span<float>(pw[l].data(), pw[l].size())));
-      pulls.push_back(ps.Pull(bt[l], std::span<float>(pb[l].data(), pb[l].size())));
+      std::span<float> w(pw[l].data(), pw[l].size()), b(pb[l].data(), pb[l].size());
+      pulls.push_back(ahead ? ps.Prefetch(wt[l], w) : ps.Pull(wt[l], w));
+      pulls.push_back(ahead ? ps.Prefetch(bt[l], b) : ps.Pull(bt[l], b));
     }
   };
   auto wait_all = [&](std::vector<Request>& rs, int64_t* min_clock) {
@@ -204,8 +207,13 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   Progress progress{o.progress_sec};
   const double t_start = Now();
   double final_acc = -1;
+  // Under bounded staleness (s >= 1) and async the next step's pull may be
+  // sent before this step's pushes (Client::Prefetch); under sync it would
+  // only be parked, and the evaluator wants the end-of-epoch model.
+  const bool prefetch_early = !o.late_prefetch && (ps.consistency() == Consistency::kAsync ||
+                                                   (ps.consistency() == Consistency::kBounded && ps.staleness() >= 1));
   Request tick;
-  issue_pulls();
+  issue_pulls(false);
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     auto order = EpochShard(static_cast<uint32_t>(train.rows), rank, world, o.seed, epoch, !o.no_shuffle);
     double epoch_loss = 0;
@@ -229,6 +237,13 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       }
       dev.Zero(dstats.data(), 2);
       mlp.Forward(dx.data(), B);
+      const bool last_of_epoch = step + 1 == steps;
+      if (prefetch_early && !(evaluator && last_of_epoch)) {
+        // The parameters are on the device: fetch the next step's now, so
+        // they travel while backward runs and the gradients are pushed.
+        dev.Sync();
+        issue_pulls(true);
+      }
       wait_all(pushes, nullptr);  // the previous step's gradient buffers are free again
       pushes.clear();
       mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
@@ -239,7 +254,9 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       });
       CHECK_OK(tick.Wait());  // the previous tick (long answered)
       tick = ps.ClockAsync();
-      issue_pulls();  // prefetch: the server answers when the model allows
+      // Otherwise fetch now, after this step's pushes and tick: the servers
+      // answer when the model allows.
+      if (!prefetch_early || (evaluator && last_of_epoch)) issue_pulls(false);
       float stats[2];
       dev.Download(stats, dstats.data(), 2);
       const double loss = stats[0] / B;
@@ -276,7 +293,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       std::fflush(stdout);
       csv.Row(Now() - t_start, epoch, epoch_loss / steps, final_acc);
       // The pulls were consumed: fetch again for the next step.
-      issue_pulls();
+      issue_pulls(false);
     }
   }
   wait_all(pushes, nullptr);
@@ -435,6 +452,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--slowdown", o.slowdown, "run this many times slower (a straggler), e.g. 2")->check(CLI::Range(1.0, 1000.0))->capture_default_str();
   app.add_option("--slow-rank", o.slow_rank, "only this worker is slowed down (default: all)")->check(CLI::Range(-1, 65535));
+  app.add_flag("--late-prefetch", o.late_prefetch, "bounded/async: send the next step's pull after this step's pushes, not during backward");
   app.add_option("--progress-sec", o.progress_sec, "seconds between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "the evaluating worker writes (time, epoch, loss, accuracy) here");
   app.add_option("--save-params", o.save_params, "the evaluating worker writes the final parameters (float32) here");

@@ -135,6 +135,13 @@ class Client {
   Request Pull(const Table& t, std::span<float> out);
   Request Pull(const Table& t, RowRange rows, std::span<float> out);
   Request Pull(const Table& t, std::span<const uint64_t> keys, std::span<float> out);
+  // The whole dense table as the *next* iteration (clock() + 1) may read it,
+  // issued before this iteration's pushes so that it travels while the
+  // caller computes. Under bounded staleness s >= 1 and async the servers
+  // may answer before this worker's own pushes of this iteration arrive
+  // (which the bound allows); under sync the answer waits for the end of
+  // this clock, like a Pull after Clock() would.
+  Request Prefetch(const Table& t, std::span<float> out);
 
   // Ends this worker's current iteration: tells every server (in order after
   // this worker's pushes) and advances clock() by one. Workers only.
