@@ -676,12 +676,19 @@ class ClientImpl {
       const uint64_t want = p.dest.positions.empty()
                                 ? p.dest.floats * 4
                                 : static_cast<uint64_t>(p.dest.positions.size()) * p.dest.cols * 4;
-      if (frames.size() != 2 || frames[1].size() != want) {
-        s = Status::BadMessage(PeerName(from) + " answered a pull with " +
-                               std::to_string(frames.size() > 1 ? frames[1].size() : 0) +
-                               " bytes of values, expected " + std::to_string(want));
+      uint64_t got = 0;
+      for (size_t i = 1; i < frames.size(); ++i) got += frames[i].size();
+      if (frames.size() < 2 || got != want || (!p.dest.positions.empty() && frames.size() != 2)) {
+        s = Status::BadMessage(PeerName(from) + " answered a pull with " + std::to_string(got) +
+                               " bytes of values in " + std::to_string(frames.size() - 1) + " frames, expected " +
+                               std::to_string(want));
       } else if (p.dest.positions.empty()) {
-        std::memcpy(p.dest.out, frames[1].data(), want);
+        // A row range may come as one frame per partition segment, in order.
+        auto* dst = reinterpret_cast<uint8_t*>(p.dest.out);
+        for (size_t i = 1; i < frames.size(); ++i) {
+          std::memcpy(dst, frames[i].data(), frames[i].size());
+          dst += frames[i].size();
+        }
       } else {
         const auto* src = static_cast<const uint8_t*>(frames[1].data());
         const size_t row = p.dest.cols * 4;

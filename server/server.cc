@@ -280,14 +280,6 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames) {
       return;
     }
   }
-  const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
-  zmq::message_t vals(rows * t->spec().cols * sizeof(float));
-  if (keys) {
-    if (t->spec().kind == TableKind::kSparse) EnsureCopiedKeys(h.table(), keys, rows);  // may create rows
-    t->ReadKeys(keys, rows, static_cast<float*>(vals.data()));
-  }
-  else
-    t->ReadRange(h.row_begin(), h.row_end(), static_cast<float*>(vals.data()));
   wire::Fields f;
   f.request_id = h.request_id();
   f.min_clock = MinClock();
@@ -295,7 +287,16 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   std::vector<zmq::message_t> out;
   out.emplace_back(frames[0].data(), frames[0].size());
   out.push_back(wire::EncodeSimple(fbb_, f));
-  out.push_back(std::move(vals));
+  if (keys) {
+    const uint64_t rows = h.key_count();
+    zmq::message_t vals(rows * t->spec().cols * sizeof(float));
+    if (t->spec().kind == TableKind::kSparse) EnsureCopiedKeys(h.table(), keys, rows);  // may create rows
+    t->ReadKeys(keys, rows, static_cast<float*>(vals.data()));
+    out.push_back(std::move(vals));
+  } else {
+    // Rows straight from the table, one frame per partition segment.
+    t->ReadRangeFrames(h.row_begin(), h.row_end(), &out);
+  }
   Status st = SendMultipart(data_, out);
   if (!st.ok()) LOG_WARN << "pull reply dropped: " << st.ToString();
 }

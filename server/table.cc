@@ -1,6 +1,7 @@
 #include "server/table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -21,10 +22,10 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
       part->begin = PartitionRowBegin(p, spec_.rows, partitions);
       part->end = PartitionRowBegin(p + 1, spec_.rows, partitions);
       const uint64_t n = part->end - part->begin;
-      part->w.resize(n * spec_.cols);
+      part->w = std::make_shared<FloatArray>(n * spec_.cols);
       part->state.resize(n * state_width_);
       if (initialize) {
-        for (uint64_t r = 0; r < n; ++r) InitRow(spec_, part->begin + r, &part->w[r * spec_.cols]);
+        for (uint64_t r = 0; r < n; ++r) InitRow(spec_, part->begin + r, part->w->data() + r * spec_.cols);
         InitOptimizerState(spec_, part->state.data(), n);
       }
       dense_[p] = std::move(part);
@@ -91,14 +92,63 @@ void ServerTable::ForEachSegment(uint64_t begin, uint64_t end, Fn&& fn) const {
 void ServerTable::ReadRange(uint64_t begin, uint64_t end, float* out) const {
   const size_t c = spec_.cols;
   ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
-    std::memcpy(out + off * c, part.w.data() + first * c, n * c * sizeof(float));
+    std::memcpy(out + off * c, part.w->data() + first * c, n * c * sizeof(float));
   });
+}
+
+namespace {
+void ReleaseRows(void*, void* hint) { delete static_cast<std::shared_ptr<FloatArray>*>(hint); }
+}  // namespace
+
+void ServerTable::Own(DensePart& part) {
+  // Only the event loop adds references; ZeroMQ's thread only drops them.
+  // So a count of 1 means no frame is using the rows, and none can start to.
+  if (part.w.use_count() > 1) part.w = std::make_shared<FloatArray>(*part.w);
+  std::atomic_thread_fence(std::memory_order_acquire);
+}
+
+void ServerTable::ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq::message_t>* frames) const {
+  // Segments this large are sent in place; runs of smaller ones are copied
+  // into one frame (a frame per tiny segment costs more than the copy).
+  constexpr size_t kInPlaceBytes = 256 << 10;
+  const size_t c = spec_.cols;
+  struct Seg {
+    DensePart* part;
+    uint64_t first, n;
+  };
+  std::vector<Seg> small;
+  size_t small_bytes = 0;
+  auto flush = [&] {
+    if (small.empty()) return;
+    zmq::message_t m(small_bytes);
+    auto* dst = static_cast<uint8_t*>(m.data());
+    for (const auto& s : small) {
+      const size_t bytes = s.n * c * sizeof(float);
+      std::memcpy(dst, s.part->w->data() + s.first * c, bytes);
+      dst += bytes;
+    }
+    frames->push_back(std::move(m));
+    small.clear();
+    small_bytes = 0;
+  };
+  ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t) {
+    const size_t bytes = n * c * sizeof(float);
+    if (bytes < kInPlaceBytes) {
+      small.push_back({&part, first, n});
+      small_bytes += bytes;
+      return;
+    }
+    flush();
+    frames->emplace_back(part.w->data() + first * c, bytes, &ReleaseRows, new std::shared_ptr<FloatArray>(part.w));
+  });
+  flush();
 }
 
 void ServerTable::ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale) {
   const size_t c = spec_.cols, sw = state_width_;
   ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
-    ApplyOptimizer(spec_, part.w.data() + first * c, part.state.data() + first * sw,
+    Own(part);
+    ApplyOptimizer(spec_, part.w->data() + first * c, part.state.data() + first * sw,
                    g + off * c, n, scale);
   });
 }
@@ -108,7 +158,7 @@ void ServerTable::AccumulateRange(uint64_t begin, uint64_t end, const float* g) 
   dense_acc_dirty_ = true;
   ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
     if (part.acc.empty()) {
-      part.acc.resize(part.w.size());
+      part.acc.resize(part.w->size());
       part.touched.assign(part.end - part.begin, 0);
     }
     const float* src = g + off * c;
@@ -128,11 +178,12 @@ ServerTable::DensePart& ServerTable::DenseOf(uint64_t row) const {
   return *dense_[PartitionOfRow(row, spec_.rows, partitions_)];
 }
 
-float* ServerTable::DenseRow(uint64_t row, float** state) const {
+float* ServerTable::DenseRow(uint64_t row, float** state, bool write) const {
   DensePart& part = DenseOf(row);
+  if (write) Own(part);
   const uint64_t r = row - part.begin;
   *state = part.state.data() + r * state_width_;
-  return part.w.data() + r * spec_.cols;
+  return part.w->data() + r * spec_.cols;
 }
 
 float* ServerTable::SparseRow(uint64_t id) {
@@ -156,7 +207,7 @@ void ServerTable::ReadKeys(const uint64_t* keys, size_t n, float* out) {
   const size_t c = spec_.cols;
   for (size_t i = 0; i < n; ++i) {
     float* state;
-    const float* row = spec_.kind == TableKind::kDense ? DenseRow(keys[i], &state) : SparseRow(keys[i]);
+    const float* row = spec_.kind == TableKind::kDense ? DenseRow(keys[i], &state, false) : SparseRow(keys[i]);
     std::memcpy(out + i * c, row, c * sizeof(float));
   }
 }
@@ -167,7 +218,7 @@ void ServerTable::ApplyKeys(const uint64_t* keys, size_t n, const float* g, floa
     float* state;
     float* w;
     if (spec_.kind == TableKind::kDense) {
-      w = DenseRow(keys[i], &state);
+      w = DenseRow(keys[i], &state, true);
     } else {
       w = SparseRow(keys[i]);
       state = w + c;
@@ -206,7 +257,8 @@ void ServerTable::ApplyAccumulated(float scale) {
         }
         uint64_t s = r;
         while (r < rows && part.touched[r]) part.touched[r++] = 0;
-        ApplyOptimizer(spec_, part.w.data() + s * c, part.state.data() + s * sw,
+        Own(part);
+        ApplyOptimizer(spec_, part.w->data() + s * c, part.state.data() + s * sw,
                        part.acc.data() + s * c, r - s, scale);
       }
     }
@@ -251,7 +303,7 @@ void ServerTable::ExportPartition(uint32_t table_id, uint32_t p, std::vector<sna
     d.values.resize(n * stride);
     for (uint64_t r = 0; r < n; ++r) {
       d.rows[r] = part.begin + r;
-      std::memcpy(&d.values[r * stride], &part.w[r * c], c * sizeof(float));
+      std::memcpy(&d.values[r * stride], part.w->data() + r * c, c * sizeof(float));
       if (sw) std::memcpy(&d.values[r * stride + c], &part.state[r * sw], sw * sizeof(float));
     }
   } else {
@@ -273,7 +325,7 @@ void ServerTable::Import(uint64_t row, const float* values) {
   const size_t c = spec_.cols, sw = state_width_;
   if (spec_.kind == TableKind::kDense) {
     float* state;
-    float* w = DenseRow(row, &state);
+    float* w = DenseRow(row, &state, true);
     std::memcpy(w, values, c * sizeof(float));
     if (sw) std::memcpy(state, values + c, sw * sizeof(float));
   } else {

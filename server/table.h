@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <zmq.hpp>
+
 #include "server/snapshot.h"
 #include "shardps/status.h"
 #include "shardps/types.h"
@@ -62,6 +64,10 @@ class ServerTable {
 
   // out: (end - begin) x cols / n x cols. Sparse rows are created if absent.
   void ReadRange(uint64_t begin, uint64_t end, float* out) const;
+  // The same rows as frames that point into the table (no copy): one frame
+  // per partition segment, each holding a reference that keeps the rows as
+  // they were until ZeroMQ has sent them (a push meanwhile copies first).
+  void ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq::message_t>* frames) const;
   void ReadKeys(const uint64_t* keys, size_t n, float* out);
 
   // Applies the optimizer to the rows, gradient scaled by `scale`.
@@ -95,7 +101,10 @@ class ServerTable {
  private:
   struct DensePart {
     uint64_t begin = 0, end = 0;  // rows
-    FloatArray w, state;
+    // Parameters are shared with pull replies still being sent (zero-copy
+    // frames hold a reference); a write to a shared array copies it first.
+    std::shared_ptr<FloatArray> w;
+    FloatArray state;
     FloatArray acc;                // lazily allocated, synchronous mode
     std::vector<uint8_t> touched;  // per row: acc holds a sum
   };
@@ -111,7 +120,8 @@ class ServerTable {
   void ForEachSegment(uint64_t begin, uint64_t end, Fn&& fn) const;
   DensePart& DenseOf(uint64_t row) const;
   float* SparseRow(uint64_t id);  // [w | state], created on first touch
-  float* DenseRow(uint64_t row, float** state) const;
+  float* DenseRow(uint64_t row, float** state, bool write) const;
+  static void Own(DensePart& part);  // before writing: unshare the parameters
 
   TableSpec spec_;
   uint32_t partitions_;

@@ -257,11 +257,13 @@ int main(int argc, char** argv) {
   std::string bin_dir, raw_sink;
   app.add_flag("--quick", quick, "tiny run (checks that the benchmark works; figures are meaningless)");
   app.add_option("--seconds", seconds, "measuring time per figure")->check(CLI::Range(0.01, 60.0))->capture_default_str();
+  int rounds = 3;
+  app.add_option("--rounds", rounds, "dense sizes: rounds of raw and shardps, medians printed")->check(CLI::Range(1, 100))->capture_default_str();
   app.add_option("--bin-dir", bin_dir, "directory with shardps-server and shardps-coordinator");
   app.add_option("--raw-sink", raw_sink, "(internal) run as the raw ZeroMQ sink, writing its endpoint here");
   CLI11_PARSE(app, argc, argv);
   if (!raw_sink.empty()) return RawSink(raw_sink);
-  if (quick) seconds = 0.05;
+  if (quick) seconds = 0.05, rounds = 1;
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) return 1;
@@ -301,20 +303,38 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("shardps-bench: 1 server process, 1 client process, loopback, %.2f s per figure%s\n\n", seconds,
-              quick ? " (--quick: figures are not meaningful)" : "");
+  std::printf("shardps-bench: 1 server process, 1 client process, loopback, %.2f s per figure, dense: median of %d rounds%s\n\n",
+              seconds, rounds, quick ? " (--quick: figures are not meaningful)" : "");
   std::printf("%-8s | %9s %9s %9s %9s | %9s %9s | %6s %6s\n", "dense", "push", "pull", "push+pull", "rtt",
               "raw zmq", "raw rtt", "push/", "pull/");
   std::printf("%-8s | %9s %9s %9s %9s | %9s %9s | %6s %6s\n", "size", "GB/s", "GB/s", "GB/s", "us", "GB/s",
               "us", "raw", "raw");
   int ids = 0;
+  // Each size is measured `rounds` times, raw and shardps one after the
+  // other; the figures are medians, and each ratio is the median of the
+  // per-round ratios (this machine's throughput drifts between runs).
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   for (size_t size : {size_t{1} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
-    RawResult raw = RawZmq(sink_ep, size, seconds);
-    PsResult ps = Shardps(*client, size, seconds, &ids);
+    std::vector<double> push, pull, pp, rtt, raw_gbps, raw_rtt, push_ratio, pull_ratio;
+    for (int r = 0; r < rounds; ++r) {
+      RawResult raw = RawZmq(sink_ep, size, seconds);
+      PsResult ps = Shardps(*client, size, seconds, &ids);
+      push.push_back(ps.push_gbps);
+      pull.push_back(ps.pull_gbps);
+      pp.push_back(ps.pushpull_gbps);
+      rtt.push_back(ps.rtt_us);
+      raw_gbps.push_back(raw.gbps);
+      raw_rtt.push_back(raw.rtt_us);
+      push_ratio.push_back(ps.push_gbps / raw.gbps);
+      pull_ratio.push_back(ps.pull_gbps / raw.gbps);
+    }
     const char* label = size == 1024 ? "1 KB" : size == 65536 ? "64 KB" : size == (1u << 20) ? "1 MB" : "16 MB";
-    std::printf("%-8s | %9.3f %9.3f %9.3f %9.1f | %9.3f %9.1f | %5.0f%% %5.0f%%\n", label, ps.push_gbps,
-                ps.pull_gbps, ps.pushpull_gbps, ps.rtt_us, raw.gbps, raw.rtt_us, 100 * ps.push_gbps / raw.gbps,
-                100 * ps.pull_gbps / raw.gbps);
+    std::printf("%-8s | %9.3f %9.3f %9.3f %9.1f | %9.3f %9.1f | %5.0f%% %5.0f%%\n", label, median(push), median(pull),
+                median(pp), median(rtt), median(raw_gbps), median(raw_rtt), 100 * median(push_ratio),
+                100 * median(pull_ratio));
   }
   std::printf("\nsparse, 1000 random ids per request, 16 in flight:\n");
   for (uint32_t cols : {16u, 64u}) {
