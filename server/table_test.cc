@@ -203,3 +203,40 @@ TEST(ServerTable, ExportImportRoundTripKeepsParametersAndState) {
 
 }  // namespace
 }  // namespace shardps
+
+namespace shardps {
+namespace {
+
+TEST(ServerTable, FramesSentInPlaceKeepTheirValuesWhenAPushComesFirst) {
+  TableSpec s;
+  s.name = "big";
+  s.rows = 4096;
+  s.cols = 256;  // 4 MiB: 1 MiB partitions, sent in place
+  s.init = InitKind::kConstant;
+  s.init_a = 1.0f;
+  s.lr = 1.0f;
+  ServerTable t(s, 4, {0, 1, 2, 3});
+  std::vector<zmq::message_t> frames;
+  t.ReadRangeFrames(0, 4096, &frames);
+  ASSERT_EQ(frames.size(), 4u);  // one per partition, no copies
+  std::vector<float> g(4096 * 256, 0.25f);
+  t.ApplyRange(0, 4096, g.data(), 1.0f);  // while the frames are "being sent"
+  for (const auto& f : frames) {
+    const float* v = static_cast<const float*>(f.data());
+    for (size_t i = 0; i < f.size() / 4; i += 997) ASSERT_EQ(v[i], 1.0f);
+  }
+  std::vector<float> now(16);
+  t.ReadRange(100, 101, now.data());
+  EXPECT_EQ(now[0], 0.75f);
+  frames.clear();  // sent: the old arrays go
+  // Small segments are gathered into one copied frame.
+  TableSpec small = s;
+  small.rows = 64;
+  ServerTable u(small, 64, std::vector<uint32_t>([] { std::vector<uint32_t> v(64); for (uint32_t i = 0; i < 64; ++i) v[i] = i; return v; }()));
+  u.ReadRangeFrames(0, 64, &frames);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].size(), 64u * 256 * 4);
+}
+
+}  // namespace
+}  // namespace shardps
