@@ -225,7 +225,7 @@ TEST(ServerTable, FramesSentInPlaceKeepTheirValuesWhenAPushComesFirst) {
     const float* v = static_cast<const float*>(f.data());
     for (size_t i = 0; i < f.size() / 4; i += 997) ASSERT_EQ(v[i], 1.0f);
   }
-  std::vector<float> now(16);
+  std::vector<float> now(256);  // one row
   t.ReadRange(100, 101, now.data());
   EXPECT_EQ(now[0], 0.75f);
   frames.clear();  // sent: the old arrays go
