@@ -96,6 +96,23 @@ std::string LocalCluster::ServerEndpoint(int rank) {
   return std::regex_search(text, m, re) ? m[1].str() : "";
 }
 
+std::unique_ptr<Client> ConnectClient(const LocalCluster& c, ClientRole role, int rank) {
+  ClientOptions o;
+  o.coordinator = c.coordinator();
+  o.role = role;
+  o.rank = rank;
+  o.connect_timeout = std::chrono::seconds(60);
+  o.request_timeout = std::chrono::seconds(60);
+  o.heartbeat_interval = std::chrono::milliseconds(200);
+  std::unique_ptr<Client> client;
+  Status s = Client::Connect(o, &client);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cannot connect to %s: %s\n", c.coordinator().c_str(), s.ToString().c_str());
+    return nullptr;
+  }
+  return client;
+}
+
 std::string LocalCluster::Log(const std::string& name) const { return ReadFile(dir_ + "/" + name + ".log"); }
 
 void LocalCluster::KillServer(int rank, int sig) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "shardps/client.h"
 #include "shardps/status.h"
 
 namespace shardps::testing {
@@ -54,6 +55,10 @@ class LocalCluster {
   std::vector<std::string> logs_;
   bool own_dir_ = true;
 };
+
+// A client of `c` (timeouts of a minute, heartbeats every 200 ms); null,
+// with a test failure, if it cannot connect.
+std::unique_ptr<Client> ConnectClient(const LocalCluster& c, ClientRole role, int rank = -1);
 
 // Path of a built binary, from the environment meson sets (SHARDPS_<NAME>).
 std::string BinaryPath(const char* env_name);

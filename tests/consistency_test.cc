@@ -24,16 +24,8 @@ using testing::ClusterOptions;
 using testing::LocalCluster;
 
 std::unique_ptr<Client> Connect(const LocalCluster& c, ClientRole role, int rank = -1) {
-  ClientOptions o;
-  o.coordinator = c.coordinator();
-  o.role = role;
-  o.rank = rank;
-  o.connect_timeout = 60s;
-  o.request_timeout = 60s;
-  o.heartbeat_interval = 200ms;
-  std::unique_ptr<Client> client;
-  Status s = Client::Connect(o, &client);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  auto client = testing::ConnectClient(c, role, rank);
+  EXPECT_TRUE(client != nullptr);
   return client;
 }
 

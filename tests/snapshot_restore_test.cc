@@ -25,14 +25,8 @@ using testing::RunCommand;
 using testing::WaitFor;
 
 std::unique_ptr<Client> Connect(const LocalCluster& c, ClientRole role, int rank = -1) {
-  ClientOptions o;
-  o.coordinator = c.coordinator();
-  o.role = role;
-  o.rank = rank;
-  o.request_timeout = 60s;
-  std::unique_ptr<Client> client;
-  Status s = Client::Connect(o, &client);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  auto client = testing::ConnectClient(c, role, rank);
+  EXPECT_TRUE(client != nullptr);
   return client;
 }
 
