@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -23,6 +24,18 @@ pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log)
   if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&fa);
   return pid;
+}
+
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string SiblingServerDir() {
+  std::string p = SelfPath();
+  p = p.substr(0, p.rfind('/'));  // build/tools
+  return p.substr(0, p.rfind('/')) + "/server";
 }
 
 std::string WaitForFileLine(const std::string& path, double seconds) {

@@ -2,6 +2,8 @@
 
 #include "common/process.h"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -107,7 +109,7 @@ std::unique_ptr<Client> ConnectClient(const LocalCluster& c, ClientRole role, in
   std::unique_ptr<Client> client;
   Status s = Client::Connect(o, &client);
   if (!s.ok()) {
-    std::fprintf(stderr, "cannot connect to %s: %s\n", c.coordinator().c_str(), s.ToString().c_str());
+    ADD_FAILURE() << "cannot connect to " << c.coordinator() << ": " << s.ToString();
     return nullptr;
   }
   return client;

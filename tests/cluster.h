@@ -57,7 +57,7 @@ class LocalCluster {
 };
 
 // A client of `c` (timeouts of a minute, heartbeats every 200 ms); null,
-// with a test failure, if it cannot connect.
+// after recording a test failure that says why, if it cannot connect.
 std::unique_ptr<Client> ConnectClient(const LocalCluster& c, ClientRole role, int rank = -1);
 
 // Path of a built binary, from the environment meson sets (SHARDPS_<NAME>).

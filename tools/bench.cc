@@ -244,7 +244,6 @@ void ApplyVsMemcpy(double seconds, double* apply_gbps, double* memcpy_gbps) {
   *memcpy_gbps = reps * n * 4.0 / (Now() - t0) / 1e9;
 }
 
-std::string Dir(const std::string& p) { return p.substr(0, p.rfind('/')); }
 
 }  // namespace
 }  // namespace shardps
@@ -264,11 +263,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (!raw_sink.empty()) return RawSink(raw_sink);
   if (quick) seconds = 0.05, rounds = 1;
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) return 1;
-  self[len] = 0;
-  if (bin_dir.empty()) bin_dir = Dir(Dir(self)) + "/server";
+  const std::string self = SelfPath();
+  if (self.empty()) return 1;
+  if (bin_dir.empty()) bin_dir = SiblingServerDir();
   const std::string server = bin_dir + "/shardps-server", coord = bin_dir + "/shardps-coordinator";
   if (access(server.c_str(), X_OK) != 0 || access(coord.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "error: no shardps-server/shardps-coordinator in '%s' (use --bin-dir)\n", bin_dir.c_str());

@@ -105,13 +105,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "a 16 MiB model (checks that it works)");
   CLI11_PARSE(app, argc, argv);
   if (quick) mib = 16, repeats = 1;
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) return 1;
-  self[len] = 0;
-  std::string bin = self;
-  bin = bin.substr(0, bin.rfind('/'));
-  bin = bin.substr(0, bin.rfind('/')) + "/server";
+  const std::string bin = SiblingServerDir();
   if (dir.empty()) {
     char tmpl[] = "/tmp/shardps-snapbench-XXXXXX";
     if (!mkdtemp(tmpl)) return 1;
