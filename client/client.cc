@@ -524,6 +524,27 @@ class ClientImpl {
     return s;
   }
 
+  Status ClaimWork(uint64_t pool, uint64_t total, uint32_t max, WorkRange* out) {
+    *out = WorkRange{};
+    if (total == 0 || max == 0)
+      return Status::InvalidArgument("ClaimWork: total_units and max_units must be > 0");
+    flatbuffers::FlatBufferBuilder fbb;
+    auto body = wire::CreateWorkClaim(fbb, pool, total, max);
+    wire::Fields f;
+    f.type = wire::MsgType::ClaimWork;
+    zmq::message_t reply;
+    std::vector<uint64_t> scratch;
+    const wire::Header* h = nullptr;
+    Status s = CoordinatorCall(fbb, f, wire::Body::WorkClaim, body.Union(), opts_.request_timeout, &reply, &scratch, &h);
+    if (!s.ok()) return Status(s.code(), "claiming work from pool " + std::to_string(pool) + ": " + s.message());
+    if (h->row_end() < h->row_begin() || h->row_end() > total)
+      return Status::Internal("ClaimWork: the coordinator granted [" + std::to_string(h->row_begin()) + ", " +
+                              std::to_string(h->row_end()) + ") of a pool of " + std::to_string(total));
+    out->begin = h->row_begin();
+    out->end = h->row_end();
+    return Status::OK();
+  }
+
   Status Close() {
     if (closed_.exchange(true)) return Status::OK();
     Status s;
@@ -817,6 +838,9 @@ Request Client::Pull(const Table& t, std::span<const uint64_t> keys, std::span<f
 Status Client::Clock() { return impl_->ClockAsync().Wait(); }
 Request Client::ClockAsync() { return impl_->ClockAsync(); }
 Status Client::Barrier(std::chrono::milliseconds timeout) { return impl_->Barrier(timeout); }
+Status Client::ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out) {
+  return impl_->ClaimWork(pool, total_units, max_units, out);
+}
 int Client::rank() const { return impl_->rank_; }
 int64_t Client::clock() const { return impl_->clock_.load(); }
 Consistency Client::consistency() const {

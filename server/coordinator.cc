@@ -319,6 +319,49 @@ void Coordinator::HandleBarrier(const std::string& from, const wire::Header& h) 
   MaybeReleaseBarrier();
 }
 
+// Hands out consecutive units of a shared pool, each unit once. Near the
+// end the grants shrink (at most a 1/(2 x live workers) share of what is
+// left), so the last units spread over every worker instead of one.
+void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h) {
+  const wire::WorkClaim* c = h.body_as_WorkClaim();
+  if (!c) return ReplyError(from, h.request_id(), Status::BadMessage("ClaimWork without a WorkClaim body"));
+  if (c->total() == 0 || c->max() == 0)
+    return ReplyError(from, h.request_id(),
+                      Status::InvalidArgument("ClaimWork: a pool needs total > 0 units and max > 0 per claim (got total " +
+                                              std::to_string(c->total()) + ", max " + std::to_string(c->max()) + ")"));
+  auto it = work_pools_.find(c->pool());
+  if (it == work_pools_.end()) {
+    constexpr size_t kMaxPools = 4096;
+    if (work_pools_.size() >= kMaxPools) {
+      // Forget the oldest finished pool; a job that keeps more open is refused.
+      auto done = std::find_if(work_pools_.begin(), work_pools_.end(),
+                               [](const auto& p) { return p.second.next >= p.second.total; });
+      if (done == work_pools_.end())
+        return ReplyError(from, h.request_id(),
+                          Status::InvalidArgument("ClaimWork: more than " + std::to_string(kMaxPools) +
+                                                  " unfinished work pools"));
+      work_pools_.erase(done);
+    }
+    it = work_pools_.emplace(c->pool(), WorkPool{c->total(), 0}).first;
+  } else if (it->second.total != c->total()) {
+    return ReplyError(from, h.request_id(),
+                      Status::Conflict("ClaimWork: pool " + std::to_string(c->pool()) + " has " +
+                                       std::to_string(it->second.total) + " units, this claim says " +
+                                       std::to_string(c->total())));
+  }
+  WorkPool& p = it->second;
+  const uint64_t left = p.total - p.next;
+  const uint64_t live = std::max<uint64_t>(1, LiveWorkers().size());
+  const uint64_t share = std::max<uint64_t>(1, left / (2 * live));
+  const uint64_t n = std::min<uint64_t>({left, c->max(), share});
+  wire::Fields f;
+  f.request_id = h.request_id();
+  f.row_begin = p.next;
+  f.row_end = p.next + n;
+  p.next += n;
+  Reply(from, wire::EncodeSimple(fbb_, f));
+}
+
 void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
   if (frames.size() < 2) return;  // no identity + header: nothing to answer
   const std::string from = frames[0].to_string();
@@ -368,6 +411,8 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
       return HandleCreateTable(from, h);
     case wire::MsgType::Barrier:
       return HandleBarrier(from, h);
+    case wire::MsgType::ClaimWork:
+      return HandleClaimWork(from, h);
     case wire::MsgType::Leave: {
       const int r = h.rank();
       if (h.role() != wire::Role::Worker || r < 0 || r >= static_cast<int>(workers_.size()))

@@ -92,6 +92,7 @@ class Coordinator {
   void HandleRegister(const std::string& from, const wire::Header& h);
   void HandleCreateTable(const std::string& from, const wire::Header& h);
   void HandleBarrier(const std::string& from, const wire::Header& h);
+  void HandleClaimWork(const std::string& from, const wire::Header& h);
   void HandleAck(const std::string& from, const wire::Header& h);
   int ServerRankOf(const std::string& routing_id) const;
 
@@ -155,6 +156,12 @@ class Coordinator {
   std::set<uint32_t> map_waiting_;       // servers yet to acknowledge it
   uint64_t barrier_generation_ = 0;
   std::map<uint32_t, Waiter> barrier_arrived_;  // worker rank -> its request
+  // Shared work pools (ClaimWork): pool id -> units handed out so far.
+  struct WorkPool {
+    uint64_t total = 0;
+    uint64_t next = 0;
+  };
+  std::map<uint64_t, WorkPool> work_pools_;
   std::vector<PendingTable> pending_tables_;
 };
 

@@ -220,6 +220,15 @@ TEST_F(BadInputTest, CoordinatorRefusesGarbageAndBadTables) {
   body = wire::BuildTableSpec(fbb, t);
   ExpectError(Exchange(Frames(wire::Encode(fbb, f, wire::Body::TableSpec, body.Union())), &c),
               Code::kInvalidArgument, "cols must be > 0");
+  // Work claims: without their body, and for an empty pool.
+  fbb.Clear();
+  wire::Fields claim;
+  claim.type = wire::MsgType::ClaimWork;
+  ExpectError(Exchange(Frames(wire::EncodeSimple(fbb, claim)), &c), Code::kBadMessage, "without a WorkClaim body");
+  fbb.Clear();
+  auto wc = wire::CreateWorkClaim(fbb, 1, 0, 4);
+  ExpectError(Exchange(Frames(wire::Encode(fbb, claim, wire::Body::WorkClaim, wc.Union())), &c),
+              Code::kInvalidArgument, "total > 0");
 }
 
 TEST_F(BadInputTest, ClientRefusesBadArgumentsBeforeSending) {

@@ -2,8 +2,10 @@
 // loopback, real clients over ZeroMQ.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -389,6 +391,73 @@ lr = 0.1
   std::vector<float> v(16);
   ASSERT_TRUE(c->Pull(e, ids, v).Wait().ok());
   for (float x : v) EXPECT_EQ(x, 0.5f);
+}
+
+TEST_F(ClusterTest, AWorkPoolHandsEveryUnitToExactlyOneClaimer) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 2;
+  o.consistency = "bounded";
+  o.staleness = 2;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto a = Connect(cluster_, ClientRole::kWorker, 0);
+  auto b = Connect(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(a && b);
+  // Two workers drain pool 7 (1,000 units, at most 7 a claim) concurrently;
+  // the slower one (sleeping between claims) ends up with fewer units.
+  constexpr uint64_t kTotal = 1000;
+  std::vector<int> owner(kTotal, -1);
+  std::mutex mu;
+  std::atomic<int> overlaps{0};
+  std::vector<uint64_t> claimed(2, 0);
+  auto drain = [&](Client* c, int who, std::chrono::microseconds pause) {
+    for (;;) {
+      WorkRange r;
+      Status s = c->ClaimWork(7, kTotal, 7, &r);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      if (r.empty()) return;
+      ASSERT_LE(r.size(), 7u);
+      ASSERT_LE(r.end, kTotal);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (uint64_t u = r.begin; u < r.end; ++u) {
+          if (owner[u] != -1) ++overlaps;
+          owner[u] = who;
+        }
+        claimed[who] += r.size();
+      }
+      std::this_thread::sleep_for(pause);
+    }
+  };
+  std::thread ta(drain, a.get(), 0, 0us), tb(drain, b.get(), 1, 2000us);
+  ta.join();
+  tb.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0) << "every unit is handed out";
+  EXPECT_EQ(claimed[0] + claimed[1], kTotal);
+  // A used-up pool stays used up; another pool id is a fresh pool.
+  WorkRange r;
+  ASSERT_TRUE(a->ClaimWork(7, kTotal, 7, &r).ok());
+  EXPECT_TRUE(r.empty());
+  ASSERT_TRUE(b->ClaimWork(8, 3, 100, &r).ok());
+  EXPECT_EQ(r.begin, 0u);
+  EXPECT_GE(r.end, 1u);
+  const uint64_t first = r.end;
+  // A claim that disagrees about the pool's size is refused, and the pool is
+  // unchanged: the rest of pool 8 is still there.
+  Status s = a->ClaimWork(8, 4, 1, &r);
+  EXPECT_EQ(s.code(), Code::kConflict) << s.ToString();
+  EXPECT_NE(s.message().find("pool 8 has 3 units"), std::string::npos) << s.message();
+  uint64_t rest = 0;
+  for (;;) {
+    ASSERT_TRUE(a->ClaimWork(8, 3, 100, &r).ok());
+    if (r.empty()) break;
+    rest += r.size();
+  }
+  EXPECT_EQ(first + rest, 3u);
+  // Zero units or a zero claim size: refused before anything is sent.
+  EXPECT_EQ(a->ClaimWork(9, 0, 1, &r).code(), Code::kInvalidArgument);
+  EXPECT_EQ(a->ClaimWork(9, 5, 0, &r).code(), Code::kInvalidArgument);
 }
 
 TEST_F(ClusterTest, ARequestToAStoppedServerTimesOutNamingIt) {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <vector>
 
 #include "tests/cluster.h"
@@ -39,9 +41,11 @@ class TrainingTest : public ::testing::Test {
   void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
 
   // Runs `workers` shardps-worker processes against a fresh local cluster.
-  int Launch(int workers, const std::string& consistency, std::vector<std::string> worker_args, std::string* out) {
+  int Launch(int workers, const std::string& consistency, std::vector<std::string> worker_args, std::string* out,
+             int staleness = 0) {
     std::vector<std::string> argv = {BinaryPath("SHARDPS_LAUNCH"), "--servers", "2", "--workers", std::to_string(workers),
-                                     "--consistency", consistency, "--bin-dir", BinDir(), "--timeout", "400",
+                                     "--consistency", consistency, "--staleness", std::to_string(staleness),
+                                     "--bin-dir", BinDir(), "--timeout", "400",
                                      "--", BinaryPath("SHARDPS_WORKER"), "--coordinator", "{coordinator}",
                                      "--rank", "{rank}", "--device", "cpu", "--progress-sec", "5"};
     argv.insert(argv.end(), worker_args.begin(), worker_args.end());
@@ -82,6 +86,28 @@ TEST_F(TrainingTest, SynchronousTwoWorkersEqualOneProcessWithTheCombinedBatch) {
   double max_diff = 0;
   for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
   EXPECT_LE(max_diff, 1e-5);
+}
+
+// Bounded staleness with a straggler: the batches of each epoch come from a
+// pool shared through the coordinator, so the two workers together train
+// every batch exactly once, however the pool was split between them.
+TEST_F(TrainingTest, BoundedStalenessSharesEachEpochsBatchesWithAStraggler) {
+  std::string out;
+  int rc = Launch(2, "bounded",
+                  {"--model", "mlp", "--hidden", "32", "--epochs", "2", "--train-limit", "12800", "--test-limit", "1000",
+                   "--batch", "64", "--slowdown", "3", "--slow-rank", "1",
+                   "--min-accuracy", "0.6"},
+                  &out, 2);
+  ASSERT_EQ(rc, 0) << out;
+  // "worker R | finished 2 epochs in T s | N batches (M while ...".
+  std::regex line(R"(worker (\d) \| finished 2 epochs in [0-9.]+ s \| (\d+) batches \((\d+) while)");
+  std::map<int, long> batches;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it)
+    batches[std::stoi((*it)[1])] = std::stol((*it)[2]);
+  ASSERT_EQ(batches.size(), 2u) << out;
+  EXPECT_EQ(batches[0] + batches[1], 2 * 12800 / 64) << out;
+  EXPECT_GT(batches[0], 0);
+  EXPECT_GT(batches[1], 0);
 }
 
 TEST_F(TrainingTest, SparseLogisticRegressionLearnsTheClickModel) {

@@ -51,6 +51,9 @@ struct Options {
   double min_accuracy = -1;
   int eval_rank = 0;
   int max_steps = 0;  // per epoch, 0 = all
+  bool static_shards = false;  // bounded/async: own shard instead of the shared pool
+  int work_chunk = 8;          // batches per claim from the pool
+  int max_fill = 2;            // batches per clock trained while the next parameters are on their way
   // sparse-lr
   uint64_t examples = 1'000'000, id_space = 10'000'000;
   int ids_per_example = 20, eval_examples = 20000;
@@ -112,6 +115,20 @@ struct Progress {
     }
   }
 };
+
+// acc += g
+void AddTo(std::vector<float>& acc, const float* g) {
+  float* a = acc.data();
+  for (size_t i = 0, n = acc.size(); i < n; ++i) a[i] += g[i];
+}
+// g += acc; acc = 0
+void TakeFrom(std::vector<float>& acc, float* g) {
+  float* a = acc.data();
+  for (size_t i = 0, n = acc.size(); i < n; ++i) {
+    g[i] += a[i];
+    a[i] = 0.0f;
+  }
+}
 
 std::vector<int> ParseHidden(const std::string& s) {
   std::vector<int> out;
@@ -196,13 +213,34 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
     }
   };
 
-  const uint32_t shard = static_cast<uint32_t>(train.rows / world);
+  // Where the batches come from. Sync: rank i of N takes every N-th example
+  // of the epoch's permutation (its own shard; the N batches of step t are
+  // the one batch of a single process, which sync relies on). Bounded and
+  // async: the batches of the whole epoch form a work pool shared through
+  // the coordinator, claimed a few at a time, so a fast worker trains more
+  // of the epoch than a slow one (docs/worker.md, "Stragglers").
+  const bool pooled = ps.consistency() != Consistency::kSync && !o.static_shards;
+  const uint32_t shard = static_cast<uint32_t>(pooled ? train.rows : train.rows / world);
   int steps = static_cast<int>(shard / B);
-  if (o.max_steps > 0) steps = std::min(steps, o.max_steps);
+  if (o.max_steps > 0) steps = std::min(steps, o.max_steps * (pooled ? world : 1));
   if (steps == 0) {
     std::fprintf(stderr, "error: %u examples per worker is less than one batch of %d\n", shard, B);
     return 2;
   }
+  std::vector<uint32_t> order;
+  int next_step = 0;     // static: the next batch of this worker's shard
+  WorkRange grant;       // pooled: the claimed batches not trained yet
+  // The next batch of `epoch` (its position in the epoch), or -1 at its end.
+  auto next_batch = [&](int epoch) -> int {
+    if (!pooled) return next_step < steps ? next_step++ : -1;
+    if (grant.empty()) {
+      CHECK_OK(ps.ClaimWork(static_cast<uint64_t>(epoch), static_cast<uint64_t>(steps),
+                            static_cast<uint32_t>(o.work_chunk), &grant));
+      if (grant.empty()) return -1;
+    }
+    return static_cast<int>(grant.begin++);
+  };
+
   CsvLog csv(evaluator ? o.csv : "");
   Progress progress{o.progress_sec};
   const double t_start = Now();
@@ -212,12 +250,51 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   // only be parked, and the evaluator wants the end-of-epoch model.
   const bool prefetch_early = !o.late_prefetch && (ps.consistency() == Consistency::kAsync ||
                                                    (ps.consistency() == Consistency::kBounded && ps.staleness() >= 1));
+  // A straggler (--slowdown k): every step takes k times as long as this
+  // worker's own share of it: its compute and pushes plus the quickest pull
+  // it saw lately (what a pull costs when nobody holds it back).
+  const bool slowed = o.slowdown > 1.0 && (o.slow_rank < 0 || o.slow_rank == rank);
+  std::vector<double> recent_waits(32, 1e9);
+  size_t wait_i = 0;
+  long batches = 0, filled = 0;
+  int fills_this_clock = 0;
+  // Gradients of the batches trained while held back, not pushed yet, and
+  // where they are downloaded to (the push buffers may still be on the wire).
+  std::vector<std::vector<float>> accw(L), accb(L);
+  std::vector<HostBuffer> sw, sb;
+  for (int l = 0; l < L; ++l) {
+    sw.emplace_back(&dev, mlp.weight_size(l));
+    sb.emplace_back(&dev, mlp.bias_size(l));
+    accw[l].assign(mlp.weight_size(l), 0.0f);
+    accb[l].assign(mlp.bias_size(l), 0.0f);
+  }
+  int acc_batches = 0;
+  auto flush_acc = [&] {
+    if (acc_batches == 0) return;
+    wait_all(pushes, nullptr);
+    pushes.clear();
+    for (int l = 0; l < L; ++l) {
+      std::fill_n(gw[l].data(), gw[l].size(), 0.0f);
+      std::fill_n(gb[l].data(), gb[l].size(), 0.0f);
+      TakeFrom(accw[l], gw[l].data());
+      TakeFrom(accb[l], gb[l].data());
+      pushes.push_back(ps.Push(wt[l], std::span<const float>(gw[l].data(), gw[l].size())));
+      pushes.push_back(ps.Push(bt[l], std::span<const float>(gb[l].data(), gb[l].size())));
+    }
+    acc_batches = 0;
+  };
+  bool have_params = false;
+  int64_t stale = 0, last_min_clock = 0;
   Request tick;
   issue_pulls(false);
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
-    auto order = EpochShard(static_cast<uint32_t>(train.rows), rank, world, o.seed, epoch, !o.no_shuffle);
+    order = EpochShard(static_cast<uint32_t>(train.rows), pooled ? 0 : rank, pooled ? 1 : world, o.seed, epoch,
+                       !o.no_shuffle);
+    next_step = 0;
+    grant = WorkRange{};
     double epoch_loss = 0;
-    for (int step = 0; step < steps; ++step) {
+    int epoch_batches = 0;
+    for (int step; (step = next_batch(epoch)) >= 0;) {
       const double t0 = Now();
       for (int i = 0; i < B; ++i) {
         const uint32_t ex = order[static_cast<size_t>(step) * B + i];
@@ -226,48 +303,97 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       }
       dev.Upload(dx.data(), hx.data(), hx.size());
       dev.Upload(dy.data(), hy.data(), B);
-      int64_t min_clock = INT64_MAX;
-      const double w0 = Now();
-      wait_all(pulls, &min_clock);
-      const double waited = Now() - w0;
-      const int64_t stale = std::max<int64_t>(0, ps.clock() - min_clock);
-      for (int l = 0; l < L; ++l) {
-        dev.Upload(mlp.weight(l).data(), pw[l].data(), pw[l].size());
-        dev.Upload(mlp.bias(l).data(), pb[l].data(), pb[l].size());
-      }
       dev.Zero(dstats.data(), 2);
-      mlp.Forward(dx.data(), B);
-      const bool last_of_epoch = step + 1 == steps;
-      if (prefetch_early && !(evaluator && last_of_epoch)) {
-        // The parameters are on the device: fetch the next step's now, so
-        // they travel while backward runs and the gradients are pushed.
-        dev.Sync();
-        issue_pulls(true);
+      // Pooled: rather than idle while the staleness bound holds the next
+      // clock's parameters back (a slower worker is s clocks behind), train
+      // this batch on the parameters at hand, which the bound allowed
+      // for this clock. Its gradients are added to the next step's push: for
+      // SGD the same update as pushing them now, without the traffic and the
+      // server's work. Each such batch is one the slower workers do not have
+      // to train.
+      // Held back: as of the last pull, the slowest worker was too far behind
+      // for the bound to let this clock's pull through.
+      const bool held_back = ps.consistency() == Consistency::kBounded &&
+                             ps.clock() - static_cast<int64_t>(ps.staleness()) > last_min_clock;
+      const bool fill = pooled && have_params && held_back && fills_this_clock < o.max_fill &&
+                        std::any_of(pulls.begin(), pulls.end(), [](const Request& r) { return !r.Done(); });
+      double waited = 0;
+      if (fill) {
+        ++fills_this_clock;
+        ++filled;
+        mlp.Forward(dx.data(), B);
+        mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
+          dev.Download(sw[l].data(), mlp.grad_weight(l).data(), sw[l].size());
+          dev.Download(sb[l].data(), mlp.grad_bias(l).data(), sb[l].size());
+          AddTo(accw[l], sw[l].data());
+          AddTo(accb[l], sb[l].data());
+        });
+        ++acc_batches;
+      } else {
+        int64_t min_clock = INT64_MAX;
+        const double w0 = Now();
+        wait_all(pulls, &min_clock);
+        waited = Now() - w0;
+        recent_waits[wait_i++ % recent_waits.size()] = waited;
+        stale = std::max<int64_t>(0, ps.clock() - min_clock);
+        last_min_clock = min_clock;
+        for (int l = 0; l < L; ++l) {
+          dev.Upload(mlp.weight(l).data(), pw[l].data(), pw[l].size());
+          dev.Upload(mlp.bias(l).data(), pb[l].data(), pb[l].size());
+        }
+        have_params = true;
+        fills_this_clock = 0;
+        mlp.Forward(dx.data(), B);
+        const bool last_of_epoch = !pooled && step + 1 == steps;
+        if (prefetch_early && !(evaluator && last_of_epoch)) {
+          // The parameters are on the device: fetch the next step's now, so
+          // they travel while backward runs and the gradients are pushed.
+          dev.Sync();
+          issue_pulls(true);
+        }
+        wait_all(pushes, nullptr);  // the previous step's gradient buffers are free again
+        pushes.clear();
+        mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
+          dev.Download(gw[l].data(), mlp.grad_weight(l).data(), gw[l].size());
+          dev.Download(gb[l].data(), mlp.grad_bias(l).data(), gb[l].size());
+          if (acc_batches > 0) {
+            TakeFrom(accw[l], gw[l].data());
+            TakeFrom(accb[l], gb[l].data());
+          }
+          pushes.push_back(ps.Push(wt[l], std::span<const float>(gw[l].data(), gw[l].size())));
+          pushes.push_back(ps.Push(bt[l], std::span<const float>(gb[l].data(), gb[l].size())));
+        });
+        acc_batches = 0;
+        CHECK_OK(tick.Wait());  // the previous tick (long answered)
+        tick = ps.ClockAsync();
+        // Otherwise fetch now, after this step's pushes and tick: the servers
+        // answer when the model allows.
+        if (!prefetch_early || (evaluator && last_of_epoch)) issue_pulls(false);
       }
-      wait_all(pushes, nullptr);  // the previous step's gradient buffers are free again
-      pushes.clear();
-      mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
-        dev.Download(gw[l].data(), mlp.grad_weight(l).data(), gw[l].size());
-        dev.Download(gb[l].data(), mlp.grad_bias(l).data(), gb[l].size());
-        pushes.push_back(ps.Push(wt[l], std::span<const float>(gw[l].data(), gw[l].size())));
-        pushes.push_back(ps.Push(bt[l], std::span<const float>(gb[l].data(), gb[l].size())));
-      });
-      CHECK_OK(tick.Wait());  // the previous tick (long answered)
-      tick = ps.ClockAsync();
-      // Otherwise fetch now, after this step's pushes and tick: the servers
-      // answer when the model allows.
-      if (!prefetch_early || (evaluator && last_of_epoch)) issue_pulls(false);
       float stats[2];
       dev.Download(stats, dstats.data(), 2);
       const double loss = stats[0] / B;
       epoch_loss += loss;
-      // A straggler: its own work (not the time it waited for others) takes
-      // `slowdown` times as long.
-      if (o.slowdown > 1.0 && (o.slow_rank < 0 || o.slow_rank == rank))
-        std::this_thread::sleep_for(Sec((Now() - t0 - waited) * (o.slowdown - 1.0)));
+      ++epoch_batches;
+      ++batches;
+      if (slowed) {
+        const double own = Now() - t0 - waited;
+        const double pull = fill ? 0.0 : std::min(waited, *std::min_element(recent_waits.begin(), recent_waits.end()));
+        std::this_thread::sleep_for(Sec((own + pull) * (o.slowdown - 1.0)));
+      }
       progress.Step(rank, epoch, step + 1, steps, B, loss, stale);
     }
+    flush_acc();
     if (evaluator) {
+      if (pooled) {
+        // The outstanding prefetch may predate this worker's last pushes:
+        // read the end-of-epoch model afresh.
+        wait_all(pushes, nullptr);
+        pushes.clear();
+        int64_t ignored = INT64_MAX;
+        wait_all(pulls, &ignored);
+        issue_pulls(false);
+      }
       // Evaluate with the parameters of the prefetched pull: the model as of
       // the end of this epoch.
       int64_t mc = INT64_MAX;
@@ -288,11 +414,13 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       float st[2];
       dev.Download(st, es.data(), 2);
       final_acc = st[1] / test.rows;
+      const double mean_loss = epoch_loss / std::max(1, epoch_batches);
       std::printf("worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% | %.1f s\n", rank, epoch,
-                  epoch_loss / steps, 100.0 * final_acc, Now() - t_start);
+                  mean_loss, 100.0 * final_acc, Now() - t_start);
       std::fflush(stdout);
-      csv.Row(Now() - t_start, epoch, epoch_loss / steps, final_acc);
-      // The pulls were consumed: fetch again for the next step.
+      csv.Row(Now() - t_start, epoch, mean_loss, final_acc);
+      // The pulls were consumed: fetch again for the next step. (The model
+      // on the device is the one just evaluated: a fill batch may use it.)
       issue_pulls(false);
     }
   }
@@ -301,8 +429,9 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   int64_t mc = INT64_MAX;
   wait_all(pulls, &mc);
   const double secs = Now() - t_start;
-  std::printf("worker %d | finished %d epochs x %d steps in %.1f s | %.0f samples/s\n", rank, o.epochs, steps, secs,
-              static_cast<double>(progress.samples) / secs);
+  std::printf("worker %d | finished %d epochs in %.1f s | %ld batches (%ld while the next parameters were held back) | "
+              "%.0f samples/s\n",
+              rank, o.epochs, secs, batches, filled, static_cast<double>(progress.samples) / secs);
   if (!o.save_params.empty() && rank == o.eval_rank) {
     std::ofstream f(o.save_params, std::ios::binary | std::ios::trunc);
     for (int l = 0; l < L; ++l) {
@@ -458,7 +587,10 @@ int main(int argc, char** argv) {
   app.add_option("--save-params", o.save_params, "the evaluating worker writes the final parameters (float32) here");
   app.add_option("--min-accuracy", o.min_accuracy, "exit 3 if the final test accuracy is lower (0..1)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--eval-rank", o.eval_rank, "the worker that evaluates")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--max-steps", o.max_steps, "at most this many steps per epoch")->check(CLI::NonNegativeNumber);
+  app.add_option("--max-steps", o.max_steps, "at most this many steps per epoch (per worker)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--static-shards", o.static_shards, "bounded/async: train only this rank's shard, not batches claimed from the epoch's shared pool");
+  app.add_option("--work-chunk", o.work_chunk, "bounded/async: batches claimed from the pool at a time")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--max-fill", o.max_fill, "bounded/async: batches per clock trained on the current parameters while the next ones are held back (0: wait)")->check(CLI::Range(0, 1000))->capture_default_str();
   app.add_option("--examples", o.examples, "sparse-lr: training examples")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--id-space", o.id_space, "sparse-lr: feature ids")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--ids-per-example", o.ids_per_example, "sparse-lr: features per example")->check(CLI::Range(1, 10000))->capture_default_str();

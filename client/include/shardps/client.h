@@ -84,6 +84,14 @@ struct RowRange {
   uint64_t end = 0;
 };
 
+// Units [begin, end) of a shared work pool; empty when the pool is used up.
+struct WorkRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  bool empty() const { return begin >= end; }
+  uint64_t size() const { return empty() ? 0 : end - begin; }
+};
+
 namespace detail {
 struct Call;
 class ClientImpl;
@@ -152,6 +160,14 @@ class Client {
   Request ClockAsync();
   // Waits until every live worker reached the barrier. Workers only.
   Status Barrier(std::chrono::milliseconds timeout);
+  // Dynamic work sharing: claims up to `max_units` consecutive units of the
+  // job-wide pool `pool` (say, the batches of one epoch), which holds
+  // `total_units` units in all. The coordinator hands every unit to exactly
+  // one caller, so fast workers take more of the pool than slow ones; an
+  // empty range means the pool is used up. Every claimer of a pool must
+  // give the same total (Conflict otherwise). Units claimed by a process
+  // that dies are not handed out again.
+  Status ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out);
 
   int rank() const;         // worker rank (-1 for an observer)
   int64_t clock() const;    // iterations this worker finished
