@@ -12,6 +12,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <map>
+
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -80,7 +82,16 @@ zmq::message_t Borrow(const void* data, size_t size, const std::shared_ptr<Call>
 }  // namespace
 
 // Where the values of a pull reply go.
+// A PullView's received frames by the offset (in floats) of their rows in
+// the request. Written by the I/O thread before it completes the request's
+// part, read by the caller after Wait().
+struct PulledFrames {
+  std::map<uint64_t, std::vector<zmq::message_t>> parts;
+};
+
 struct Dest {
+  std::shared_ptr<PulledFrames> view;  // PullView: keep the frames here
+  uint64_t view_offset = 0;            // ... at this offset (floats)
   float* out = nullptr;             // contiguous: out[0 .. floats)
   uint64_t floats = 0;
   std::vector<uint32_t> positions;  // scattered: reply row i -> out row positions[i]
@@ -306,7 +317,7 @@ class ClientImpl {
   }
 
   shardps::Request RangeRequest(bool push, const Table& t, RowRange r, float* data, uint64_t floats,
-                               int64_t clock_ahead = 0) {
+                               int64_t clock_ahead = 0, std::shared_ptr<PulledFrames> view = nullptr) {
     std::shared_ptr<const ShardMap> map_ref;
     Status s = Resolve(t, &map_ref);
     if (!s.ok()) return shardps::Request(FailedCall(s));
@@ -366,6 +377,11 @@ class ClientImpl {
         o.dest.out = seg_data;
         o.dest.floats = seg_floats;
         o.dest.clocks = true;
+        if (view) {
+          o.dest.out = nullptr;
+          o.dest.view = view;
+          o.dest.view_offset = (sg.begin - r.begin) * cols;
+        }
       }
       EnqueueData(std::move(o), f, push ? seg_data : nullptr, seg_floats * 4, nullptr, 0, fbb);
     }
@@ -693,7 +709,18 @@ class ClientImpl {
     Pending p = std::move(it->second);
     pending_.erase(it);
     s = wire::ReplyStatus(h);
-    if (s.ok() && (p.dest.out != nullptr)) {
+    if (s.ok() && p.dest.view) {
+      uint64_t got = 0;
+      for (size_t i = 1; i < frames.size(); ++i) got += frames[i].size();
+      if (frames.size() < 2 || got != p.dest.floats * 4) {
+        s = Status::BadMessage(PeerName(from) + " answered a pull with " + std::to_string(got) +
+                               " bytes of values in " + std::to_string(frames.size() - 1) + " frames, expected " +
+                               std::to_string(p.dest.floats * 4));
+      } else {
+        auto& kept = p.dest.view->parts[p.dest.view_offset];
+        for (size_t i = 1; i < frames.size(); ++i) kept.push_back(std::move(frames[i]));
+      }
+    } else if (s.ok() && (p.dest.out != nullptr)) {
       const uint64_t want = p.dest.positions.empty()
                                 ? p.dest.floats * 4
                                 : static_cast<uint64_t>(p.dest.positions.size()) * p.dest.cols * 4;
@@ -831,6 +858,45 @@ Request Client::Prefetch(const Table& t, std::span<float> out) {
 Request Client::Pull(const Table& t, RowRange rows, std::span<float> out) {
   return impl_->RangeRequest(false, t, rows, out.data(), out.size());
 }
+Request Client::PullView(const Table& t, RowRange rows, PulledRows* out) {
+  out->frames_ = std::make_shared<detail::PulledFrames>();
+  // The size check of RangeRequest: the view will hold exactly the rows.
+  const uint64_t floats = rows.end > rows.begin ? (rows.end - rows.begin) * t.spec.cols : 0;
+  return impl_->RangeRequest(false, t, rows, nullptr, floats, 0, out->frames_);
+}
+Request Client::PullView(const Table& t, PulledRows* out) { return PullView(t, RowRange{0, t.spec.rows}, out); }
+
+PulledRows::PulledRows() = default;
+PulledRows::~PulledRows() = default;
+PulledRows::PulledRows(PulledRows&&) noexcept = default;
+PulledRows& PulledRows::operator=(PulledRows&&) noexcept = default;
+
+std::vector<std::span<const float>> PulledRows::pieces() const {
+  std::vector<std::span<const float>> out;
+  if (!frames_) return out;
+  for (const auto& [offset, frames] : frames_->parts)
+    for (const auto& f : frames) out.emplace_back(static_cast<const float*>(f.data()), f.size() / sizeof(float));
+  return out;
+}
+
+uint64_t PulledRows::floats() const {
+  uint64_t n = 0;
+  for (const auto& p : pieces()) n += p.size();
+  return n;
+}
+
+Status PulledRows::CopyTo(std::span<float> out) const {
+  if (out.size() != floats())
+    return Status::SizeMismatch("output array has " + std::to_string(out.size()) + " floats, the pulled rows " +
+                                std::to_string(floats()));
+  float* dst = out.data();
+  for (const auto& p : pieces()) {
+    std::memcpy(dst, p.data(), p.size_bytes());
+    dst += p.size();
+  }
+  return Status::OK();
+}
+
 Request Client::Pull(const Table& t, std::span<const uint64_t> keys, std::span<float> out) {
   return impl_->KeysRequest(false, t, keys, out.data(), out.size());
 }

@@ -1,10 +1,14 @@
 #include "common/process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <spawn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -47,6 +51,47 @@ std::string WaitForFileLine(const std::string& path, double seconds) {
     if (std::chrono::steady_clock::now() >= end) return "";
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+Status PinToCpus(const std::string& list) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("CPU list '" + list + "': " + why + " (expected e.g. 3, 0,2 or 0-3)");
+  };
+  if (list.empty()) return bad("empty");
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string item = list.substr(pos, comma - pos);
+    const size_t dash = item.find('-');
+    auto num = [&](const std::string& t, long* v) {
+      if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos || t.size() > 6) return false;
+      *v = std::stol(t);
+      return *v < CPU_SETSIZE;
+    };
+    long lo, hi;
+    if (dash == std::string::npos) {
+      if (!num(item, &lo)) return bad("'" + item + "' is not a CPU number");
+      hi = lo;
+    } else if (!num(item.substr(0, dash), &lo) || !num(item.substr(dash + 1), &hi) || hi < lo) {
+      return bad("'" + item + "' is not a CPU range");
+    }
+    for (long c = lo; c <= hi; ++c) CPU_SET(c, &set);
+    pos = comma + 1;
+  }
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set) && !CPU_ISSET(c, &allowed))
+        return Status::InvalidArgument("CPU list '" + list + "': CPU " + std::to_string(c) +
+                                       " is not available to this process (it may use " +
+                                       std::to_string(CPU_COUNT(&allowed)) + " CPUs)");
+  }
+  if (sched_setaffinity(0, sizeof(set), &set) != 0)
+    return Status::InvalidArgument("CPU list '" + list + "': sched_setaffinity failed: " + std::strerror(errno));
+  return Status::OK();
 }
 
 }  // namespace shardps

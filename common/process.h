@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "shardps/status.h"
+
 namespace shardps {
 
 // Starts argv[0] with `argv`, stdout and stderr into `log` (truncated).
@@ -17,6 +19,12 @@ std::string SelfPath();
 // Where the build puts shardps-server and shardps-coordinator, seen from a
 // program in another folder of the same build (build/tools -> build/server).
 std::string SiblingServerDir();
+
+// Pins the calling thread — and so every thread it starts afterwards, such
+// as a ZeroMQ context's I/O thread — to the CPUs of `list`: "3", "0,2",
+// "0-3,8". InvalidArgument for a malformed list or a CPU this process may
+// not use.
+Status PinToCpus(const std::string& list);
 
 // The first line of `path` once the file exists and has one, polling every
 // 10 ms for at most `seconds`; "" if it never did.

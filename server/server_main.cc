@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "common/net.h"
 #include "common/signals.h"
 #include "server/server.h"
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   app.add_option("--register-timeout-ms", reg_ms, "how long to wait for the coordinator at start")->check(CLI::Range(1, 86400000))->capture_default_str();
   int64_t delay_ms = 0;
   app.add_option("--snapshot-write-delay-ms", delay_ms, "(testing) wait this long before writing each snapshot")->check(CLI::Range(0, 3600000));
+  std::string cpus;
+  app.add_option("--cpus", cpus, "pin the server (its event loop and ZeroMQ I/O thread) to these CPUs, e.g. 3 or 0-1: a gradient is then applied in the cache it was received into");
   app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -40,6 +43,13 @@ int main(int argc, char** argv) {
   if (Status s = o.Validate(); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 2;
+  }
+  if (!cpus.empty()) {
+    // Before any thread starts: they all inherit it.
+    if (Status s = PinToCpus(cpus); !s.ok()) {
+      std::fprintf(stderr, "error: --cpus: %s\n", s.message().c_str());
+      return 2;
+    }
   }
   TuneAllocatorForLargeMessages();
   const auto& stop = InstallStopSignals();

@@ -16,19 +16,41 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
     : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)) {
   if (spec_.kind == TableKind::kDense) {
     dense_.resize(partitions);
-    std::vector<float> row(spec_.cols);
-    for (uint32_t p : owned) {
-      auto part = std::make_unique<DensePart>();
-      part->begin = PartitionRowBegin(p, spec_.rows, partitions);
-      part->end = PartitionRowBegin(p + 1, spec_.rows, partitions);
-      const uint64_t n = part->end - part->begin;
-      part->w = std::make_shared<FloatArray>(n * spec_.cols);
-      part->state.resize(n * state_width_);
-      if (initialize) {
-        for (uint64_t r = 0; r < n; ++r) InitRow(spec_, part->begin + r, part->w->data() + r * spec_.cols);
-        InitOptimizerState(spec_, part->state.data(), n);
+    std::vector<uint32_t> held(owned);
+    std::sort(held.begin(), held.end());
+    held.erase(std::unique(held.begin(), held.end()), held.end());
+    const size_t c = spec_.cols;
+    // Group runs of consecutive partitions into extents of <= kExtentBytes.
+    size_t i = 0;
+    while (i < held.size()) {
+      size_t j = i, floats = 0;
+      do {
+        const uint64_t n = PartitionRowBegin(held[j] + 1, spec_.rows, partitions) -
+                           PartitionRowBegin(held[j], spec_.rows, partitions);
+        if (j > i && (held[j] != held[j - 1] + 1 || (floats + n * c) * sizeof(float) > kExtentBytes)) break;
+        floats += n * c;
+        ++j;
+      } while (j < held.size());
+      auto ext = std::make_unique<Extent>();
+      ext->w = std::make_shared<FloatArray>(floats);
+      size_t off = 0;
+      for (size_t k = i; k < j; ++k) {
+        auto part = std::make_unique<DensePart>();
+        part->begin = PartitionRowBegin(held[k], spec_.rows, partitions);
+        part->end = PartitionRowBegin(held[k] + 1, spec_.rows, partitions);
+        const uint64_t n = part->end - part->begin;
+        part->ext = ext.get();
+        part->off = off;
+        off += n * c;
+        part->state.resize(n * state_width_);
+        if (initialize) {
+          for (uint64_t r = 0; r < n; ++r) InitRow(spec_, part->begin + r, part->w() + r * c);
+          InitOptimizerState(spec_, part->state.data(), n);
+        }
+        dense_[held[k]] = std::move(part);
       }
-      dense_[p] = std::move(part);
+      extents_.push_back(std::move(ext));
+      i = j;
     }
   } else {
     sparse_.resize(partitions);
@@ -92,7 +114,7 @@ void ServerTable::ForEachSegment(uint64_t begin, uint64_t end, Fn&& fn) const {
 void ServerTable::ReadRange(uint64_t begin, uint64_t end, float* out) const {
   const size_t c = spec_.cols;
   ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
-    std::memcpy(out + off * c, part.w->data() + first * c, n * c * sizeof(float));
+    std::memcpy(out + off * c, part.w() + first * c, n * c * sizeof(float));
   });
 }
 
@@ -103,7 +125,8 @@ void ReleaseRows(void*, void* hint) { delete static_cast<std::shared_ptr<FloatAr
 void ServerTable::Own(DensePart& part) {
   // Only the event loop adds references; ZeroMQ's thread only drops them.
   // So a count of 1 means no frame is using the rows, and none can start to.
-  if (part.w.use_count() > 1) part.w = std::make_shared<FloatArray>(*part.w);
+  Extent& e = *part.ext;
+  if (e.w.use_count() > 1) e.w = std::make_shared<FloatArray>(*e.w);
   std::atomic_thread_fence(std::memory_order_acquire);
 }
 
@@ -112,43 +135,47 @@ void ServerTable::ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq:
   // into one frame (a frame per tiny segment costs more than the copy).
   constexpr size_t kInPlaceBytes = 256 << 10;
   const size_t c = spec_.cols;
-  struct Seg {
-    DensePart* part;
-    uint64_t first, n;
+  // Runs of rows that are contiguous in one extent.
+  struct Run {
+    Extent* ext;
+    const float* ptr;
+    size_t floats;
   };
-  std::vector<Seg> small;
-  size_t small_bytes = 0;
-  auto flush = [&] {
-    if (small.empty()) return;
-    zmq::message_t m(small_bytes);
+  std::vector<Run> runs;
+  ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t) {
+    const float* p = part.w() + first * c;
+    if (!runs.empty() && runs.back().ext == part.ext && runs.back().ptr + runs.back().floats == p)
+      runs.back().floats += n * c;
+    else
+      runs.push_back({part.ext, p, n * c});
+  });
+  size_t i = 0;
+  while (i < runs.size()) {
+    if (runs[i].floats * sizeof(float) >= kInPlaceBytes) {
+      frames->emplace_back(const_cast<float*>(runs[i].ptr), runs[i].floats * sizeof(float), &ReleaseRows,
+                           new std::shared_ptr<FloatArray>(runs[i].ext->w));
+      ++i;
+      continue;
+    }
+    // Smaller runs in a row are copied into one frame (a frame per tiny run
+    // costs more than the copy).
+    size_t j = i, bytes = 0;
+    while (j < runs.size() && runs[j].floats * sizeof(float) < kInPlaceBytes) bytes += runs[j++].floats * sizeof(float);
+    zmq::message_t m(bytes);
     auto* dst = static_cast<uint8_t*>(m.data());
-    for (const auto& s : small) {
-      const size_t bytes = s.n * c * sizeof(float);
-      std::memcpy(dst, s.part->w->data() + s.first * c, bytes);
-      dst += bytes;
+    for (; i < j; ++i) {
+      std::memcpy(dst, runs[i].ptr, runs[i].floats * sizeof(float));
+      dst += runs[i].floats * sizeof(float);
     }
     frames->push_back(std::move(m));
-    small.clear();
-    small_bytes = 0;
-  };
-  ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t) {
-    const size_t bytes = n * c * sizeof(float);
-    if (bytes < kInPlaceBytes) {
-      small.push_back({&part, first, n});
-      small_bytes += bytes;
-      return;
-    }
-    flush();
-    frames->emplace_back(part.w->data() + first * c, bytes, &ReleaseRows, new std::shared_ptr<FloatArray>(part.w));
-  });
-  flush();
+  }
 }
 
 void ServerTable::ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale) {
   const size_t c = spec_.cols, sw = state_width_;
   ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
     Own(part);
-    ApplyOptimizer(spec_, part.w->data() + first * c, part.state.data() + first * sw,
+    ApplyOptimizer(spec_, part.w() + first * c, part.state.data() + first * sw,
                    g + off * c, n, scale);
   });
 }
@@ -158,7 +185,7 @@ void ServerTable::AccumulateRange(uint64_t begin, uint64_t end, const float* g) 
   dense_acc_dirty_ = true;
   ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
     if (part.acc.empty()) {
-      part.acc.resize(part.w->size());
+      part.acc.resize((part.end - part.begin) * c);
       part.touched.assign(part.end - part.begin, 0);
     }
     const float* src = g + off * c;
@@ -183,7 +210,7 @@ float* ServerTable::DenseRow(uint64_t row, float** state, bool write) const {
   if (write) Own(part);
   const uint64_t r = row - part.begin;
   *state = part.state.data() + r * state_width_;
-  return part.w->data() + r * spec_.cols;
+  return part.w() + r * spec_.cols;
 }
 
 float* ServerTable::SparseRow(uint64_t id) {
@@ -258,7 +285,7 @@ void ServerTable::ApplyAccumulated(float scale) {
         uint64_t s = r;
         while (r < rows && part.touched[r]) part.touched[r++] = 0;
         Own(part);
-        ApplyOptimizer(spec_, part.w->data() + s * c, part.state.data() + s * sw,
+        ApplyOptimizer(spec_, part.w() + s * c, part.state.data() + s * sw,
                        part.acc.data() + s * c, r - s, scale);
       }
     }
@@ -303,7 +330,7 @@ void ServerTable::ExportPartition(uint32_t table_id, uint32_t p, std::vector<sna
     d.values.resize(n * stride);
     for (uint64_t r = 0; r < n; ++r) {
       d.rows[r] = part.begin + r;
-      std::memcpy(&d.values[r * stride], part.w->data() + r * c, c * sizeof(float));
+      std::memcpy(&d.values[r * stride], part.w() + r * c, c * sizeof(float));
       if (sw) std::memcpy(&d.values[r * stride + c], &part.state[r * sw], sw * sizeof(float));
     }
   } else {

@@ -65,8 +65,9 @@ class ServerTable {
   // out: (end - begin) x cols / n x cols. Sparse rows are created if absent.
   void ReadRange(uint64_t begin, uint64_t end, float* out) const;
   // The same rows as frames that point into the table (no copy): one frame
-  // per partition segment, each holding a reference that keeps the rows as
-  // they were until ZeroMQ has sent them (a push meanwhile copies first).
+  // per extent the range touches (runs under 256 KiB are copied into one
+  // frame instead), each holding a reference that keeps the rows as they
+  // were until ZeroMQ has sent them (a push meanwhile copies first).
   void ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq::message_t>* frames) const;
   void ReadKeys(const uint64_t* keys, size_t n, float* out);
 
@@ -99,11 +100,20 @@ class ServerTable {
   }
 
  private:
+  // The parameters of a run of consecutive held partitions, in one array of
+  // at most kExtentBytes (a larger partition gets one of its own), so that a
+  // pull of the run goes out as one frame pointing into it. Shared with pull
+  // replies still being sent (zero-copy frames hold a reference); a write to
+  // a shared extent copies it first.
+  struct Extent {
+    std::shared_ptr<FloatArray> w;
+  };
+  static constexpr size_t kExtentBytes = 4 << 20;
   struct DensePart {
     uint64_t begin = 0, end = 0;  // rows
-    // Parameters are shared with pull replies still being sent (zero-copy
-    // frames hold a reference); a write to a shared array copies it first.
-    std::shared_ptr<FloatArray> w;
+    Extent* ext = nullptr;        // owned by extents_
+    size_t off = 0;               // first float of this partition in ext->w
+    float* w() const { return ext->w->data() + off; }
     FloatArray state;
     FloatArray acc;                // lazily allocated, synchronous mode
     std::vector<uint8_t> touched;  // per row: acc holds a sum
@@ -121,12 +131,13 @@ class ServerTable {
   DensePart& DenseOf(uint64_t row) const;
   float* SparseRow(uint64_t id);  // [w | state], created on first touch
   float* DenseRow(uint64_t row, float** state, bool write) const;
-  static void Own(DensePart& part);  // before writing: unshare the parameters
+  static void Own(DensePart& part);  // before writing: unshare the parameters (its whole extent)
 
   TableSpec spec_;
   uint32_t partitions_;
   size_t state_width_;
   std::vector<std::unique_ptr<DensePart>> dense_;    // by partition id; null if not held
+  std::vector<std::unique_ptr<Extent>> extents_;
   std::vector<std::unique_ptr<SparsePart>> sparse_;  // by partition id; null if not held
   // Sparse accumulator: key -> slot in acc_, in first-touch order.
   std::unordered_map<uint64_t, uint32_t> acc_index_;

@@ -210,17 +210,20 @@ namespace {
 TEST(ServerTable, FramesSentInPlaceKeepTheirValuesWhenAPushComesFirst) {
   TableSpec s;
   s.name = "big";
-  s.rows = 4096;
-  s.cols = 256;  // 4 MiB: 1 MiB partitions, sent in place
+  s.rows = 16384;
+  s.cols = 256;  // 16 MiB in 16 partitions of 1 MiB: four extents of 4 MiB
   s.init = InitKind::kConstant;
   s.init_a = 1.0f;
   s.lr = 1.0f;
-  ServerTable t(s, 4, {0, 1, 2, 3});
+  std::vector<uint32_t> all(16);
+  for (uint32_t i = 0; i < 16; ++i) all[i] = i;
+  ServerTable t(s, 16, all);
   std::vector<zmq::message_t> frames;
-  t.ReadRangeFrames(0, 4096, &frames);
-  ASSERT_EQ(frames.size(), 4u);  // one per partition, no copies
-  std::vector<float> g(4096 * 256, 0.25f);
-  t.ApplyRange(0, 4096, g.data(), 1.0f);  // while the frames are "being sent"
+  t.ReadRangeFrames(0, 16384, &frames);
+  ASSERT_EQ(frames.size(), 4u);  // one per extent, no copies
+  for (const auto& f : frames) EXPECT_EQ(f.size(), 4u << 20);
+  std::vector<float> g(16384 * 256, 0.25f);
+  t.ApplyRange(0, 16384, g.data(), 1.0f);  // while the frames are "being sent"
   for (const auto& f : frames) {
     const float* v = static_cast<const float*>(f.data());
     for (size_t i = 0; i < f.size() / 4; i += 997) ASSERT_EQ(v[i], 1.0f);
@@ -229,13 +232,34 @@ TEST(ServerTable, FramesSentInPlaceKeepTheirValuesWhenAPushComesFirst) {
   t.ReadRange(100, 101, now.data());
   EXPECT_EQ(now[0], 0.75f);
   frames.clear();  // sent: the old arrays go
-  // Small segments are gathered into one copied frame.
+  // A range inside one extent, across partitions: one frame of exactly it.
+  t.ReadRangeFrames(1000, 3000, &frames);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].size(), 2000u * 256 * 4);
+  EXPECT_EQ(static_cast<const float*>(frames[0].data())[0], 0.75f);
+  frames.clear();
+  // Partitions that are not neighbours never share an extent: of 4 (1 MiB
+  // each), 0, 1 and 3 are held: rows of 0-1 are one frame, 3 another.
+  TableSpec gap = s;
+  gap.rows = 4096;
+  ServerTable h(gap, 4, {3, 0, 1});
+  h.ReadRangeFrames(0, 2048, &frames);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].size(), 2u << 20);
+  frames.clear();
+  h.ReadRangeFrames(3072, 4096, &frames);
+  ASSERT_EQ(frames.size(), 1u);
+  frames.clear();
+  // Small runs are gathered into one copied frame.
   TableSpec small = s;
   small.rows = 64;
   ServerTable u(small, 64, std::vector<uint32_t>([] { std::vector<uint32_t> v(64); for (uint32_t i = 0; i < 64; ++i) v[i] = i; return v; }()));
   u.ReadRangeFrames(0, 64, &frames);
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].size(), 64u * 256 * 4);
+  std::vector<float> row(256);
+  u.ReadRange(63, 64, row.data());
+  EXPECT_EQ(row[255], 1.0f);
 }
 
 }  // namespace

@@ -261,6 +261,12 @@ TEST_F(BadInputTest, BadCommandLinesAreRefusedAtStart) {
   EXPECT_NE(testing::RunCommand({testing::BinaryPath("SHARDPS_SERVER"), "--coordinator", "tcp://127.0.0.1:1",
                                  "--bind", "nonsense://x"}, &out), 0);
   EXPECT_NE(out.find("cannot bind"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_SERVER"), "--coordinator", "tcp://127.0.0.1:1",
+                                 "--cpus", "0-x"}, &out), 2);
+  EXPECT_NE(out.find("'0-x' is not a CPU range"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_SERVER"), "--coordinator", "tcp://127.0.0.1:1",
+                                 "--cpus", "100000"}, &out), 2);
+  EXPECT_NE(out.find("--cpus"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -393,6 +393,41 @@ lr = 0.1
   for (float x : v) EXPECT_EQ(x, 0.5f);
 }
 
+TEST_F(ClusterTest, PullViewReadsTheRowsInTheBuffersTheyArrivedIn) {
+  ClusterOptions o;
+  o.servers = 3;
+  o.workers = 0;
+  o.consistency = "async";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto obs = Connect(cluster_, ClientRole::kObserver);
+  ASSERT_TRUE(obs);
+  Table w;
+  ASSERT_TRUE(obs->CreateTable(DenseSpec("w", 3000, 64), &w).ok());  // 750 KiB over 3 servers
+  std::vector<float> g(w.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 101) * 0.01f;
+  ASSERT_TRUE(obs->Push(w, g).Wait().ok());
+  std::vector<float> want(w.size());
+  ASSERT_TRUE(obs->Pull(w, want).Wait().ok());
+  PulledRows view;
+  ASSERT_TRUE(obs->PullView(w, &view).Wait().ok());
+  EXPECT_EQ(view.floats(), w.size());
+  auto pieces = view.pieces();
+  EXPECT_GE(pieces.size(), 3u);  // at least one per server, in row order
+  size_t at = 0;
+  for (const auto& p : pieces)
+    for (float v : p) ASSERT_EQ(v, want[at++]) << at;
+  EXPECT_EQ(at, want.size());
+  // A row range across two servers; CopyTo checks the size.
+  ASSERT_TRUE(obs->PullView(w, RowRange{900, 1100}, &view).Wait().ok());
+  std::vector<float> part(200 * 64);
+  ASSERT_TRUE(view.CopyTo(part).ok());
+  for (size_t i = 0; i < part.size(); ++i) ASSERT_EQ(part[i], want[900 * 64 + i]) << i;
+  std::vector<float> wrong(7);
+  EXPECT_EQ(view.CopyTo(wrong).code(), Code::kSizeMismatch);
+  // Bad ranges are refused like Pull's.
+  EXPECT_EQ(obs->PullView(w, RowRange{10, 3001}, &view).Wait().code(), Code::kOutOfRange);
+}
+
 TEST_F(ClusterTest, AWorkPoolHandsEveryUnitToExactlyOneClaimer) {
   ClusterOptions o;
   o.servers = 1;

@@ -124,6 +124,9 @@ TEST_F(TrainingTest, BadWorkerFlagsAreRefused) {
   EXPECT_NE(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--model", "resnet"}, &out), 0);
   EXPECT_NE(out.find("resnet"), std::string::npos) << out;
   EXPECT_NE(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--hidden", "12,x"}, &out, 30), 0);
+  EXPECT_NE(out.find("--hidden: 'x'"), std::string::npos) << out;
+  EXPECT_NE(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--max-fill", "-1"}, &out, 30), 0);
+  EXPECT_NE(out.find("--max-fill"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 //
 // Prints one table; see docs/performance.md for what each row means.
 #include <CLI/CLI.hpp>
+#include <sched.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -50,8 +51,12 @@ struct Child {
 };
 
 
+// Bytes in flight per stream (raw and shardps alike), in MiB.
+int window_mb = 64;
+
 // ---- raw ZeroMQ: a sink process that acknowledges every `batch`-th message.
-int RawSink(const std::string& endpoint_file) {
+int RawSink(const std::string& endpoint_file, const std::string& cpus) {
+  if (!cpus.empty() && !PinToCpus(cpus).ok()) return 1;
   zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::router);
   s.set(zmq::sockopt::rcvhwm, 0);
@@ -102,7 +107,7 @@ RawResult RawZmq(const std::string& endpoint, size_t size, double seconds) {
   wait_ack();  // connected and warm
   RawResult r;
   // Throughput: rounds of `window` messages, the last of each acknowledged.
-  const int window = std::max<int>(2, static_cast<int>(std::min<size_t>(64, (64u << 20) / size)));
+  const int window = std::max<int>(2, static_cast<int>(std::min<size_t>(64, (static_cast<size_t>(window_mb) << 20) / size)));
   uint64_t bytes = 0;
   double t0 = Now();
   while (Now() - t0 < seconds) {
@@ -124,7 +129,7 @@ RawResult RawZmq(const std::string& endpoint, size_t size, double seconds) {
 
 // ---- shardps through the client library.
 struct PsResult {
-  double push_gbps = 0, pull_gbps = 0, pushpull_gbps = 0, rtt_us = 0;
+  double push_gbps = 0, pull_gbps = 0, pull_copy_gbps = 0, pushpull_gbps = 0, rtt_us = 0;
 };
 
 template <typename MakeReq>
@@ -159,13 +164,18 @@ PsResult Shardps(Client& c, size_t size, double seconds, int* id) {
     std::exit(1);
   }
   (*id)++;
-  const int window = std::max<int>(2, static_cast<int>(std::min<size_t>(64, (64u << 20) / size)));
+  const int window = std::max<int>(2, static_cast<int>(std::min<size_t>(64, (static_cast<size_t>(window_mb) << 20) / size)));
   std::vector<float> g(t.size(), 1e-3f), out(t.size());
   (void)c.Pull(t, out).Wait();  // warm up
   PsResult r;
   r.push_gbps = Pipelined(window, seconds, size, [&] { return c.Push(t, g); });
-  // Pulls may land in one buffer: the bench measures transport, not use.
-  r.pull_gbps = Pipelined(window, seconds, size, [&] { return c.Pull(t, out); });
+  // Pulls into the received buffers (PullView), and into an array (Pull:
+  // one more copy, in the client's I/O thread). Pulls into an array may
+  // land in one buffer: the bench measures transport, not use.
+  std::vector<PulledRows> views(static_cast<size_t>(window) + 1);
+  size_t vi = 0;
+  r.pull_gbps = Pipelined(window, seconds, size, [&] { return c.PullView(t, &views[vi++ % views.size()]); });
+  r.pull_copy_gbps = Pipelined(window, seconds, size, [&] { return c.Pull(t, out); });
   bool flip = false;
   r.pushpull_gbps = Pipelined(window, seconds, size, [&] {
     flip = !flip;
@@ -258,10 +268,29 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "measuring time per figure")->check(CLI::Range(0.01, 60.0))->capture_default_str();
   int rounds = 3;
   app.add_option("--rounds", rounds, "dense sizes: rounds of raw and shardps, medians printed")->check(CLI::Range(1, 100))->capture_default_str();
+  std::vector<std::string> sizes_kb = {"1", "64", "1024", "16384"};
+  bool dense_only = false;
+  app.add_option("--sizes-kb", sizes_kb, "dense sizes to measure, in KiB")->delimiter(',')->check(CLI::Range(1, 1 << 18))->capture_default_str();
+  app.add_flag("--dense-only", dense_only, "skip the sparse, small-push and optimizer figures");
+  app.add_option("--window-mb", window_mb, "MiB in flight per stream (at least 2 messages, at most 64)")->check(CLI::Range(1, 4096))->capture_default_str();
+  std::string server_cpus;
+  app.add_option("--server-cpus", server_cpus, "pin the receivers, the server and the raw ZeroMQ sink alike, to these CPUs (shardps-server --cpus)");
   app.add_option("--bin-dir", bin_dir, "directory with shardps-server and shardps-coordinator");
   app.add_option("--raw-sink", raw_sink, "(internal) run as the raw ZeroMQ sink, writing its endpoint here");
   CLI11_PARSE(app, argc, argv);
-  if (!raw_sink.empty()) return RawSink(raw_sink);
+  if (!raw_sink.empty()) return RawSink(raw_sink, server_cpus);
+  if (!server_cpus.empty()) {
+    // Checked here, so that a bad list is refused before anything starts.
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
+      Status s = PinToCpus(server_cpus);
+      if (!s.ok()) {
+        std::fprintf(stderr, "error: --server-cpus: %s\n", s.message().c_str());
+        return 2;
+      }
+      sched_setaffinity(0, sizeof(mine), &mine);  // the bench itself is not pinned
+    }
+  }
   if (quick) seconds = 0.05, rounds = 1;
   const std::string self = SelfPath();
   if (self.empty()) return 1;
@@ -277,7 +306,9 @@ int main(int argc, char** argv) {
   const std::string dir = tmpl;
 
   Child sink;
-  sink.pid = SpawnProcess({self, "--raw-sink", dir + "/sink.endpoint"}, dir + "/sink.log");
+  std::vector<std::string> sink_argv = {self, "--raw-sink", dir + "/sink.endpoint"};
+  if (!server_cpus.empty()) sink_argv.insert(sink_argv.end(), {"--server-cpus", server_cpus});
+  sink.pid = SpawnProcess(sink_argv, dir + "/sink.log");
   const std::string sink_ep = WaitForFileLine(dir + "/sink.endpoint", 30);
   Child cproc, sproc;
   cproc.pid = SpawnProcess({coord, "--servers", "1", "--workers", "0", "--consistency", "async",
@@ -288,8 +319,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: helper processes did not start (logs in %s)\n", dir.c_str());
     return 1;
   }
-  sproc.pid = SpawnProcess({server, "--coordinator", coord_ep, "--log-level", "warn", "--max-request-mb", "64"},
-                    dir + "/server.log");
+  std::vector<std::string> server_argv = {server, "--coordinator", coord_ep, "--log-level", "warn", "--max-request-mb", "64"};
+  if (!server_cpus.empty()) server_argv.insert(server_argv.end(), {"--cpus", server_cpus});
+  sproc.pid = SpawnProcess(server_argv, dir + "/server.log");
   ClientOptions co;
   co.coordinator = coord_ep;
   co.role = ClientRole::kObserver;
@@ -300,12 +332,16 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("shardps-bench: 1 server process, 1 client process, loopback, %.2f s per figure, dense: median of %d rounds%s\n\n",
-              seconds, rounds, quick ? " (--quick: figures are not meaningful)" : "");
-  std::printf("%-8s | %9s %9s %9s %9s | %9s %9s | %6s %6s\n", "dense", "push", "pull", "push+pull", "rtt",
-              "raw zmq", "raw rtt", "push/", "pull/");
-  std::printf("%-8s | %9s %9s %9s %9s | %9s %9s | %6s %6s\n", "size", "GB/s", "GB/s", "GB/s", "us", "GB/s",
-              "us", "raw", "raw");
+  std::printf("shardps-bench: 1 server process, 1 client process, loopback, %.2f s per figure, dense: median of %d rounds, "
+              "%d MiB in flight%s%s%s\n\n",
+              seconds, rounds, window_mb, server_cpus.empty() ? "" : ", server and raw sink pinned to CPUs ",
+              server_cpus.c_str(), quick ? " (--quick: figures are not meaningful)" : "");
+  std::printf("%-8s | %9s %9s %9s %9s %9s | %9s %9s | %6s %6s %6s\n", "dense", "push", "pull", "pull into", "push+pull",
+              "rtt", "raw zmq", "raw rtt", "push/", "pull/", "pull");
+  std::printf("%-8s | %9s %9s %9s %9s %9s | %9s %9s | %6s %6s %6s\n", "size", "GB/s", "GB/s", "array", "GB/s", "us",
+              "GB/s", "us", "raw", "raw", "array/");
+  std::printf("%-8s | %9s %9s %9s %9s %9s | %9s %9s | %6s %6s %6s\n", "", "", "", "GB/s", "", "", "", "", "", "",
+              "raw");
   int ids = 0;
   // Each size is measured `rounds` times, raw and shardps one after the
   // other; the figures are medians, and each ratio is the median of the
@@ -314,13 +350,16 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  for (size_t size : {size_t{1} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
-    std::vector<double> push, pull, pp, rtt, raw_gbps, raw_rtt, push_ratio, pull_ratio;
+  for (const auto& kb : sizes_kb) {
+    const size_t size = std::stoul(kb) << 10;
+    std::vector<double> push, pull, pull_copy, pp, rtt, raw_gbps, raw_rtt, push_ratio, pull_ratio, copy_ratio;
     for (int r = 0; r < rounds; ++r) {
       RawResult raw = RawZmq(sink_ep, size, seconds);
       PsResult ps = Shardps(*client, size, seconds, &ids);
       push.push_back(ps.push_gbps);
       pull.push_back(ps.pull_gbps);
+      pull_copy.push_back(ps.pull_copy_gbps);
+      copy_ratio.push_back(ps.pull_copy_gbps / raw.gbps);
       pp.push_back(ps.pushpull_gbps);
       rtt.push_back(ps.rtt_us);
       raw_gbps.push_back(raw.gbps);
@@ -328,11 +367,13 @@ int main(int argc, char** argv) {
       push_ratio.push_back(ps.push_gbps / raw.gbps);
       pull_ratio.push_back(ps.pull_gbps / raw.gbps);
     }
-    const char* label = size == 1024 ? "1 KB" : size == 65536 ? "64 KB" : size == (1u << 20) ? "1 MB" : "16 MB";
-    std::printf("%-8s | %9.3f %9.3f %9.3f %9.1f | %9.3f %9.1f | %5.0f%% %5.0f%%\n", label, median(push), median(pull),
-                median(pp), median(rtt), median(raw_gbps), median(raw_rtt), 100 * median(push_ratio),
-                100 * median(pull_ratio));
+    const std::string label = size >= (1u << 20) && size % (1u << 20) == 0 ? std::to_string(size >> 20) + " MB"
+                                                                          : std::to_string(size >> 10) + " KB";
+    std::printf("%-8s | %9.3f %9.3f %9.3f %9.3f %9.1f | %9.3f %9.1f | %5.0f%% %5.0f%% %5.0f%%\n", label.c_str(), median(push),
+                median(pull), median(pull_copy), median(pp), median(rtt), median(raw_gbps), median(raw_rtt),
+                100 * median(push_ratio), 100 * median(pull_ratio), 100 * median(copy_ratio));
   }
+  if (dense_only) return 0;
   std::printf("\nsparse, 1000 random ids per request, 16 in flight:\n");
   for (uint32_t cols : {16u, 64u}) {
     double push = SparseRate(*client, true, cols, seconds), pull = SparseRate(*client, false, cols, seconds);

@@ -596,6 +596,7 @@ int main(int argc, char** argv) {
   app.add_option("--ids-per-example", o.ids_per_example, "sparse-lr: features per example")->check(CLI::Range(1, 10000))->capture_default_str();
   app.add_option("--eval-examples", o.eval_examples, "sparse-lr: test examples")->check(CLI::Range(1, 10000000))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (o.model == "mlp") (void)ParseHidden(o.hidden);  // a bad --hidden is refused before connecting
 
   TuneAllocatorForLargeMessages();
   openblas_set_num_threads(1);  // one core per worker; the servers need theirs

@@ -95,7 +95,30 @@ struct WorkRange {
 namespace detail {
 struct Call;
 class ClientImpl;
+struct PulledFrames;
 }  // namespace detail
+
+// The values of a pull left in the buffers they arrived in, with no copy
+// into an array of yours: contiguous pieces of rows, in row order. Read it
+// once the pull's Wait() returned OK; it stays valid until it is destroyed
+// or used for another pull.
+class Client;
+class PulledRows {
+ public:
+  PulledRows();
+  ~PulledRows();
+  PulledRows(PulledRows&&) noexcept;
+  PulledRows& operator=(PulledRows&&) noexcept;
+  // The pieces, in row order; together rows x cols floats.
+  std::vector<std::span<const float>> pieces() const;
+  uint64_t floats() const;
+  // Copies everything into `out` (out.size() must be floats()).
+  Status CopyTo(std::span<float> out) const;
+
+ private:
+  friend class Client;
+  std::shared_ptr<detail::PulledFrames> frames_;
+};
 
 // An outstanding push, pull or tick. A default-constructed Request is
 // complete and OK.
@@ -143,6 +166,12 @@ class Client {
   Request Pull(const Table& t, std::span<float> out);
   Request Pull(const Table& t, RowRange rows, std::span<float> out);
   Request Pull(const Table& t, std::span<const uint64_t> keys, std::span<float> out);
+  // Like Pull of a row range / the whole dense table, but the values stay in
+  // the buffers they were received in (`out`), saving the copy into an
+  // array: what a trainer that uploads parameters to a device, or reads them
+  // once, wants for large tables.
+  Request PullView(const Table& t, RowRange rows, PulledRows* out);
+  Request PullView(const Table& t, PulledRows* out);
   // The whole dense table as the *next* iteration (clock() + 1) may read it,
   // issued before this iteration's pushes so that it travels while the
   // caller computes. Under bounded staleness s >= 1 and async the servers
