@@ -335,7 +335,7 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
     if (work_pools_.size() >= kMaxPools) {
       // Forget the oldest finished pool; a job that keeps more open is refused.
       auto done = std::find_if(work_pools_.begin(), work_pools_.end(),
-                               [](const auto& p) { return p.second.next >= p.second.total; });
+                               [](const auto& p) { return p.second.used_up(); });
       if (done == work_pools_.end())
         return ReplyError(from, h.request_id(),
                           Status::InvalidArgument("ClaimWork: more than " + std::to_string(kMaxPools) +
@@ -350,16 +350,47 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
                                        std::to_string(c->total())));
   }
   WorkPool& p = it->second;
-  const uint64_t left = p.total - p.next;
-  const uint64_t live = std::max<uint64_t>(1, LiveWorkers().size());
-  const uint64_t share = std::max<uint64_t>(1, left / (2 * live));
-  const uint64_t n = std::min<uint64_t>({left, c->max(), share});
+  uint64_t begin, end;
+  if (!p.returned.empty()) {
+    // A dead worker's last grant first, at most `max` of it.
+    auto& r = p.returned.front();
+    begin = r.first;
+    end = std::min<uint64_t>(r.second, r.first + c->max());
+    r.first = end;
+    if (r.first >= r.second) p.returned.pop_front();
+  } else {
+    const uint64_t left = p.total - p.next;
+    const uint64_t live = std::max<uint64_t>(1, LiveWorkers().size());
+    const uint64_t share = std::max<uint64_t>(1, left / (2 * live));
+    begin = p.next;
+    end = p.next + std::min<uint64_t>({left, c->max(), share});
+    p.next = end;
+  }
+  const int rank = h.rank();
+  if (h.role() == wire::Role::Worker && rank >= 0 && rank < static_cast<int>(workers_.size())) {
+    if (begin < end)
+      p.last[static_cast<uint32_t>(rank)] = {begin, end};
+    else
+      p.last.erase(static_cast<uint32_t>(rank));
+  }
   wire::Fields f;
   f.request_id = h.request_id();
-  f.row_begin = p.next;
-  f.row_end = p.next + n;
-  p.next += n;
+  f.row_begin = begin;
+  f.row_end = end;
   Reply(from, wire::EncodeSimple(fbb_, f));
+}
+
+void Coordinator::ForgetWorkOf(uint32_t rank, bool dead) {
+  for (auto& [id, pool] : work_pools_) {
+    auto it = pool.last.find(rank);
+    if (it == pool.last.end()) continue;
+    if (dead) {
+      LOG_INFO << "work pool " << id << ": units [" << it->second.first << ", " << it->second.second
+               << ") of dead worker " << rank << " go to the others";
+      pool.returned.push_back(it->second);
+    }
+    pool.last.erase(it);
+  }
 }
 
 void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
@@ -423,6 +454,7 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
       if (workers_[r].state == WorkerState::kAlive || workers_[r].state == WorkerState::kPending) {
         workers_[r].state = WorkerState::kLeft;
         LOG_INFO << "worker " << r << " left";
+        ForgetWorkOf(static_cast<uint32_t>(r), false);
         MembershipChanged();
       }
       return;
@@ -471,6 +503,7 @@ void Coordinator::CheckTimeouts() {
       w.state = WorkerState::kDead;
       LOG_WARN << "worker " << r << " silent for more than " << opts_.heartbeat_timeout.count()
                << " ms: declared dead";
+      ForgetWorkOf(r, true);
       changed = true;
     } else if (w.state == WorkerState::kPending && now - start_ > opts_.join_timeout) {
       w.state = WorkerState::kDead;

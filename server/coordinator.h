@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -156,12 +157,21 @@ class Coordinator {
   std::set<uint32_t> map_waiting_;       // servers yet to acknowledge it
   uint64_t barrier_generation_ = 0;
   std::map<uint32_t, Waiter> barrier_arrived_;  // worker rank -> its request
-  // Shared work pools (ClaimWork): pool id -> units handed out so far.
+  // Shared work pools (ClaimWork), by pool id. Units [next, total) were never
+  // handed out; `returned` holds the last grants of workers that died (a
+  // worker claims again only when it finished its grant, so only the last
+  // one can be unfinished), handed out again first.
   struct WorkPool {
     uint64_t total = 0;
     uint64_t next = 0;
+    std::map<uint32_t, std::pair<uint64_t, uint64_t>> last;  // worker rank -> its last grant
+    std::deque<std::pair<uint64_t, uint64_t>> returned;
+    bool used_up() const { return next >= total && returned.empty(); }
   };
   std::map<uint64_t, WorkPool> work_pools_;
+  // A worker died: its last grant of every pool goes back (dead = true), or
+  // it left: its grants are done (dead = false).
+  void ForgetWorkOf(uint32_t rank, bool dead);
   std::vector<PendingTable> pending_tables_;
 };
 

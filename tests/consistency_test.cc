@@ -495,6 +495,70 @@ TEST_F(ClusterTest, AWorkPoolHandsEveryUnitToExactlyOneClaimer) {
   EXPECT_EQ(a->ClaimWork(9, 5, 0, &r).code(), Code::kInvalidArgument);
 }
 
+TEST_F(ClusterTest, ADeadWorkersLastClaimGoesToTheOthersAndALeavingWorkersDoesNot) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 3;
+  o.consistency = "async";
+  o.heartbeat_timeout_ms = 1500;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  // Worker 2 claims units of pool 3 and leaves cleanly; then worker 1 (a
+  // child process) claims and dies without leaving.
+  WorkRange left;
+  {
+    auto leaver = Connect(cluster_, ClientRole::kWorker, 2);
+    ASSERT_TRUE(leaver);
+    ASSERT_TRUE(leaver->ClaimWork(3, 100, 10, &left).ok());
+    ASSERT_FALSE(left.empty());
+    ASSERT_TRUE(leaver->Close().ok());
+  }  // its ZeroMQ context and threads are gone before the fork
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    ClientOptions co;
+    co.coordinator = cluster_.coordinator();
+    co.role = ClientRole::kWorker;
+    co.rank = 1;
+    std::unique_ptr<Client> c;
+    WorkRange r;
+    uint64_t out[2] = {0, 0};
+    if (Client::Connect(co, &c).ok() && c->ClaimWork(3, 100, 10, &r).ok()) out[0] = r.begin, out[1] = r.end;
+    (void)!write(fds[1], out, sizeof(out));
+    _exit(0);  // no Leave: to the coordinator this worker just goes silent
+  }
+  close(fds[1]);
+  uint64_t dead[2] = {0, 0};
+  ASSERT_EQ(read(fds[0], dead, sizeof(dead)), static_cast<ssize_t>(sizeof(dead)));
+  close(fds[0]);
+  int st;
+  waitpid(child, &st, 0);
+  ASSERT_LT(dead[0], dead[1]) << "the child could not claim";
+  // Once worker 1 is declared dead, worker 0 is handed its claim again
+  // first, then the rest; worker 2's finished claim is not handed out again.
+  ASSERT_TRUE(testing::WaitFor([&] { return cluster_.Log("coordinator").find("worker 1 silent") != std::string::npos; },
+                               30s))
+      << "worker 1 was never declared dead";
+  auto c = Connect(cluster_, ClientRole::kWorker, 0);
+  ASSERT_TRUE(c);
+  WorkRange r;
+  ASSERT_TRUE(c->ClaimWork(3, 100, 100, &r).ok());
+  EXPECT_EQ(r.begin, dead[0]);
+  EXPECT_EQ(r.end, dead[1]);
+  std::vector<int> seen(100, 0);
+  for (uint64_t u = dead[0]; u < dead[1]; ++u) ++seen[u];
+  for (uint64_t u = left.begin; u < left.end; ++u) ++seen[u];
+  for (;;) {
+    ASSERT_TRUE(c->ClaimWork(3, 100, 100, &r).ok());
+    if (r.empty()) break;
+    for (uint64_t u = r.begin; u < r.end; ++u) ++seen[u];
+  }
+  for (int u = 0; u < 100; ++u) EXPECT_EQ(seen[u], 1) << "unit " << u;
+  EXPECT_NE(cluster_.Log("coordinator").find("of dead worker 1 go to the others"), std::string::npos);
+}
+
 TEST_F(ClusterTest, ARequestToAStoppedServerTimesOutNamingIt) {
   ClusterOptions o;
   o.servers = 2;

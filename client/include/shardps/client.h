@@ -194,8 +194,10 @@ class Client {
   // `total_units` units in all. The coordinator hands every unit to exactly
   // one caller, so fast workers take more of the pool than slow ones; an
   // empty range means the pool is used up. Every claimer of a pool must
-  // give the same total (Conflict otherwise). Units claimed by a process
-  // that dies are not handed out again.
+  // give the same total (Conflict otherwise). A worker's claim means it
+  // finished its previous grant of that pool; if it is declared dead, its
+  // last grant is handed out again (first) — at least once, not exactly
+  // once, for those units. A worker that leaves (Close) finished its grants.
   Status ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out);
 
   int rank() const;         // worker rank (-1 for an observer)
