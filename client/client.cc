@@ -169,9 +169,14 @@ class ClientImpl {
 
   // A request to the coordinator with one header frame; waits for its reply.
   // On OK, *h is the reply header (pointing into *reply or *scratch).
+  // A coordinator's reply: the message and its parsed header.
+  struct CoordReply {
+    zmq::message_t msg;
+    std::vector<uint64_t> scratch;
+    const wire::Header* h = nullptr;
+  };
   Status CoordinatorCall(flatbuffers::FlatBufferBuilder& fbb, wire::Fields f, wire::Body body_type,
-                         flatbuffers::Offset<void> body, Millis timeout, zmq::message_t* reply,
-                         std::vector<uint64_t>* scratch, const wire::Header** h) {
+                         flatbuffers::Offset<void> body, Millis timeout, CoordReply* r) {
     auto call = std::make_shared<Call>();
     call->parts_left = 1;
     call->op = "coordinator request";
@@ -187,8 +192,8 @@ class ClientImpl {
     Enqueue(std::move(o));
     Status s = Request(call).Wait(timeout + Millis(1000));
     if (!s.ok()) return s;
-    *reply = std::move(call->reply);
-    return wire::ParseHeader(*reply, *scratch, h);
+    r->msg = std::move(call->reply);
+    return wire::ParseHeader(r->msg, r->scratch, &r->h);
   }
 
   wire::Role role_wire() const {
@@ -201,17 +206,15 @@ class ClientImpl {
         fbb, role_wire(), opts_.role == ClientRole::kWorker ? opts_.rank : -1);
     wire::Fields f;
     f.type = wire::MsgType::Register;
-    zmq::message_t reply;
-    std::vector<uint64_t> scratch;
-    const wire::Header* h = nullptr;
-    Status s = CoordinatorCall(fbb, f, wire::Body::RegisterRequest, req.Union(), opts_.connect_timeout, &reply, &scratch, &h);
+    CoordReply reply;
+    Status s = CoordinatorCall(fbb, f, wire::Body::RegisterRequest, req.Union(), opts_.connect_timeout, &reply);
     if (!s.ok()) {
       if (s.code() == Code::kTimeout)
         return Status::Timeout("no answer from coordinator " + opts_.coordinator + " within " +
                                std::to_string(opts_.connect_timeout.count()) + " ms");
       return Status(s.code(), "registration refused: " + s.message());
     }
-    if (opts_.role == ClientRole::kWorker) rank_ = h->rank();
+    if (opts_.role == ClientRole::kWorker) rank_ = reply.h->rank();
     return Status::OK();
   }
 
@@ -219,10 +222,8 @@ class ClientImpl {
     flatbuffers::FlatBufferBuilder fbb;
     wire::Fields f;
     f.type = wire::MsgType::GetCluster;
-    zmq::message_t reply;
-    std::vector<uint64_t> scratch;
-    const wire::Header* h = nullptr;
-    Status s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, timeout, &reply, &scratch, &h);
+    CoordReply reply;
+    Status s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, timeout, &reply);
     if (!s.ok()) {
       if (s.code() == Code::kTimeout)
         return Status::Timeout("the cluster did not become ready (every server registered and holding the map) within " +
@@ -230,7 +231,7 @@ class ClientImpl {
       return s;
     }
     ClusterView v;
-    s = wire::DecodeCluster(h->body_as_ClusterInfo(), &v);
+    s = wire::DecodeCluster(reply.h->body_as_ClusterInfo(), &v);
     if (!s.ok()) return s;
     bool connect = false;
     {
@@ -287,13 +288,11 @@ class ClientImpl {
     auto body = wire::BuildTableSpec(fbb, spec);
     wire::Fields f;
     f.type = wire::MsgType::CreateTable;
-    zmq::message_t reply;
-    std::vector<uint64_t> scratch;
-    const wire::Header* h = nullptr;
-    s = CoordinatorCall(fbb, f, wire::Body::TableSpec, body.Union(), opts_.request_timeout, &reply, &scratch, &h);
+    CoordReply reply;
+    s = CoordinatorCall(fbb, f, wire::Body::TableSpec, body.Union(), opts_.request_timeout, &reply);
     if (!s.ok()) return s;
     TableSpec t;
-    s = wire::DecodeTableSpec(h->body_as_TableSpec(), &t);
+    s = wire::DecodeTableSpec(reply.h->body_as_TableSpec(), &t);
     if (!s.ok()) return s;
     {
       std::lock_guard<std::mutex> lock(vmu_);
@@ -530,10 +529,8 @@ class ClientImpl {
     auto body = wire::CreateBarrierRequest(fbb, barrier_gen_++);
     wire::Fields f;
     f.type = wire::MsgType::Barrier;
-    zmq::message_t reply;
-    std::vector<uint64_t> scratch;
-    const wire::Header* h = nullptr;
-    Status s = CoordinatorCall(fbb, f, wire::Body::BarrierRequest, body.Union(), timeout, &reply, &scratch, &h);
+    CoordReply reply;
+    Status s = CoordinatorCall(fbb, f, wire::Body::BarrierRequest, body.Union(), timeout, &reply);
     if (s.code() == Code::kTimeout)
       return Status::Timeout("barrier: not every live worker arrived within " +
                              std::to_string(timeout.count()) + " ms");
@@ -548,16 +545,14 @@ class ClientImpl {
     auto body = wire::CreateWorkClaim(fbb, pool, total, max);
     wire::Fields f;
     f.type = wire::MsgType::ClaimWork;
-    zmq::message_t reply;
-    std::vector<uint64_t> scratch;
-    const wire::Header* h = nullptr;
-    Status s = CoordinatorCall(fbb, f, wire::Body::WorkClaim, body.Union(), opts_.request_timeout, &reply, &scratch, &h);
+    CoordReply reply;
+    Status s = CoordinatorCall(fbb, f, wire::Body::WorkClaim, body.Union(), opts_.request_timeout, &reply);
     if (!s.ok()) return Status(s.code(), "claiming work from pool " + std::to_string(pool) + ": " + s.message());
-    if (h->row_end() < h->row_begin() || h->row_end() > total)
-      return Status::Internal("ClaimWork: the coordinator granted [" + std::to_string(h->row_begin()) + ", " +
-                              std::to_string(h->row_end()) + ") of a pool of " + std::to_string(total));
-    out->begin = h->row_begin();
-    out->end = h->row_end();
+    if (reply.h->row_end() < reply.h->row_begin() || reply.h->row_end() > total)
+      return Status::Internal("ClaimWork: the coordinator granted [" + std::to_string(reply.h->row_begin()) + ", " +
+                              std::to_string(reply.h->row_end()) + ") of a pool of " + std::to_string(total));
+    out->begin = reply.h->row_begin();
+    out->end = reply.h->row_end();
     return Status::OK();
   }
 
@@ -568,10 +563,8 @@ class ClientImpl {
       flatbuffers::FlatBufferBuilder fbb;
       wire::Fields f;
       f.type = wire::MsgType::Leave;
-      zmq::message_t reply;
-      std::vector<uint64_t> scratch;
-      const wire::Header* h = nullptr;
-      s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, std::min(opts_.request_timeout, Millis(10000)), &reply, &scratch, &h);
+      CoordReply reply;
+      s = CoordinatorCall(fbb, f, wire::Body::NONE, {}, std::min(opts_.request_timeout, Millis(10000)), &reply);
       if (!s.ok()) s = Status(s.code(), "leaving the job: " + s.message());
     }
     Stop();
