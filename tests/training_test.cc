@@ -117,6 +117,14 @@ TEST_F(TrainingTest, SparseLogisticRegressionLearnsTheClickModel) {
                    "--lr", "0.1", "--epochs", "1", "--batch", "100", "--eval-examples", "5000", "--min-accuracy", "0.6"},
                   &out);
   ASSERT_EQ(rc, 0) << out;
+  // Async: the two workers shared the stream's 400 batches through the pool.
+  std::regex line(R"(worker (\d) \| finished in [0-9.]+ s \| (\d+) batches)");
+  long total = 0;
+  int workers = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it, ++workers)
+    total += std::stol((*it)[2]);
+  EXPECT_EQ(workers, 2) << out;
+  EXPECT_EQ(total, 40000 / 100) << out;
 }
 
 TEST_F(TrainingTest, BadWorkerFlagsAreRefused) {

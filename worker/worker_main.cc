@@ -472,10 +472,24 @@ int RunSparseLr(const Options& o, Client& ps) {
   const uint64_t kBias = ~0ull;
   const float feature_scale = 1.0f / std::sqrt(static_cast<float>(o.ids_per_example));
 
-  // This worker's examples: indices rank, rank + world, ...
+  // Sync: this worker's examples are indices rank, rank + world, ...
+  // Bounded and async: batches of the whole stream claimed from the epoch's
+  // shared pool, as for the dense models.
+  const bool pooled = ps.consistency() != Consistency::kSync && !o.static_shards;
   const uint64_t mine = (o.examples - static_cast<uint64_t>(rank) + world - 1) / world;
-  int steps = static_cast<int>(std::min<uint64_t>(o.examples / world, mine) / o.batch);
-  if (o.max_steps > 0) steps = std::min(steps, o.max_steps);
+  int steps = static_cast<int>(pooled ? o.examples / o.batch : std::min<uint64_t>(o.examples / world, mine) / o.batch);
+  if (o.max_steps > 0) steps = std::min(steps, o.max_steps * (pooled ? world : 1));
+  int next_step = 0;
+  WorkRange grant;
+  auto next_batch = [&](int epoch) -> int {
+    if (!pooled) return next_step < steps ? next_step++ : -1;
+    if (grant.empty()) {
+      CHECK_OK(ps.ClaimWork(static_cast<uint64_t>(epoch), static_cast<uint64_t>(steps),
+                            static_cast<uint32_t>(o.work_chunk), &grant));
+      if (grant.empty()) return -1;
+    }
+    return static_cast<int>(grant.begin++);
+  };
   Progress progress{o.progress_sec};
   CsvLog csv(rank == o.eval_rank ? o.csv : "");
   const double t_start = Now();
@@ -486,12 +500,17 @@ int RunSparseLr(const Options& o, Client& ps) {
   double final_acc = -1;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     double epoch_loss = 0;
-    for (int step = 0; step < steps; ++step) {
+    int epoch_batches = 0;
+    next_step = 0;
+    grant = WorkRange{};
+    for (int step; (step = next_batch(epoch)) >= 0;) {
+      ++epoch_batches;
       batch.offsets.assign(1, 0);
       batch.ids.clear();
       batch.labels.clear();
       for (int i = 0; i < o.batch; ++i) {
-        const uint64_t index = static_cast<uint64_t>(rank) + static_cast<uint64_t>(world) * (static_cast<uint64_t>(step) * o.batch + i);
+        const uint64_t pos = static_cast<uint64_t>(step) * o.batch + i;
+        const uint64_t index = pooled ? pos : static_cast<uint64_t>(rank) + static_cast<uint64_t>(world) * pos;
         GenerateClicks(co, 0, index, 1, &one);
         batch.ids.insert(batch.ids.end(), one.ids.begin(), one.ids.end());
         batch.labels.push_back(one.labels[0]);
@@ -543,13 +562,14 @@ int RunSparseLr(const Options& o, Client& ps) {
       }
       final_acc = static_cast<double>(correct) / o.eval_examples;
       std::printf("worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% (best possible %.2f%%) | %.1f s\n",
-                  rank, epoch, epoch_loss / std::max(1, steps), 100 * final_acc, 100 * tb.bayes_accuracy, Now() - t_start);
+                  rank, epoch, epoch_loss / std::max(1, epoch_batches), 100 * final_acc, 100 * tb.bayes_accuracy, Now() - t_start);
       std::fflush(stdout);
-      csv.Row(Now() - t_start, epoch, epoch_loss / std::max(1, steps), final_acc);
+      csv.Row(Now() - t_start, epoch, epoch_loss / std::max(1, epoch_batches), final_acc);
     }
   }
   const double secs = Now() - t_start;
-  std::printf("worker %d | finished in %.1f s | %.0f samples/s\n", rank, secs, progress.samples / secs);
+  std::printf("worker %d | finished in %.1f s | %ld batches | %.0f samples/s\n", rank, secs, progress.samples / o.batch,
+              progress.samples / secs);
   if (rank == o.eval_rank && o.min_accuracy >= 0 && final_acc < o.min_accuracy) {
     std::fprintf(stderr, "error: test accuracy %.4f is below --min-accuracy %.4f\n", final_acc, o.min_accuracy);
     return 3;
