@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <spawn.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,6 +18,46 @@
 extern char** environ;
 
 namespace shardps {
+
+namespace {
+constexpr int kMaxSpawned = 256;
+std::atomic<pid_t> g_spawned[kMaxSpawned];
+
+void Remember(pid_t pid) {
+  for (auto& slot : g_spawned) {
+    pid_t empty = 0;
+    if (slot.compare_exchange_strong(empty, pid)) return;
+  }
+}
+
+extern "C" void StopSpawnedAndDie(int sig) {
+  for (auto& slot : g_spawned) {
+    const pid_t p = slot.load();
+    if (p > 0) kill(p, SIGTERM);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
+void ReapSpawned(pid_t pid, bool term) {
+  if (pid <= 0) return;
+  if (term) kill(pid, SIGTERM);
+  int st;
+  waitpid(pid, &st, 0);
+  for (auto& slot : g_spawned) {
+    pid_t p = pid;
+    if (slot.compare_exchange_strong(p, 0)) break;
+  }
+}
+
+void StopSpawnedOnSignal() {
+  struct sigaction sa {};
+  sa.sa_handler = StopSpawnedAndDie;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log) {
   posix_spawn_file_actions_t fa;
@@ -27,6 +70,7 @@ pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log)
   pid_t pid = -1;
   if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&fa);
+  if (pid > 0) Remember(pid);
   return pid;
 }
 

@@ -11,8 +11,14 @@
 namespace shardps {
 
 // Starts argv[0] with `argv`, stdout and stderr into `log` (truncated).
-// Returns the pid, or -1 if it could not be started.
+// Returns the pid, or -1 if it could not be started. The pid is remembered
+// (up to 256 at a time) for StopSpawnedOnSignal until ReapSpawned.
 pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log);
+// SIGTERMs a spawned process (if `term`), waits for it and forgets it.
+void ReapSpawned(pid_t pid, bool term = true);
+// On SIGINT or SIGTERM, SIGTERM every spawned process not reaped yet, then
+// die of the signal: a benchmark stopped with Ctrl-C leaves no servers behind.
+void StopSpawnedOnSignal();
 
 // The running program's path (/proc/self/exe); "" if unknown.
 std::string SelfPath();

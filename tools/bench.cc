@@ -41,13 +41,7 @@ double Now() { return Sec(std::chrono::steady_clock::now().time_since_epoch()).c
 
 struct Child {
   pid_t pid = -1;
-  ~Child() {
-    if (pid > 0) {
-      kill(pid, SIGTERM);
-      int st;
-      waitpid(pid, &st, 0);
-    }
-  }
+  ~Child() { ReapSpawned(pid); }
 };
 
 
@@ -278,6 +272,7 @@ int main(int argc, char** argv) {
   app.add_option("--bin-dir", bin_dir, "directory with shardps-server and shardps-coordinator");
   app.add_option("--raw-sink", raw_sink, "(internal) run as the raw ZeroMQ sink, writing its endpoint here");
   CLI11_PARSE(app, argc, argv);
+  StopSpawnedOnSignal();  // Ctrl-C leaves no helper processes behind
   if (!raw_sink.empty()) return RawSink(raw_sink, server_cpus);
   if (!server_cpus.empty()) {
     // Checked here, so that a bad list is refused before anything starts.

@@ -40,10 +40,7 @@ struct Cluster {
   ~Cluster() { Stop(); }
   void Stop() {
     for (pid_t p : pids) kill(p, SIGTERM);
-    for (pid_t p : pids) {
-      int st;
-      waitpid(p, &st, 0);
-    }
+    for (pid_t p : pids) ReapSpawned(p, false);
     pids.clear();
   }
   bool Start(const std::string& bin, const std::string& dir, const std::string& snaps, bool restore) {
@@ -104,6 +101,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "snapshots measured")->check(CLI::Range(1, 100))->capture_default_str();
   app.add_flag("--quick", quick, "a 16 MiB model (checks that it works)");
   CLI11_PARSE(app, argc, argv);
+  StopSpawnedOnSignal();  // Ctrl-C leaves no helper processes behind
   if (quick) mib = 16, repeats = 1;
   const std::string bin = SiblingServerDir();
   if (dir.empty()) {
