@@ -8,11 +8,10 @@
 #include <condition_variable>
 #include <deque>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
-
-#include <map>
 
 #include "common/cluster.h"
 #include "common/log.h"
@@ -81,7 +80,6 @@ zmq::message_t Borrow(const void* data, size_t size, const std::shared_ptr<Call>
 
 }  // namespace
 
-// Where the values of a pull reply go.
 // A PullView's received frames by the offset (in floats) of their rows in
 // the request. Written by the I/O thread before it completes the request's
 // part, read by the caller after Wait().
@@ -89,6 +87,7 @@ struct PulledFrames {
   std::map<uint64_t, std::vector<zmq::message_t>> parts;
 };
 
+// Where the values of a pull reply go.
 struct Dest {
   std::shared_ptr<PulledFrames> view;  // PullView: keep the frames here
   uint64_t view_offset = 0;            // ... at this offset (floats)
@@ -167,14 +166,14 @@ class ClientImpl {
     Enqueue(std::move(o), [](Outgoing&) {});
   }
 
-  // A request to the coordinator with one header frame; waits for its reply.
-  // On OK, *h is the reply header (pointing into *reply or *scratch).
-  // A coordinator's reply: the message and its parsed header.
+  // A coordinator's reply: the message and its parsed header (pointing into
+  // msg or scratch).
   struct CoordReply {
     zmq::message_t msg;
     std::vector<uint64_t> scratch;
     const wire::Header* h = nullptr;
   };
+  // A request to the coordinator with one header frame; waits for its reply.
   Status CoordinatorCall(flatbuffers::FlatBufferBuilder& fbb, wire::Fields f, wire::Body body_type,
                          flatbuffers::Offset<void> body, Millis timeout, CoordReply* r) {
     auto call = std::make_shared<Call>();
@@ -702,18 +701,7 @@ class ClientImpl {
     Pending p = std::move(it->second);
     pending_.erase(it);
     s = wire::ReplyStatus(h);
-    if (s.ok() && p.dest.view) {
-      uint64_t got = 0;
-      for (size_t i = 1; i < frames.size(); ++i) got += frames[i].size();
-      if (frames.size() < 2 || got != p.dest.floats * 4) {
-        s = Status::BadMessage(PeerName(from) + " answered a pull with " + std::to_string(got) +
-                               " bytes of values in " + std::to_string(frames.size() - 1) + " frames, expected " +
-                               std::to_string(p.dest.floats * 4));
-      } else {
-        auto& kept = p.dest.view->parts[p.dest.view_offset];
-        for (size_t i = 1; i < frames.size(); ++i) kept.push_back(std::move(frames[i]));
-      }
-    } else if (s.ok() && (p.dest.out != nullptr)) {
+    if (s.ok() && (p.dest.out != nullptr || p.dest.view)) {
       const uint64_t want = p.dest.positions.empty()
                                 ? p.dest.floats * 4
                                 : static_cast<uint64_t>(p.dest.positions.size()) * p.dest.cols * 4;
@@ -723,8 +711,12 @@ class ClientImpl {
         s = Status::BadMessage(PeerName(from) + " answered a pull with " + std::to_string(got) +
                                " bytes of values in " + std::to_string(frames.size() - 1) + " frames, expected " +
                                std::to_string(want));
+      } else if (p.dest.view) {
+        // PullView: keep the frames, no copy.
+        auto& kept = p.dest.view->parts[p.dest.view_offset];
+        for (size_t i = 1; i < frames.size(); ++i) kept.push_back(std::move(frames[i]));
       } else if (p.dest.positions.empty()) {
-        // A row range may come as one frame per partition segment, in order.
+        // A row range may come as one frame per run of partitions, in order.
         auto* dst = reinterpret_cast<uint8_t*>(p.dest.out);
         for (size_t i = 1; i < frames.size(); ++i) {
           std::memcpy(dst, frames[i].data(), frames[i].size());

@@ -20,13 +20,15 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
     std::sort(held.begin(), held.end());
     held.erase(std::unique(held.begin(), held.end()), held.end());
     const size_t c = spec_.cols;
+    auto rows_of = [&](uint32_t p) {
+      return PartitionRowBegin(p + 1, spec_.rows, partitions) - PartitionRowBegin(p, spec_.rows, partitions);
+    };
     // Group runs of consecutive partitions into extents of <= kExtentBytes.
     size_t i = 0;
     while (i < held.size()) {
       size_t j = i, floats = 0;
       do {
-        const uint64_t n = PartitionRowBegin(held[j] + 1, spec_.rows, partitions) -
-                           PartitionRowBegin(held[j], spec_.rows, partitions);
+        const uint64_t n = rows_of(held[j]);
         if (j > i && (held[j] != held[j - 1] + 1 || (floats + n * c) * sizeof(float) > kExtentBytes)) break;
         floats += n * c;
         ++j;
@@ -37,8 +39,8 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
       for (size_t k = i; k < j; ++k) {
         auto part = std::make_unique<DensePart>();
         part->begin = PartitionRowBegin(held[k], spec_.rows, partitions);
-        part->end = PartitionRowBegin(held[k] + 1, spec_.rows, partitions);
-        const uint64_t n = part->end - part->begin;
+        const uint64_t n = rows_of(held[k]);
+        part->end = part->begin + n;
         part->ext = ext.get();
         part->off = off;
         off += n * c;
@@ -131,8 +133,8 @@ void ServerTable::Own(DensePart& part) {
 }
 
 void ServerTable::ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq::message_t>* frames) const {
-  // Segments this large are sent in place; runs of smaller ones are copied
-  // into one frame (a frame per tiny segment costs more than the copy).
+  // Runs this large are sent in place; neighbouring smaller ones are copied
+  // into one frame (a frame per tiny run costs more than the copy).
   constexpr size_t kInPlaceBytes = 256 << 10;
   const size_t c = spec_.cols;
   // Runs of rows that are contiguous in one extent.
@@ -157,8 +159,6 @@ void ServerTable::ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq:
       ++i;
       continue;
     }
-    // Smaller runs in a row are copied into one frame (a frame per tiny run
-    // costs more than the copy).
     size_t j = i, bytes = 0;
     while (j < runs.size() && runs[j].floats * sizeof(float) < kInPlaceBytes) bytes += runs[j++].floats * sizeof(float);
     zmq::message_t m(bytes);

@@ -116,6 +116,44 @@ struct Progress {
   }
 };
 
+// Bounded and async workers share each epoch's batches through a work pool
+// (docs/worker.md, "Stragglers"); sync keeps fixed shards, which its exact
+// equivalence to one process needs.
+bool SharesBatches(const Options& o, const Client& ps) {
+  return ps.consistency() != Consistency::kSync && !o.static_shards;
+}
+
+// The batches this worker trains in one epoch, by their position in it:
+// all `steps` of its own shard, or (pooled) those it claims from the
+// epoch's pool of `steps` batches, `chunk` at a time.
+class EpochBatches {
+ public:
+  EpochBatches(Client& ps, bool pooled, int steps, int chunk)
+      : ps_(ps), pooled_(pooled), steps_(steps), chunk_(chunk) {}
+  void Start(int epoch) {
+    epoch_ = epoch;
+    next_ = 0;
+    grant_ = WorkRange{};
+  }
+  // The next batch, or -1 at the end of the epoch.
+  int Next() {
+    if (!pooled_) return next_ < steps_ ? next_++ : -1;
+    if (grant_.empty()) {
+      CHECK_OK(ps_.ClaimWork(static_cast<uint64_t>(epoch_), static_cast<uint64_t>(steps_),
+                             static_cast<uint32_t>(chunk_), &grant_));
+      if (grant_.empty()) return -1;
+    }
+    return static_cast<int>(grant_.begin++);
+  }
+
+ private:
+  Client& ps_;
+  const bool pooled_;
+  const int steps_, chunk_;
+  int epoch_ = 0, next_ = 0;
+  WorkRange grant_;
+};
+
 // acc += g
 void AddTo(std::vector<float>& acc, const float* g) {
   float* a = acc.data();
@@ -219,7 +257,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   // async: the batches of the whole epoch form a work pool shared through
   // the coordinator, claimed a few at a time, so a fast worker trains more
   // of the epoch than a slow one (docs/worker.md, "Stragglers").
-  const bool pooled = ps.consistency() != Consistency::kSync && !o.static_shards;
+  const bool pooled = SharesBatches(o, ps);
   const uint32_t shard = static_cast<uint32_t>(pooled ? train.rows : train.rows / world);
   int steps = static_cast<int>(shard / B);
   if (o.max_steps > 0) steps = std::min(steps, o.max_steps * (pooled ? world : 1));
@@ -227,19 +265,8 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
     std::fprintf(stderr, "error: %u examples per worker is less than one batch of %d\n", shard, B);
     return 2;
   }
+  EpochBatches epoch_batches(ps, pooled, steps, o.work_chunk);
   std::vector<uint32_t> order;
-  int next_step = 0;     // static: the next batch of this worker's shard
-  WorkRange grant;       // pooled: the claimed batches not trained yet
-  // The next batch of `epoch` (its position in the epoch), or -1 at its end.
-  auto next_batch = [&](int epoch) -> int {
-    if (!pooled) return next_step < steps ? next_step++ : -1;
-    if (grant.empty()) {
-      CHECK_OK(ps.ClaimWork(static_cast<uint64_t>(epoch), static_cast<uint64_t>(steps),
-                            static_cast<uint32_t>(o.work_chunk), &grant));
-      if (grant.empty()) return -1;
-    }
-    return static_cast<int>(grant.begin++);
-  };
 
   CsvLog csv(evaluator ? o.csv : "");
   Progress progress{o.progress_sec};
@@ -256,7 +283,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   const bool slowed = o.slowdown > 1.0 && (o.slow_rank < 0 || o.slow_rank == rank);
   std::vector<double> recent_waits(32, 1e9);
   size_t wait_i = 0;
-  long batches = 0, filled = 0;
+  long filled = 0;
   int fills_this_clock = 0;
   // Gradients of the batches trained while held back, not pushed yet, and
   // where they are downloaded to (the push buffers may still be on the wire).
@@ -290,11 +317,10 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     order = EpochShard(static_cast<uint32_t>(train.rows), pooled ? 0 : rank, pooled ? 1 : world, o.seed, epoch,
                        !o.no_shuffle);
-    next_step = 0;
-    grant = WorkRange{};
+    epoch_batches.Start(epoch);
     double epoch_loss = 0;
-    int epoch_batches = 0;
-    for (int step; (step = next_batch(epoch)) >= 0;) {
+    int trained = 0;  // batches of this epoch
+    for (int step; (step = epoch_batches.Next()) >= 0;) {
       const double t0 = Now();
       for (int i = 0; i < B; ++i) {
         const uint32_t ex = order[static_cast<size_t>(step) * B + i];
@@ -305,14 +331,13 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       dev.Upload(dy.data(), hy.data(), B);
       dev.Zero(dstats.data(), 2);
       // Pooled: rather than idle while the staleness bound holds the next
-      // clock's parameters back (a slower worker is s clocks behind), train
-      // this batch on the parameters at hand, which the bound allowed
-      // for this clock. Its gradients are added to the next step's push: for
-      // SGD the same update as pushing them now, without the traffic and the
+      // clock's parameters back (as of the last pull, the slowest worker was
+      // too far behind for this clock's pull to go through), train this
+      // batch on the parameters at hand, which the bound allowed for this
+      // clock. Its gradients are added to the next step's push: for SGD the
+      // same update as pushing them now, without the traffic and the
       // server's work. Each such batch is one the slower workers do not have
       // to train.
-      // Held back: as of the last pull, the slowest worker was too far behind
-      // for the bound to let this clock's pull through.
       const bool held_back = ps.consistency() == Consistency::kBounded &&
                              ps.clock() - static_cast<int64_t>(ps.staleness()) > last_min_clock;
       const bool fill = pooled && have_params && held_back && fills_this_clock < o.max_fill &&
@@ -374,11 +399,11 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       dev.Download(stats, dstats.data(), 2);
       const double loss = stats[0] / B;
       epoch_loss += loss;
-      ++epoch_batches;
-      ++batches;
+      ++trained;
       if (slowed) {
         const double own = Now() - t0 - waited;
-        const double pull = fill ? 0.0 : std::min(waited, *std::min_element(recent_waits.begin(), recent_waits.end()));
+        // (recent_waits holds this step's wait too.)
+        const double pull = fill ? 0.0 : *std::min_element(recent_waits.begin(), recent_waits.end());
         std::this_thread::sleep_for(Sec((own + pull) * (o.slowdown - 1.0)));
       }
       progress.Step(rank, epoch, step + 1, steps, B, loss, stale);
@@ -414,7 +439,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       float st[2];
       dev.Download(st, es.data(), 2);
       final_acc = st[1] / test.rows;
-      const double mean_loss = epoch_loss / std::max(1, epoch_batches);
+      const double mean_loss = epoch_loss / std::max(1, trained);
       std::printf("worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% | %.1f s\n", rank, epoch,
                   mean_loss, 100.0 * final_acc, Now() - t_start);
       std::fflush(stdout);
@@ -431,7 +456,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   const double secs = Now() - t_start;
   std::printf("worker %d | finished %d epochs in %.1f s | %ld batches (%ld while the next parameters were held back) | "
               "%.0f samples/s\n",
-              rank, o.epochs, secs, batches, filled, static_cast<double>(progress.samples) / secs);
+              rank, o.epochs, secs, progress.samples / B, filled, static_cast<double>(progress.samples) / secs);
   if (!o.save_params.empty() && rank == o.eval_rank) {
     std::ofstream f(o.save_params, std::ios::binary | std::ios::trunc);
     for (int l = 0; l < L; ++l) {
@@ -475,21 +500,11 @@ int RunSparseLr(const Options& o, Client& ps) {
   // Sync: this worker's examples are indices rank, rank + world, ...
   // Bounded and async: batches of the whole stream claimed from the epoch's
   // shared pool, as for the dense models.
-  const bool pooled = ps.consistency() != Consistency::kSync && !o.static_shards;
+  const bool pooled = SharesBatches(o, ps);
   const uint64_t mine = (o.examples - static_cast<uint64_t>(rank) + world - 1) / world;
   int steps = static_cast<int>(pooled ? o.examples / o.batch : std::min<uint64_t>(o.examples / world, mine) / o.batch);
   if (o.max_steps > 0) steps = std::min(steps, o.max_steps * (pooled ? world : 1));
-  int next_step = 0;
-  WorkRange grant;
-  auto next_batch = [&](int epoch) -> int {
-    if (!pooled) return next_step < steps ? next_step++ : -1;
-    if (grant.empty()) {
-      CHECK_OK(ps.ClaimWork(static_cast<uint64_t>(epoch), static_cast<uint64_t>(steps),
-                            static_cast<uint32_t>(o.work_chunk), &grant));
-      if (grant.empty()) return -1;
-    }
-    return static_cast<int>(grant.begin++);
-  };
+  EpochBatches epoch_batches(ps, pooled, steps, o.work_chunk);
   Progress progress{o.progress_sec};
   CsvLog csv(rank == o.eval_rank ? o.csv : "");
   const double t_start = Now();
@@ -500,11 +515,10 @@ int RunSparseLr(const Options& o, Client& ps) {
   double final_acc = -1;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     double epoch_loss = 0;
-    int epoch_batches = 0;
-    next_step = 0;
-    grant = WorkRange{};
-    for (int step; (step = next_batch(epoch)) >= 0;) {
-      ++epoch_batches;
+    int trained = 0;  // batches of this epoch
+    epoch_batches.Start(epoch);
+    for (int step; (step = epoch_batches.Next()) >= 0;) {
+      ++trained;
       batch.offsets.assign(1, 0);
       batch.ids.clear();
       batch.labels.clear();
@@ -562,9 +576,9 @@ int RunSparseLr(const Options& o, Client& ps) {
       }
       final_acc = static_cast<double>(correct) / o.eval_examples;
       std::printf("worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% (best possible %.2f%%) | %.1f s\n",
-                  rank, epoch, epoch_loss / std::max(1, epoch_batches), 100 * final_acc, 100 * tb.bayes_accuracy, Now() - t_start);
+                  rank, epoch, epoch_loss / std::max(1, trained), 100 * final_acc, 100 * tb.bayes_accuracy, Now() - t_start);
       std::fflush(stdout);
-      csv.Row(Now() - t_start, epoch, epoch_loss / std::max(1, epoch_batches), final_acc);
+      csv.Row(Now() - t_start, epoch, epoch_loss / std::max(1, trained), final_acc);
     }
   }
   const double secs = Now() - t_start;
