@@ -201,8 +201,9 @@ class ClientImpl {
 
   Status Register() {
     flatbuffers::FlatBufferBuilder fbb;
-    auto req = wire::CreateRegisterRequest(
-        fbb, role_wire(), opts_.role == ClientRole::kWorker ? opts_.rank : -1);
+    auto host = fbb.CreateString(HostName());
+    auto req = wire::CreateRegisterRequest(fbb, role_wire(), opts_.role == ClientRole::kWorker ? opts_.rank : -1,
+                                           0, host, static_cast<uint32_t>(::getpid()));
     wire::Fields f;
     f.type = wire::MsgType::Register;
     CoordReply reply;
@@ -623,6 +624,7 @@ class ClientImpl {
           f.request_id = next_id_.fetch_add(1);
           f.role = role_wire();
           f.rank = rank_;
+          f.clock = clock_.load(std::memory_order_relaxed);
           coord_.send(wire::EncodeSimple(io_fbb_, f), zmq::send_flags::dontwait);
         }
       }
@@ -692,6 +694,7 @@ class ClientImpl {
       LOG_ERROR << "bad reply from " << PeerName(from) << ": " << s.ToString();
       return;
     }
+    if (from < 0 && h->stopping()) stop_requested_.store(true, std::memory_order_relaxed);
     auto it = pending_.find(h->request_id());
     if (it == pending_.end()) {
       Status rs = wire::ReplyStatus(h);
@@ -740,6 +743,7 @@ class ClientImpl {
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> clock_{0};
+  std::atomic<bool> stop_requested_{false};  // a heartbeat reply said the job is stopping
   int rank_ = -1;
   uint64_t barrier_gen_ = 0;
 
@@ -894,6 +898,7 @@ Status Client::ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units
 }
 int Client::rank() const { return impl_->rank_; }
 int64_t Client::clock() const { return impl_->clock_.load(); }
+bool Client::StopRequested() const { return impl_->stop_requested_.load(std::memory_order_relaxed); }
 Consistency Client::consistency() const {
   std::lock_guard<std::mutex> lock(impl_->vmu_);
   return impl_->view_.consistency;

@@ -26,8 +26,21 @@ int Poll(zmq::pollitem_t* items, size_t n, Millis timeout);
 
 // "tcp://127.0.0.1:0" -> "tcp://127.0.0.1:*" (port 0 means "any free port").
 std::string BindSpec(const std::string& endpoint);
-// The endpoint a bound socket listens on, as peers should dial it.
-std::string LastEndpoint(zmq::socket_t& s);
+// The endpoint a bound socket listens on, as peers should dial it: a
+// wildcard bind (tcp://0.0.0.0:P) is advertised as tcp://ADDR:P where ADDR
+// is `advertise` if given, else this host's address on the interface that
+// routes to `route_to` (an endpoint such as the coordinator's; "" = none),
+// else 127.0.0.1. A non-wildcard bind is advertised as bound unless
+// `advertise` overrides its host. Fails when `advertise` is not an address
+// or host name that resolves.
+Status AdvertisedEndpoint(zmq::socket_t& s, const std::string& advertise, const std::string& route_to,
+                          std::string* out);
+std::string LastEndpoint(zmq::socket_t& s);  // AdvertisedEndpoint without hints
+// The local IPv4 address this host sends from to reach `endpoint`'s host
+// (tcp://HOST:PORT or HOST), through the kernel's routing table.
+Status LocalAddressTowards(const std::string& endpoint, std::string* addr);
+// This host's name (gethostname), for status reports.
+std::string HostName();
 
 // Writes `text` to `path` atomically (temp file + rename), for tests and
 // launchers that wait for a process's endpoint.

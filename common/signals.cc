@@ -1,6 +1,11 @@
 #include "common/signals.h"
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 
 namespace shardps {
 namespace {
@@ -8,7 +13,15 @@ std::atomic<bool> g_stop{false};
 extern "C" void OnSignal(int) { g_stop.store(true); }
 }  // namespace
 
+void DieWithParentIfAsked() {
+  const char* v = std::getenv("SHARDPS_DIE_WITH_PARENT");
+  if (!v || std::strcmp(v, "1") != 0) return;
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() == 1) std::_Exit(143);  // orphaned before the line above: as if SIGTERMed
+}
+
 const std::atomic<bool>& InstallStopSignals() {
+  DieWithParentIfAsked();
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);

@@ -63,6 +63,7 @@ zmq::message_t Encode(flatbuffers::FlatBufferBuilder& fbb, const Fields& f, Body
   if (!f.message.empty()) b.add_message(msg);
   b.add_min_clock(f.min_clock);
   b.add_max_clock(f.max_clock);
+  if (f.stopping) b.add_stopping(true);
   if (body_type != Body::NONE) {
     b.add_body_type(body_type);
     b.add_body(body);

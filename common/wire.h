@@ -53,6 +53,7 @@ struct Fields {
   std::string_view message;
   int64_t min_clock = 0;
   int64_t max_clock = 0;
+  bool stopping = false;
 };
 
 // Finishes `fbb` (which may already hold the body) into a header message.

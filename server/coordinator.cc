@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <unistd.h>
+
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/wire.h"
 
 namespace shardps {
@@ -39,6 +42,40 @@ Coordinator::Coordinator(zmq::context_t& ctx, CoordinatorOptions opts)
     tables_.push_back(opts_.tables[i]);
     tables_.back().id = static_cast<uint32_t>(i);
   }
+  if (metrics::Registry* m = opts_.metrics) {
+    live_workers_gauge_ = &m->GetGauge("shardps_live_workers", "Workers alive (joined, not left, not declared dead)");
+    live_servers_gauge_ = &m->GetGauge("shardps_live_servers", "Servers registered and answering heartbeats");
+    min_clock_gauge_ = &m->GetGauge("shardps_min_worker_clock", "Clock of the slowest live worker (iterations finished)");
+    max_clock_gauge_ = &m->GetGauge("shardps_max_worker_clock", "Clock of the fastest live worker (iterations finished)");
+    for (uint32_t r = 0; r < workers_.size(); ++r)
+      workers_[r].clock_gauge = &m->GetGauge("shardps_worker_clock", "Iterations each worker finished, from its heartbeats",
+                                             {{"worker", std::to_string(r)}});
+    snapshots_counter_ = &m->GetCounter("shardps_snapshots_total", "Snapshots completed (manifest written)");
+    snapshot_failures_counter_ = &m->GetCounter("shardps_snapshot_failures_total", "Snapshots that failed");
+    snapshot_seconds_ = &m->GetHistogram("shardps_snapshot_duration_seconds",
+                                         "Time from starting a snapshot to its manifest",
+                                         std::vector<double>{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
+  }
+}
+
+void Coordinator::PublishGauges() {
+  if (!live_workers_gauge_) return;
+  int64_t lo = -1, hi = -1;
+  double live = 0;
+  for (const auto& w : workers_) {
+    if (w.clock_gauge && w.clock >= 0) w.clock_gauge->Set(static_cast<double>(w.clock));
+    if (w.state != WorkerState::kAlive) continue;
+    ++live;
+    if (w.clock < 0) continue;
+    lo = lo < 0 ? w.clock : std::min(lo, w.clock);
+    hi = std::max(hi, w.clock);
+  }
+  live_workers_gauge_->Set(live);
+  double servers = 0;
+  for (const auto& s : servers_) servers += s.registered && s.alive;
+  live_servers_gauge_->Set(servers);
+  min_clock_gauge_->Set(static_cast<double>(lo));
+  max_clock_gauge_->Set(static_cast<double>(hi));
 }
 
 Status Coordinator::Bind() {
@@ -51,7 +88,7 @@ Status Coordinator::Bind() {
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("coordinator cannot bind '" + opts_.bind + "': " + e.what());
   }
-  endpoint_ = LastEndpoint(sock_);
+  if (Status s = AdvertisedEndpoint(sock_, opts_.advertise, "", &endpoint_); !s.ok()) return s;
   if (opts_.restore) {
     Status s = PrepareRestore();
     if (!s.ok()) return s;
@@ -176,6 +213,10 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
   const auto* req = h.body_as_RegisterRequest();
   if (!req) return ReplyError(from, h.request_id(), Status::BadMessage("Register without a RegisterRequest body"));
   const int requested = req->requested_rank();
+  Identity id;
+  if (req->host()) id.host = req->host()->str();
+  if (req->metrics_url()) id.metrics_url = req->metrics_url()->str();
+  id.pid = req->pid();
   if (req->role() == wire::Role::Server) {
     if (!req->endpoint() || req->endpoint()->size() == 0)
       return ReplyError(from, h.request_id(), Status::InvalidArgument("a server must give its endpoint"));
@@ -204,6 +245,8 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     slot.routing_id = from;
     slot.endpoint = req->endpoint()->str();
     slot.last_seen = Clock::now();
+    slot.id = id;
+    slot.prev = slot.last = StatsSample{slot.last_seen};
     LOG_INFO << "server " << rank << (rejoin ? " re-registered" : " registered") << " at " << slot.endpoint;
     ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
     MaybeCompleteMap();
@@ -230,7 +273,9 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
                         Status::Conflict("worker rank " + std::to_string(rank) + " has already joined"));
     slot.state = WorkerState::kAlive;
     slot.last_seen = Clock::now();
-    LOG_INFO << "worker " << rank << " joined";
+    slot.id = id;
+    slot.clock = 0;
+    LOG_INFO << "worker " << rank << " joined" << (id.host.empty() ? "" : " from " + id.host);
     ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
     return;
   }
@@ -420,18 +465,12 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
   switch (h.type()) {
     case wire::MsgType::Register:
       return HandleRegister(from, h);
-    case wire::MsgType::Heartbeat: {
-      if (h.role() == wire::Role::Worker && h.rank() >= 0 && h.rank() < static_cast<int>(workers_.size()) &&
-          workers_[h.rank()].state != WorkerState::kAlive)
-        return ReplyError(from, h.request_id(),
-                          Status::Unavailable("worker " + std::to_string(h.rank()) +
-                                              " was declared dead or has left"));
-      wire::Fields f;
-      f.request_id = h.request_id();
-      f.map_version = map_.version;
-      f.seq = membership_version_;
-      return Reply(from, wire::EncodeSimple(fbb_, f));
-    }
+    case wire::MsgType::Heartbeat:
+      return HandleHeartbeat(from, h);
+    case wire::MsgType::GetStatus:
+      return HandleStatus(from, h);
+    case wire::MsgType::Stop:
+      return HandleStop(from, h);
     case wire::MsgType::GetCluster:
       if (!cluster_ready_) {
         cluster_waiters_.push_back({from, h.request_id()});
@@ -475,17 +514,10 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
     }
     case wire::MsgType::Shutdown: {
       LOG_INFO << "shutdown requested";
-      for (const auto& s : servers_) {
-        if (!s.registered) continue;
-        wire::Fields f;
-        f.type = wire::MsgType::Shutdown;
-        Reply(s.routing_id, wire::EncodeSimple(fbb_, f));
-      }
       wire::Fields f;
       f.request_id = h.request_id();
       Reply(from, wire::EncodeSimple(fbb_, f));
-      shutdown_ = true;
-      return;
+      return ShutdownJob();
     }
     default:
       return ReplyError(from, h.request_id(),
@@ -533,6 +565,8 @@ void Coordinator::CheckTimeouts() {
     it = pending_tables_.erase(it);
   }
   if (changed) MembershipChanged();
+  PublishGauges();
+  MaybeFinishStop();
 }
 
 Status Coordinator::Run(const std::atomic<bool>& stop) {
@@ -552,6 +586,8 @@ Status Coordinator::Run(const std::atomic<bool>& stop) {
       next_check = Clock::now() + Millis(100);
     }
   }
+  // Let the last replies (Shutdown to the servers, a Stop's answer) leave.
+  sock_.set(zmq::sockopt::linger, 1000);
   LOG_INFO << "coordinator stopped";
   return Status::OK();
 }

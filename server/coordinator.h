@@ -30,10 +30,19 @@ namespace wire {
 struct Header;
 enum class MsgType : uint8_t;
 }
+namespace metrics {
+class Registry;
+class Gauge;
+class Counter;
+class Histogram;
+}
 
 struct CoordinatorOptions {
   std::string bind = "tcp://127.0.0.1:0";  // port 0: any free port
   std::string endpoint_file;               // if set, the bound endpoint is written here
+  std::string advertise;                   // host put in the endpoint for a wildcard bind
+  std::string metrics_url;                 // where its /metrics is served, for status
+  metrics::Registry* metrics = nullptr;    // publishes the job's gauges there (not owned)
   uint32_t num_servers = 1;
   uint32_t num_workers = 1;
   uint32_t partitions = 64;                 // virtual partitions
@@ -67,15 +76,31 @@ class Coordinator {
 
  private:
   enum class WorkerState { kPending, kAlive, kLeft, kDead };
+  // Who a process is, from its Register (for status).
+  struct Identity {
+    std::string host, metrics_url;
+    uint32_t pid = 0;
+  };
+  struct StatsSample {
+    Clock::time_point at;
+    uint64_t pushes = 0, pulls = 0, push_bytes = 0, pull_bytes = 0;
+  };
   struct ServerSlot {
     bool registered = false;
     bool alive = false;
     std::string routing_id, endpoint;
     Clock::time_point last_seen;
+    Identity id;
+    // The two newest heartbeats' totals: their difference is the rate.
+    StatsSample prev, last;
+    uint32_t parked_pulls = 0;
   };
   struct WorkerSlot {
     WorkerState state = WorkerState::kPending;
     Clock::time_point last_seen;
+    Identity id;
+    int64_t clock = -1;  // from its heartbeats
+    metrics::Gauge* clock_gauge = nullptr;
   };
   struct Waiter {
     std::string routing_id;
@@ -95,6 +120,14 @@ class Coordinator {
   void HandleBarrier(const std::string& from, const wire::Header& h);
   void HandleClaimWork(const std::string& from, const wire::Header& h);
   void HandleAck(const std::string& from, const wire::Header& h);
+  void HandleHeartbeat(const std::string& from, const wire::Header& h);
+  void HandleStatus(const std::string& from, const wire::Header& h);
+  void HandleStop(const std::string& from, const wire::Header& h);
+  // Stop: once no worker is live, a final snapshot (if configured), then
+  // every server and the coordinator exit.
+  void MaybeFinishStop();
+  void ShutdownJob();
+  void PublishGauges();
   int ServerRankOf(const std::string& routing_id) const;
 
   // Snapshots (coordinator_snapshot.cc).
@@ -111,9 +144,15 @@ class Coordinator {
     std::vector<snapshot::PartEntry> parts;
     std::vector<snapshot::FileEntry> files;
     std::vector<Waiter> waiters;  // SnapshotNow requests
+    Clock::time_point started = Clock::now();
     Clock::time_point deadline;
     bool done = false;
+    bool final = false;           // the snapshot a Stop takes before the job exits
   };
+  uint32_t snapshots_taken_ = 0;
+  int64_t latest_snapshot_clock_ = -1;
+  std::string latest_snapshot_dir_;
+  double latest_snapshot_ms_ = 0;
   Status PrepareRestore();
   void StartOnDemandSnapshot(const Waiter* requester);
   void AskServers(SnapOp& op, wire::MsgType type, int64_t clock);
@@ -173,6 +212,20 @@ class Coordinator {
   // it left: its grants are done (dead = false).
   void ForgetWorkOf(uint32_t rank, bool dead);
   std::vector<PendingTable> pending_tables_;
+
+  // Stop (shardps-ctl stop).
+  bool stopping_ = false;
+  bool final_snapshot_started_ = false;
+  std::vector<Waiter> stop_waiters_;
+
+  // Metrics (null when the process serves none).
+  metrics::Gauge* live_workers_gauge_ = nullptr;
+  metrics::Gauge* live_servers_gauge_ = nullptr;
+  metrics::Gauge* min_clock_gauge_ = nullptr;
+  metrics::Gauge* max_clock_gauge_ = nullptr;
+  metrics::Counter* snapshots_counter_ = nullptr;
+  metrics::Counter* snapshot_failures_counter_ = nullptr;
+  metrics::Histogram* snapshot_seconds_ = nullptr;
 };
 
 }  // namespace shardps

@@ -4,6 +4,9 @@
 #include <cstdio>
 
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
+#include "common/net.h"
 #include "common/signals.h"
 #include "server/coordinator.h"
 #include "server/job_config.h"
@@ -11,13 +14,24 @@
 int main(int argc, char** argv) {
   using namespace shardps;
   CLI::App app{"shardps coordinator: membership, tables, shard map and barriers of one job"};
-  CoordinatorOptions o;
+  JobConfig job;
+  CoordinatorOptions& o = job.job;
+  std::vector<std::string> sets;
+  bool print_config = false, no_metrics = false;
+  int metrics_port = -1;
+  std::string metrics_address;
   std::string config, consistency, log_level = "info";
   int64_t hb_ms = -1, join_ms = -1;
   uint32_t servers = 0, workers = 0, partitions = 0, staleness = 0;
-  app.add_option("--config", config, "job file (TOML): [job] and [[table]] sections")->check(CLI::ExistingFile);
+  app.add_option("--config", config, "job file (TOML): [job], [[table]], [launch], [metrics]")->check(CLI::ExistingFile);
   app.add_option("--bind", o.bind, "endpoint to listen on; port 0 picks a free port")->capture_default_str();
   app.add_option("--endpoint-file", o.endpoint_file, "write the bound endpoint to this file");
+  app.add_option("--advertise", o.advertise, "host or address peers dial (with a wildcard --bind; default 127.0.0.1)");
+  app.add_option("--set", sets, "override a job-file key: SECTION.KEY=VALUE (repeatable)");
+  app.add_flag("--print-config", print_config, "print the resolved job (file, --set, flags) as JSON and exit");
+  app.add_option("--metrics-port", metrics_port, "serve Prometheus /metrics on this port (0: a free port)")->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-address", metrics_address, "address /metrics binds to (default: the advertised one)");
+  app.add_flag("--no-metrics", no_metrics, "serve no /metrics");
   auto* s_opt = app.add_option("--servers", servers, "number of servers (overrides the job file)")->check(CLI::Range(1, 4096));
   auto* w_opt = app.add_option("--workers", workers, "number of workers (overrides the job file)")->check(CLI::Range(0, 65536));
   auto* p_opt = app.add_option("--partitions", partitions, "virtual partitions (overrides the job file)")->check(CLI::Range(1, 1 << 20));
@@ -41,10 +55,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   SetLogLevel(level);
-  if (!config.empty()) {
-    Status s = LoadJobConfig(config, &o);
+  if (!config.empty() || !sets.empty()) {
+    Status s = LoadJobConfig(config, sets, &job);
     if (!s.ok()) {
-      std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "error: %s\n", s.message().c_str());
       return 2;
     }
   }
@@ -61,15 +75,33 @@ int main(int argc, char** argv) {
   }
   if (hb_ms > 0) o.heartbeat_timeout = Millis(hb_ms);
   if (join_ms > 0) o.join_timeout = Millis(join_ms);
+  if (metrics_port >= 0) job.metrics.port = metrics_port;
+  if (!metrics_address.empty()) job.metrics.address = metrics_address;
+  if (no_metrics) job.metrics.enabled = false;
   if (Status s = o.Validate(); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
     return 2;
   }
+  if (print_config) {
+    std::printf("%s\n", JobConfigJson(job).c_str());
+    return 0;
+  }
   const auto& stop = InstallStopSignals();
+  metrics::Registry registry;
+  metrics::MetricsServer metrics_http(registry);
+  if (job.metrics.enabled) {
+    std::string addr = job.metrics.address.empty() ? (o.advertise.empty() ? "127.0.0.1" : o.advertise) : job.metrics.address;
+    if (Status s = metrics_http.Start(addr, job.metrics.port); !s.ok()) {
+      std::fprintf(stderr, "error: metrics: %s\n", s.message().c_str());
+      return 1;
+    }
+    o.metrics_url = metrics_http.url();
+    o.metrics = &registry;
+  }
   zmq::context_t ctx(1);
   Coordinator c(ctx, o);
   if (Status s = c.Bind(); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
     return 1;
   }
   Status s = c.Run(stop);

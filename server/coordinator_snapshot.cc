@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/wire.h"
 #include "server/coordinator.h"
 
@@ -186,8 +187,15 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     m.parts = op.parts;
     s = snapshot::WriteManifest(dir, m);
   }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - op.started).count();
   if (s.ok()) {
     LOG_INFO << "snapshot " << dir << " complete";
+    ++snapshots_taken_;
+    latest_snapshot_clock_ = label;
+    latest_snapshot_dir_ = dir;
+    latest_snapshot_ms_ = ms;
+    if (snapshots_counter_) snapshots_counter_->Inc();
+    if (snapshot_seconds_) snapshot_seconds_->Observe(ms / 1000);
     // Keep the newest K complete snapshots; older ones go only now that a
     // newer one is complete.
     std::vector<snapshot::Listing> all;
@@ -204,6 +212,7 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     }
   } else {
     LOG_ERROR << "snapshot at clock " << op.clock << " failed: " << s.ToString();
+    if (snapshot_failures_counter_) snapshot_failures_counter_->Inc();
   }
   for (const auto& w : op.waiters) {
     if (!s.ok()) {
@@ -217,6 +226,7 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     Reply(w.routing_id, wire::EncodeSimple(fbb_, f));
   }
   op.waiters.clear();
+  if (op.final) ShutdownJob();
 }
 
 void Coordinator::CheckSnapshotTimers() {

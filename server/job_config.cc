@@ -1,19 +1,26 @@
 #include "server/job_config.h"
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include <toml++/toml.h>
 
+#include "common/json.h"
+
 namespace shardps {
 namespace {
 
+// "file:line", or "--set section.key=value" for an override.
 std::string Where(std::string_view src, const toml::node* n) {
+  if (n && n->source().path && n->source().path->rfind("--set", 0) == 0) return *n->source().path;
   std::string s(src);
   if (n && n->source().begin) s += ":" + std::to_string(n->source().begin.line);
   return s;
 }
+
+std::string Quote(std::string_view k) { return "'" + std::string(k) + "'"; }
 
 template <typename T>
 Status GetInt(const toml::table& t, std::string_view key, std::string_view src, T lo, T hi, T* out) {
@@ -53,9 +60,49 @@ Status GetEnum(const toml::table& t, std::string_view key, std::string_view src,
 Status CheckKeys(const toml::table& t, std::string_view src, std::string_view section,
                  const std::set<std::string_view>& known) {
   for (const auto& [k, v] : t)
-    if (!known.count(k.str()))
+    if (!known.count(k.str())) {
+      std::string list;
+      for (auto n : known) list += (list.empty() ? "" : ", ") + std::string(n);
       return Status::InvalidArgument(Where(src, &v) + ": unknown key '" + std::string(k.str()) +
-                                     "' in [" + std::string(section) + "]");
+                                     "' in [" + std::string(section) + "] (known keys: " + list + ")");
+    }
+  return Status::OK();
+}
+
+Status GetString(const toml::table& t, std::string_view key, std::string_view src, std::string* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::OK();
+  auto v = n->value<std::string>();
+  if (!v || !n->is_string()) return Status::InvalidArgument(Where(src, n) + ": " + Quote(key) + " must be a string");
+  *out = *v;
+  return Status::OK();
+}
+
+Status GetBool(const toml::table& t, std::string_view key, std::string_view src, bool* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::OK();
+  if (!n->is_boolean()) return Status::InvalidArgument(Where(src, n) + ": " + Quote(key) + " must be true or false");
+  *out = *n->value<bool>();
+  return Status::OK();
+}
+
+// An array of strings; with `shell`, a single string is run by sh -c.
+Status GetStrings(const toml::table& t, std::string_view key, std::string_view src, bool shell,
+                  std::vector<std::string>* out) {
+  const toml::node* n = t.get(key);
+  if (!n) return Status::OK();
+  if (shell && n->is_string()) {
+    *out = {"sh", "-c", *n->value<std::string>()};
+    return Status::OK();
+  }
+  const toml::array* a = n->as_array();
+  const std::string what = Quote(key) + (shell ? " must be a string or an array of strings" : " must be an array of strings");
+  if (!a) return Status::InvalidArgument(Where(src, n) + ": " + what);
+  out->clear();
+  for (const auto& e : *a) {
+    if (!e.is_string()) return Status::InvalidArgument(Where(src, &e) + ": " + what);
+    out->push_back(*e.value<std::string>());
+  }
   return Status::OK();
 }
 
@@ -102,9 +149,145 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   return Status::OK();
 }
 
+Status ParseHost(const toml::node& n, std::string_view src, LaunchHost* h) {
+  if (n.is_string()) {
+    h->name = *n.value<std::string>();
+  } else if (const toml::table* t = n.as_table()) {
+    RETURN_IF_ERROR(CheckKeys(*t, src, "launch.hosts", {"name", "address", "coordinator", "servers", "workers"}));
+    RETURN_IF_ERROR(GetString(*t, "name", src, &h->name));
+    RETURN_IF_ERROR(GetString(*t, "address", src, &h->address));
+    RETURN_IF_ERROR(GetBool(*t, "coordinator", src, &h->coordinator));
+    RETURN_IF_ERROR(GetInt<int>(*t, "servers", src, 0, 4096, &h->servers));
+    RETURN_IF_ERROR(GetInt<int>(*t, "workers", src, 0, 65536, &h->workers));
+  } else {
+    return Status::InvalidArgument(Where(src, &n) +
+                                   ": each of 'hosts' must be a host name or a table {name = ..., servers = N, workers = N}");
+  }
+  if (h->name.empty() || h->name.find_first_of(" \t\n'\"") != std::string::npos)
+    return Status::InvalidArgument(Where(src, &n) + ": a host needs a name without spaces or quotes, got '" + h->name + "'");
+  return Status::OK();
+}
+
+Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l) {
+  RETURN_IF_ERROR(CheckKeys(t, src, "launch",
+                            {"mode", "hosts", "interface", "advertise", "coordinator_port", "server_ports",
+                             "worker_command", "env", "server_cpus", "bin_dir", "run_dir", "timeout_sec",
+                             "ssh_options", "srun_options"}));
+  RETURN_IF_ERROR(GetString(t, "mode", src, &l->mode));
+  if (l->mode != "local" && l->mode != "ssh" && l->mode != "slurm")
+    return Status::InvalidArgument(Where(src, t.get("mode")) + ": 'mode' must be \"local\", \"ssh\" or \"slurm\", got '" +
+                                   l->mode + "'");
+  if (const toml::node* n = t.get("hosts")) {
+    const toml::array* a = n->as_array();
+    if (!a) return Status::InvalidArgument(Where(src, n) + ": 'hosts' must be an array of host names or tables");
+    l->hosts.clear();
+    for (const auto& e : *a) {
+      LaunchHost h;
+      RETURN_IF_ERROR(ParseHost(e, src, &h));
+      l->hosts.push_back(std::move(h));
+    }
+  }
+  RETURN_IF_ERROR(GetString(t, "interface", src, &l->interface));
+  RETURN_IF_ERROR(GetString(t, "advertise", src, &l->advertise));
+  RETURN_IF_ERROR(GetInt<uint32_t>(t, "coordinator_port", src, 0, 65535, &l->coordinator_port));
+  if (const toml::node* n = t.get("server_ports")) {
+    // 0 (free ports) or "FIRST-LAST".
+    const std::string what = ": 'server_ports' must be 0 (free ports) or a range \"FIRST-LAST\" within 1-65535";
+    if (n->is_integer()) {
+      if (*n->value<int64_t>() != 0) return Status::InvalidArgument(Where(src, n) + what);
+      l->server_port_min = l->server_port_max = 0;
+    } else if (n->is_string()) {
+      unsigned a = 0, b = 0;
+      char extra = 0;
+      const std::string v = *n->value<std::string>();
+      if (v == "0") {
+        l->server_port_min = l->server_port_max = 0;
+      } else if (std::sscanf(v.c_str(), "%u-%u%c", &a, &b, &extra) != 2 || a < 1 || b > 65535 || a > b) {
+        return Status::InvalidArgument(Where(src, n) + what + ", got '" + v + "'");
+      } else {
+        l->server_port_min = a;
+        l->server_port_max = b;
+      }
+    } else {
+      return Status::InvalidArgument(Where(src, n) + what);
+    }
+  }
+  RETURN_IF_ERROR(GetStrings(t, "worker_command", src, true, &l->worker_command));
+  if (const toml::node* n = t.get("env")) {
+    const toml::table* e = n->as_table();
+    if (!e) return Status::InvalidArgument(Where(src, n) + ": 'env' must be a table of strings, e.g. env = { OMP_NUM_THREADS = \"1\" }");
+    for (const auto& [k, v] : *e) {
+      if (!v.is_string())
+        return Status::InvalidArgument(Where(src, &v) + ": env '" + std::string(k.str()) + "' must be a string");
+      l->env[std::string(k.str())] = *v.value<std::string>();
+    }
+  }
+  if (const toml::node* n = t.get("server_cpus"); n && n->is_string()) {
+    l->server_cpus = {*n->value<std::string>()};
+  } else {
+    RETURN_IF_ERROR(GetStrings(t, "server_cpus", src, false, &l->server_cpus));
+  }
+  RETURN_IF_ERROR(GetString(t, "bin_dir", src, &l->bin_dir));
+  RETURN_IF_ERROR(GetString(t, "run_dir", src, &l->run_dir));
+  RETURN_IF_ERROR(GetInt<uint32_t>(t, "timeout_sec", src, 1, 30u * 86400, &l->timeout_sec));
+  RETURN_IF_ERROR(GetStrings(t, "ssh_options", src, false, &l->ssh_options));
+  RETURN_IF_ERROR(GetStrings(t, "srun_options", src, false, &l->srun_options));
+  return Status::OK();
+}
+
+Status ParseMetrics(const toml::table& t, std::string_view src, MetricsOptions* m) {
+  RETURN_IF_ERROR(CheckKeys(t, src, "metrics", {"enabled", "port", "address"}));
+  RETURN_IF_ERROR(GetBool(t, "enabled", src, &m->enabled));
+  RETURN_IF_ERROR(GetInt<int>(t, "port", src, 0, 65535, &m->port));
+  RETURN_IF_ERROR(GetString(t, "address", src, &m->address));
+  return Status::OK();
+}
+
+// Applies one --set section.key=value to the parsed document.
+Status ApplySet(const std::string& set, toml::table* root) {
+  const size_t eq = set.find('=');
+  const size_t dot = set.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 || dot + 1 == eq)
+    return Status::InvalidArgument("--set '" + set + "': expected SECTION.KEY=VALUE, e.g. --set job.servers=4");
+  const std::string section = set.substr(0, dot), key = set.substr(dot + 1, eq - dot - 1),
+                    value = set.substr(eq + 1);
+  if (key.find('.') != std::string::npos)
+    return Status::InvalidArgument("--set '" + set + "': only SECTION.KEY is supported, not deeper keys");
+  if (section == "table")
+    return Status::InvalidArgument("--set '" + set + "': tables are defined in the job file ([[table]])");
+  if (section != "job" && section != "launch" && section != "metrics")
+    return Status::InvalidArgument("--set '" + set + "': unknown section '" + section +
+                                   "' (known sections: job, launch, metrics)");
+  // The value is TOML (3, true, "x", [1, 2], { A = "b" }); a bare word is a string.
+  const std::string name = "--set " + set;
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value, name);
+  } catch (const toml::parse_error&) {
+    std::string quoted = "\"";
+    for (char c : value) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    try {
+      parsed = toml::parse("v = " + quoted + "\"", name);
+    } catch (const toml::parse_error& e) {
+      return Status::InvalidArgument(name + ": " + std::string(e.description()));
+    }
+  }
+  toml::node* sec = root->get(section);
+  if (!sec) sec = &root->insert_or_assign(section, toml::table{}).first->second;
+  toml::table* st = sec->as_table();
+  if (!st) return Status::InvalidArgument(name + ": '" + section + "' is not a section");
+  st->insert_or_assign(key, std::move(*parsed.get("v")));
+  return Status::OK();
+}
+
 }  // namespace
 
-Status ParseJobConfig(std::string_view text, std::string_view src, CoordinatorOptions* out) {
+Status ParseJobConfig(std::string_view text, std::string_view src, const std::vector<std::string>& sets,
+                      JobConfig* cfg) {
+  CoordinatorOptions* out = &cfg->job;
   toml::table root;
   try {
     root = toml::parse(text, src);
@@ -112,13 +295,24 @@ Status ParseJobConfig(std::string_view text, std::string_view src, CoordinatorOp
     return Status::InvalidArgument(std::string(src) + ":" + std::to_string(e.source().begin.line) +
                                    ": " + std::string(e.description()));
   }
-  RETURN_IF_ERROR(CheckKeys(root, src, "top level", {"job", "table"}));
+  for (const auto& set : sets) RETURN_IF_ERROR(ApplySet(set, &root));
+  RETURN_IF_ERROR(CheckKeys(root, src, "top level", {"job", "table", "launch", "metrics"}));
+  if (const toml::node* n = root.get("launch")) {
+    const toml::table* t = n->as_table();
+    if (!t) return Status::InvalidArgument(Where(src, n) + ": 'launch' must be a table ([launch])");
+    RETURN_IF_ERROR(ParseLaunch(*t, src, &cfg->launch));
+  }
+  if (const toml::node* n = root.get("metrics")) {
+    const toml::table* t = n->as_table();
+    if (!t) return Status::InvalidArgument(Where(src, n) + ": 'metrics' must be a table ([metrics])");
+    RETURN_IF_ERROR(ParseMetrics(*t, src, &cfg->metrics));
+  }
   if (const toml::table* job = root["job"].as_table()) {
     RETURN_IF_ERROR(CheckKeys(*job, src, "job", {"servers", "workers", "partitions", "consistency",
                                                  "staleness", "heartbeat_timeout_ms", "join_timeout_ms",
                                                  "snapshot_dir", "snapshot_every_clocks", "snapshot_every_sec",
                                                  "keep_snapshots"}));
-    if (auto d = (*job)["snapshot_dir"].value<std::string>()) out->snapshot_dir = *d;
+    RETURN_IF_ERROR(GetString(*job, "snapshot_dir", src, &out->snapshot_dir));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_clocks", src, 0, 1u << 30, &out->snapshot_every_clocks));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_sec", src, 0, 1u << 30, &out->snapshot_every_sec));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "keep_snapshots", src, 1, 100000, &out->keep_snapshots));
@@ -150,12 +344,81 @@ Status ParseJobConfig(std::string_view text, std::string_view src, CoordinatorOp
   return Status::OK();
 }
 
-Status LoadJobConfig(const std::string& path, CoordinatorOptions* out) {
+Status LoadJobConfig(const std::string& path, const std::vector<std::string>& sets, JobConfig* out) {
+  if (path.empty()) return ParseJobConfig("", "(no job file)", sets, out);
   std::ifstream f(path);
   if (!f) return Status::InvalidArgument("cannot open job file '" + path + "'");
   std::stringstream ss;
   ss << f.rdbuf();
-  return ParseJobConfig(ss.str(), path, out);
+  return ParseJobConfig(ss.str(), path, sets, out);
+}
+
+Status ParseJobConfig(std::string_view text, std::string_view src, CoordinatorOptions* out) {
+  JobConfig c;
+  c.job = *out;
+  RETURN_IF_ERROR(ParseJobConfig(text, src, {}, &c));
+  *out = std::move(c.job);
+  return Status::OK();
+}
+
+Status LoadJobConfig(const std::string& path, CoordinatorOptions* out) {
+  JobConfig c;
+  c.job = *out;
+  RETURN_IF_ERROR(LoadJobConfig(path, {}, &c));
+  *out = std::move(c.job);
+  return Status::OK();
+}
+
+namespace {
+std::string JsonStrings(const std::vector<std::string>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + JsonString(v[i]);
+  return o + "]";
+}
+std::string JsonBool(bool b) { return b ? "true" : "false"; }
+}  // namespace
+
+std::string JobConfigJson(const JobConfig& c) {
+  const CoordinatorOptions& j = c.job;
+  const LaunchOptions& l = c.launch;
+  std::string o = "{\"job\": {";
+  o += "\"servers\": " + std::to_string(j.num_servers) + ", \"workers\": " + std::to_string(j.num_workers) +
+       ", \"partitions\": " + std::to_string(j.partitions) + ", \"consistency\": " +
+       JsonString(ToString(j.consistency)) + ", \"staleness\": " + std::to_string(j.staleness) +
+       ", \"heartbeat_timeout_ms\": " + std::to_string(j.heartbeat_timeout.count()) +
+       ", \"join_timeout_ms\": " + std::to_string(j.join_timeout.count()) +
+       ", \"snapshot_dir\": " + JsonString(j.snapshot_dir) +
+       ", \"snapshot_every_clocks\": " + std::to_string(j.snapshot_every_clocks) +
+       ", \"snapshot_every_sec\": " + std::to_string(j.snapshot_every_sec) +
+       ", \"keep_snapshots\": " + std::to_string(j.keep_snapshots) + "}, \"tables\": [";
+  for (size_t i = 0; i < j.tables.size(); ++i) {
+    const TableSpec& t = j.tables[i];
+    o += (i ? ", " : "") + std::string("{\"name\": ") + JsonString(t.name) + ", \"kind\": " +
+         JsonString(ToString(t.kind)) + ", \"rows\": " + std::to_string(t.rows) + ", \"cols\": " +
+         std::to_string(t.cols) + ", \"optimizer\": " + JsonString(ToString(t.optimizer)) + "}";
+  }
+  o += "], \"launch\": {\"mode\": " + JsonString(l.mode) + ", \"hosts\": [";
+  for (size_t i = 0; i < l.hosts.size(); ++i) {
+    const LaunchHost& h = l.hosts[i];
+    o += (i ? ", " : "") + std::string("{\"name\": ") + JsonString(h.name) + ", \"address\": " +
+         JsonString(h.address) + ", \"coordinator\": " + JsonBool(h.coordinator) +
+         ", \"servers\": " + std::to_string(h.servers) + ", \"workers\": " + std::to_string(h.workers) + "}";
+  }
+  o += "], \"interface\": " + JsonString(l.interface) + ", \"advertise\": " + JsonString(l.advertise) +
+       ", \"coordinator_port\": " + std::to_string(l.coordinator_port) +
+       ", \"server_ports\": [" + std::to_string(l.server_port_min) + ", " + std::to_string(l.server_port_max) +
+       "], \"worker_command\": " + JsonStrings(l.worker_command) + ", \"env\": {";
+  bool first = true;
+  for (const auto& [k, v] : l.env) {
+    o += (first ? "" : ", ") + JsonString(k) + ": " + JsonString(v);
+    first = false;
+  }
+  o += "}, \"server_cpus\": " + JsonStrings(l.server_cpus) + ", \"bin_dir\": " + JsonString(l.bin_dir) +
+       ", \"run_dir\": " + JsonString(l.run_dir) + ", \"timeout_sec\": " + std::to_string(l.timeout_sec) +
+       ", \"ssh_options\": " + JsonStrings(l.ssh_options) + ", \"srun_options\": " + JsonStrings(l.srun_options) +
+       "}, \"metrics\": {\"enabled\": " + JsonBool(c.metrics.enabled) + ", \"port\": " +
+       std::to_string(c.metrics.port) + ", \"address\": " + JsonString(c.metrics.address) + "}}";
+  return o;
 }
 
 }  // namespace shardps

@@ -1,5 +1,6 @@
-// The job file (TOML) the coordinator starts from: cluster shape,
-// consistency and the tables defined up front. See docs/configuration.md.
+// The job file (TOML): the one description of a job, read by the
+// coordinator and, through `shardps-coordinator --print-config`, by the
+// launcher. See docs/configuration.md and docs/examples/.
 //
 //   [job]
 //   servers = 2
@@ -14,23 +15,79 @@
 //   rows = 784
 //   cols = 256
 //   init = "normal"           # zeros | constant | uniform | normal
-//   mean = 0.0
-//   stddev = 0.05
-//   seed = 1
-//   optimizer = "adam"        # sgd | momentum | adagrad | adam
-//   lr = 0.001
+//   ...
+//
+//   [launch]                  # read by shardps-launch only
+//   mode = "ssh"              # local | ssh | slurm
+//   hosts = ["node1", { name = "node2", servers = 1, workers = 2 }]
+//   worker_command = ["shardps-worker", "--coordinator", "{coordinator}", "--rank", "{rank}"]
+//
+//   [metrics]
+//   port = 0                  # 0: a free port
+//
+// Every key can be overridden with `--set section.key=value` (the value is
+// TOML; a bare word is taken as a string).
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/coordinator.h"
 
 namespace shardps {
 
-// Parses TOML text into `out` (fields absent from the text keep their
-// value). Errors name the key and, where known, the line.
+struct LaunchHost {
+  std::string name;      // ssh destination ([user@]host)
+  std::string address;   // what the others dial ("" = chosen by route to the coordinator)
+  bool coordinator = false;
+  int servers = -1;      // -1: spread the job's servers over the hosts
+  int workers = -1;
+};
+
+struct LaunchOptions {
+  std::string mode = "local";  // local | ssh | slurm
+  std::vector<LaunchHost> hosts;
+  std::string interface;       // advertise this interface's address
+  std::string advertise;       // or this address (single-host jobs)
+  uint32_t coordinator_port = 0;          // 0: a free port
+  uint32_t server_port_min = 0, server_port_max = 0;  // 0-0: free ports
+  std::vector<std::string> worker_command;  // {coordinator} {rank} {workers} replaced
+  std::map<std::string, std::string> env;   // for every process it starts
+  std::vector<std::string> server_cpus;     // per server rank (cycled): --cpus LIST
+  std::string bin_dir;                      // shardps binaries on every host
+  std::string run_dir;                      // logs and endpoint files
+  uint32_t timeout_sec = 3600;
+  std::vector<std::string> ssh_options;
+  std::vector<std::string> srun_options;
+};
+
+struct MetricsOptions {
+  bool enabled = true;
+  int port = 0;          // 0: a free port
+  std::string address;   // "" = the process's advertised address
+};
+
+struct JobConfig {
+  CoordinatorOptions job;
+  LaunchOptions launch;
+  MetricsOptions metrics;
+};
+
+// Parses TOML text, then applies `sets` ("section.key=value"), into `out`
+// (fields absent from both keep their value). Errors name the key, the line
+// (or the --set) and what was expected.
+Status ParseJobConfig(std::string_view text, std::string_view source_name,
+                      const std::vector<std::string>& sets, JobConfig* out);
+// `path` may be "" (only the --set values).
+Status LoadJobConfig(const std::string& path, const std::vector<std::string>& sets, JobConfig* out);
+// Coordinator-only shorthands (no overrides).
 Status ParseJobConfig(std::string_view text, std::string_view source_name, CoordinatorOptions* out);
 Status LoadJobConfig(const std::string& path, CoordinatorOptions* out);
+
+// The resolved job as one JSON object: {"job": {...}, "tables": [...],
+// "launch": {...}, "metrics": {...}}.
+std::string JobConfigJson(const JobConfig& c);
 
 }  // namespace shardps

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -49,11 +51,14 @@ Status Server::Start() {
     return Status::InvalidArgument("server cannot bind '" + opts_.bind + "' or reach coordinator '" +
                                    opts_.coordinator + "': " + e.what());
   }
-  endpoint_ = LastEndpoint(data_);
+  if (Status s = AdvertisedEndpoint(data_, opts_.advertise, opts_.coordinator, &endpoint_); !s.ok()) return s;
 
   fbb_.Clear();
   auto ep = fbb_.CreateString(endpoint_);
-  auto req = wire::CreateRegisterRequest(fbb_, wire::Role::Server, opts_.rank, ep);
+  auto host = fbb_.CreateString(HostName());
+  auto url = fbb_.CreateString(opts_.metrics_url);
+  auto req = wire::CreateRegisterRequest(fbb_, wire::Role::Server, opts_.rank, ep, host,
+                                         static_cast<uint32_t>(::getpid()), url);
   wire::Fields f;
   f.type = wire::MsgType::Register;
   f.request_id = next_request_id_++;
@@ -176,6 +181,7 @@ void Server::Reply(const zmq::message_t& to, zmq::message_t header) {
 
 void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s) {
   LOG_WARN << "request " << request_id << " refused: " << s.ToString();
+  m_.errors.SingleWriterInc();
   Reply(to, wire::EncodeError(fbb_, request_id, s));
 }
 
@@ -233,6 +239,8 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   const float* values;
   Status s = CheckRequest(h, frames, true, &t, &keys, &values);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
+  m_.pushes.SingleWriterInc();
+  m_.push_bytes.SingleWriterAdd(frames.back().size());
   const bool worker = h.role() == wire::Role::Worker;
   const int rank = h.rank();
   if (worker && !IsLive(rank))
@@ -267,7 +275,8 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
 }
 
-void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Clock::time_point arrived,
+                  bool resumed) {
   ServerTable* t;
   const uint64_t* keys;
   const float* values = nullptr;
@@ -276,7 +285,7 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   if (h.role() == wire::Role::Worker && view_.consistency != Consistency::kAsync && IsLive(h.rank())) {
     const int64_t need = h.clock() - static_cast<int64_t>(view_.staleness);
     if (MinClock() < need) {
-      parked_.push_back({need, std::move(frames)});
+      parked_.push_back({need, std::move(frames), arrived});
       return;
     }
   }
@@ -297,6 +306,12 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     // Rows straight from the table, one frame per partition segment.
     t->ReadRangeFrames(h.row_begin(), h.row_end(), &out);
   }
+  const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
+  m_.pulls.SingleWriterInc();
+  m_.pull_bytes.SingleWriterAdd(rows * t->spec().cols * sizeof(float));
+  const auto now = Clock::now();
+  m_.pull_seconds.SingleWriterObserve(std::chrono::duration<double>(now - arrived).count());
+  if (resumed) m_.wait_seconds.SingleWriterObserve(std::chrono::duration<double>(now - arrived).count());
   Status st = SendMultipart(data_, out);
   if (!st.ok()) LOG_WARN << "pull reply dropped: " << st.ToString();
 }
@@ -316,6 +331,7 @@ void Server::Tick(const wire::Header& h, std::vector<zmq::message_t>& frames) {
                                               " but worker " + std::to_string(rank) + " is at clock " +
                                               std::to_string(clocks_[rank]) + ": a tick was lost"));
   if (h.clock() == clocks_[rank]) clocks_[rank]++;
+  m_.ticks.SingleWriterInc();
   wire::Fields ok;
   ok.request_id = h.request_id();
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
@@ -378,7 +394,7 @@ void Server::Advance() {
     const wire::Header* h = nullptr;
     std::vector<uint64_t> scratch;
     if (!wire::ParseHeader(p.frames[1], scratch, &h).ok()) continue;
-    Pull(*h, p.frames);
+    Pull(*h, p.frames, p.arrived, true);
   }
 }
 
@@ -399,10 +415,14 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
                                        " bytes exceeds this server's limit of " +
                                        std::to_string(opts_.max_request_bytes) + " bytes"));
   switch (h->type()) {
-    case wire::MsgType::Push:
-      return Push(*h, frames);
+    case wire::MsgType::Push: {
+      const auto arrived = Clock::now();
+      Push(*h, frames);
+      m_.push_seconds.SingleWriterObserve(std::chrono::duration<double>(Clock::now() - arrived).count());
+      return;
+    }
     case wire::MsgType::Pull:
-      return Pull(*h, frames);
+      return Pull(*h, frames, Clock::now());
     case wire::MsgType::Tick:
       return Tick(*h, frames);
     default:
@@ -455,13 +475,64 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
   }
 }
 
+Server::Metrics::Metrics(metrics::Registry& r)
+    : pushes(r.GetCounter("shardps_push_requests_total", "Push requests applied or buffered")),
+      pulls(r.GetCounter("shardps_pull_requests_total", "Pull requests answered")),
+      push_bytes(r.GetCounter("shardps_push_bytes_total", "Gradient bytes received in pushes")),
+      pull_bytes(r.GetCounter("shardps_pull_bytes_total", "Parameter bytes sent in pull replies")),
+      ticks(r.GetCounter("shardps_ticks_total", "Clock ticks received from workers")),
+      errors(r.GetCounter("shardps_request_errors_total", "Requests answered with an error")),
+      push_seconds(r.GetHistogram("shardps_push_duration_seconds",
+                                  "Time from receiving a push to its reply (applying it, or buffering it under sync)",
+                                  metrics::LatencyBuckets())),
+      pull_seconds(r.GetHistogram("shardps_pull_duration_seconds",
+                                  "Time from receiving a pull to its reply, waiting for slower workers included",
+                                  metrics::LatencyBuckets())),
+      wait_seconds(r.GetHistogram("shardps_consistency_wait_seconds",
+                                  "Time pulls were held for slower workers (sync, bounded staleness)",
+                                  metrics::LatencyBuckets())),
+      parked(r.GetGauge("shardps_parked_pulls", "Pulls waiting for slower workers now")),
+      buffered(r.GetGauge("shardps_buffered_pushes", "Synchronous pushes waiting for the end of their clock")),
+      applied_clock(r.GetGauge("shardps_applied_clock", "Sync: clocks below this one are applied")),
+      min_clock(r.GetGauge("shardps_min_clock", "Slowest live worker's clock as this server sees it")) {}
+
+void Server::UpdateGauges() {
+  m_.parked.Set(static_cast<double>(parked_.size()));
+  size_t buffered = 0;
+  for (const auto& [c, list] : buffered_) buffered += list.size();
+  m_.buffered.Set(static_cast<double>(buffered));
+  m_.applied_clock.Set(static_cast<double>(applied_clock_));
+  m_.min_clock.Set(static_cast<double>(MinClock()));
+  for (const auto& t : tables_) {
+    if (!t) continue;
+    const metrics::Labels labels{{"table", t->spec().name}};
+    const uint64_t rows = t->rows_held();
+    // Series are created once per table; later calls find them.
+    registry_.GetGauge("shardps_table_rows", "Rows of each table held by this server", labels)
+        .Set(static_cast<double>(rows));
+    registry_.GetGauge("shardps_table_bytes", "Bytes of parameters and optimizer state held by this server", labels)
+        .Set(static_cast<double>(rows) * t->spec().cols * sizeof(float) * (1 + t->state_width()));
+  }
+}
+
 void Server::SendHeartbeat() {
+  UpdateGauges();
+  fbb_.Clear();
+  wire::ServerStatsBuilder b(fbb_);
+  b.add_pushes(m_.pushes.Value());
+  b.add_pulls(m_.pulls.Value());
+  b.add_push_bytes(m_.push_bytes.Value());
+  b.add_pull_bytes(m_.pull_bytes.Value());
+  b.add_applied_clock(applied_clock_);
+  b.add_min_clock(MinClock());
+  b.add_parked_pulls(static_cast<uint32_t>(parked_.size()));
+  auto body = b.Finish();
   wire::Fields f;
   f.type = wire::MsgType::Heartbeat;
   f.request_id = next_request_id_++;
   f.role = wire::Role::Server;
   f.rank = static_cast<int32_t>(rank_);
-  coord_.send(wire::EncodeSimple(fbb_, f), zmq::send_flags::dontwait);
+  coord_.send(wire::Encode(fbb_, f, wire::Body::ServerStats, body.Union()), zmq::send_flags::dontwait);
 }
 
 Status Server::Run(const std::atomic<bool>& stop) {

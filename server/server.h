@@ -27,6 +27,7 @@
 
 #include "common/cluster.h"
 #include "common/net.h"
+#include "common/metrics.h"
 #include "server/snapshot.h"
 #include "server/table.h"
 #include "shardps/status.h"
@@ -39,6 +40,8 @@ struct Header;
 struct ServerOptions {
   std::string coordinator;                 // e.g. tcp://127.0.0.1:5555
   std::string bind = "tcp://127.0.0.1:0";  // data endpoint; port 0 = any free port
+  std::string advertise;                   // host clients dial ("" = by route to the coordinator)
+  std::string metrics_url;                 // where registry() is served, told to the coordinator
   int rank = -1;                           // -1: the coordinator assigns one
   uint64_t max_request_bytes = 512ull << 20;
   Millis heartbeat_interval{500};
@@ -60,12 +63,24 @@ class Server {
 
   uint32_t rank() const { return rank_; }
   const std::string& endpoint() const { return endpoint_; }
+  // The server's metrics (updated by Run's thread; render from any thread).
+  metrics::Registry& registry() { return registry_; }
+  void set_metrics_url(std::string url) { opts_.metrics_url = std::move(url); }
 
  private:
   struct Parked {  // a pull waiting for slower workers
     int64_t need_clock;
     std::vector<zmq::message_t> frames;
+    Clock::time_point arrived;
   };
+  // Everything the server counts, in registry_ (docs/operations.md).
+  struct Metrics {
+    explicit Metrics(metrics::Registry& r);
+    metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors;
+    metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds;
+    metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;
+  };
+  void UpdateGauges();
   struct Buffered {  // a synchronous push waiting for the end of its clock
     uint32_t rank;
     uint64_t arrival;
@@ -81,7 +96,9 @@ class Server {
   Status CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push,
                       ServerTable** t, const uint64_t** keys, const float** values);
   void Push(const wire::Header& h, std::vector<zmq::message_t>& frames);
-  void Pull(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  // `arrived`: when the request was received; `resumed`: it was parked.
+  void Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Clock::time_point arrived,
+            bool resumed = false);
   void Tick(const wire::Header& h, std::vector<zmq::message_t>& frames);
   // Applies every synchronous clock all live workers finished, then answers
   // the parked pulls that may now go.
@@ -128,6 +145,8 @@ class Server {
   // table need not be initialised before the restore overwrites it).
   bool RestoreCoversTable(const TableSpec& spec);
 
+  metrics::Registry registry_;
+  Metrics m_{registry_};
   zmq::context_t& ctx_;
   ServerOptions opts_;
   zmq::socket_t data_, coord_;

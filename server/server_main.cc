@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/log.h"
+#include "common/metrics_http.h"
 #include "common/process.h"
 #include "common/net.h"
 #include "common/signals.h"
@@ -18,6 +19,14 @@ int main(int argc, char** argv) {
   int64_t hb_ms = o.heartbeat_interval.count(), reg_ms = o.register_timeout.count();
   app.add_option("--coordinator", o.coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555")->required();
   app.add_option("--bind", o.bind, "data endpoint to listen on; port 0 picks a free port")->capture_default_str();
+  app.add_option("--advertise", o.advertise,
+                 "host or address clients dial (default for a wildcard --bind: this host's address on the route to the coordinator)");
+  int metrics_port = 0;
+  std::string metrics_address;
+  bool no_metrics = false;
+  app.add_option("--metrics-port", metrics_port, "serve Prometheus /metrics on this port (0: a free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  app.add_option("--metrics-address", metrics_address, "address /metrics binds to (default: the advertised one)");
+  app.add_flag("--no-metrics", no_metrics, "serve no /metrics");
   app.add_option("--rank", o.rank, "server rank (default: the coordinator assigns one)")->check(CLI::Range(0, 4095));
   app.add_option("--max-request-mb", max_mb, "largest request accepted, in MiB")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--heartbeat-ms", hb_ms, "heartbeat interval to the coordinator")->check(CLI::Range(1, 600000))->capture_default_str();
@@ -55,6 +64,17 @@ int main(int argc, char** argv) {
   const auto& stop = InstallStopSignals();
   zmq::context_t ctx(1);
   Server server(ctx, o);
+  metrics::MetricsServer metrics_http(server.registry());
+  if (!no_metrics) {
+    // The address the data endpoint will be advertised on, unless told.
+    std::string addr = metrics_address.empty() ? o.advertise : metrics_address;
+    if (addr.empty() && !LocalAddressTowards(o.coordinator, &addr).ok()) addr = "127.0.0.1";
+    if (Status s = metrics_http.Start(addr, metrics_port); !s.ok()) {
+      std::fprintf(stderr, "error: metrics: %s\n", s.message().c_str());
+      return 1;
+    }
+    server.set_metrics_url(metrics_http.url());
+  }
   if (Status s = server.Start(); !s.ok()) {
     LOG_ERROR << s.ToString();
     return 1;

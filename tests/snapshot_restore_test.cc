@@ -101,6 +101,10 @@ class SnapshotRestoreTest : public ::testing::Test {
     args.insert(args.begin(), BinaryPath("SHARDPS_SNAPSHOT"));
     return RunCommand(args, out, 120);
   }
+  int Ctl(std::vector<std::string> args, std::string* out) {
+    args.insert(args.begin(), BinaryPath("SHARDPS_CTL"));
+    return RunCommand(args, out, 120);
+  }
   // The whole model as the CLI sees it: max |a - b| over every table (0 = identical).
   double MaxDiff(const std::string& a, const std::string& b) {
     std::string out;
@@ -187,7 +191,7 @@ TEST_F(SnapshotRestoreTest, TwoServersSnapshotRestoresIntoThreeAndIntoOne) {
       ASSERT_TRUE(c->Push(e, ids, eg).Wait().ok());
     }
     std::string out;
-    ASSERT_EQ(Cli({"trigger", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
+    ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
   }
   std::vector<snapshot::Listing> all;
   ASSERT_TRUE(snapshot::List(snaps_, &all).ok());
@@ -202,7 +206,7 @@ TEST_F(SnapshotRestoreTest, TwoServersSnapshotRestoresIntoThreeAndIntoOne) {
     Start(b, "b" + std::to_string(servers), servers, 0, {"--restore"});
     ASSERT_TRUE(WaitFor([&] { return b.Log("server0").find("restored") != std::string::npos; }, 60s));
     std::string out;
-    ASSERT_EQ(Cli({"trigger", b.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
+    ASSERT_EQ(Ctl({"snapshot", b.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
     ASSERT_TRUE(snapshot::List(snaps_, &all).ok());
     ASSERT_EQ(all.size(), 2u);
     snapshot::Manifest m;
@@ -219,7 +223,7 @@ TEST_F(SnapshotRestoreTest, ServerKilledWhileWritingLeavesTheEarlierSnapshotGood
   Table w;
   ASSERT_TRUE(c->CreateTable(Dense(), &w).ok());
   std::string out;
-  ASSERT_EQ(Cli({"trigger", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
+  ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
   std::vector<snapshot::Listing> all;
   ASSERT_TRUE(snapshot::List(snaps_, &all).ok());
   ASSERT_EQ(all.size(), 1u);
@@ -232,7 +236,7 @@ TEST_F(SnapshotRestoreTest, ServerKilledWhileWritingLeavesTheEarlierSnapshotGood
   ASSERT_TRUE(c->Push(w, g).Wait().ok());
   std::thread trig([&] {
     std::string o;
-    EXPECT_NE(Cli({"trigger", a.coordinator(), "--timeout-sec", "8"}, &o), 0) << o;
+    EXPECT_NE(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "8"}, &o), 0) << o;
   });
   // Wait for snapshot 2's directory (the servers have cut), then kill.
   ASSERT_TRUE(WaitFor([&] {
@@ -269,12 +273,12 @@ TEST_F(SnapshotRestoreTest, FlippedBytesFailVerifyAndRestoreFallsBack) {
     Table w;
     ASSERT_TRUE(c->CreateTable(Dense(), &w).ok());
     std::string out;
-    ASSERT_EQ(Cli({"trigger", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
+    ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
     first_values.resize(w.size());
     ASSERT_TRUE(c->Pull(w, first_values).Wait().ok());
     std::vector<float> g(w.size(), 1.0f);
     ASSERT_TRUE(c->Push(w, g).Wait().ok());
-    ASSERT_EQ(Cli({"trigger", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
+    ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
   }
   std::vector<snapshot::Listing> all;
   ASSERT_TRUE(snapshot::List(snaps_, &all).ok());
@@ -346,7 +350,7 @@ TEST_F(SnapshotRestoreTest, EveryCliVerbWithJsonAndExportReadBack) {
     std::vector<float> ev(ids.size() * 8);
     ASSERT_TRUE(c->Pull(e, ids, ev).Wait().ok());
     std::string out;
-    ASSERT_EQ(Cli({"trigger", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
+    ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
   }
   std::vector<snapshot::Listing> all;
   ASSERT_TRUE(snapshot::List(snaps_, &all).ok());

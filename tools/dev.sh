@@ -16,7 +16,9 @@ esac
 packages=(build-essential pkg-config meson ninja-build
   libzmq3-dev cppzmq-dev flatbuffers-compiler libflatbuffers-dev librocksdb-dev
   libgtest-dev libopenblas-dev libcli11-dev libtomlplusplus-dev zlib1g-dev libxxhash-dev
-  dataset-fashion-mnist gnuplot-nox)
+  dataset-fashion-mnist gnuplot-nox libcpp-httplib-dev
+  python3 python3-pytest python3-prometheus-client
+  iproute2 openssh-client openssh-server slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,8 +6,8 @@
 //   shardps-snapshot diff SNAP_A SNAP_B
 //   shardps-snapshot export SNAP TABLE --format npy|csv OUT
 //   shardps-snapshot verify SNAP
-//   shardps-snapshot trigger COORDINATOR      (a live cluster: snapshot now)
-// Every verb takes --json (except export and trigger) and --help.
+// Every verb takes --json (except export) and --help. A snapshot of a live
+// job is taken with `shardps-ctl snapshot COORDINATOR`.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 
 #include "common/partition.h"
 #include "common/wire.h"
+#include "common/json.h"
 #include "server/snapshot.h"
 
 namespace shardps {
@@ -28,18 +29,7 @@ namespace {
 
 using snapshot::Manifest;
 
-std::string Json(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else o += c;
-  }
-  return o + "\"";
-}
+std::string Json(const std::string& s) { return JsonString(s); }
 std::string Num(double v) {
   if (std::isnan(v)) return "null";
   if (std::isinf(v)) return v > 0 ? "1e999" : "-1e999";
@@ -382,34 +372,6 @@ int CmdVerify(const std::string& dir, bool json) {
   return s.ok() ? 0 : 1;
 }
 
-int CmdTrigger(const std::string& coordinator, int timeout_sec) {
-  zmq::context_t ctx(1);
-  zmq::socket_t sock(ctx, zmq::socket_type::dealer);
-  sock.set(zmq::sockopt::linger, 0);
-  try {
-    sock.connect(coordinator);
-  } catch (const zmq::error_t& e) {
-    return Fail("cannot connect to '" + coordinator + "': " + e.what(), 2);
-  }
-  flatbuffers::FlatBufferBuilder fbb;
-  wire::Fields f;
-  f.type = wire::MsgType::SnapshotNow;
-  f.request_id = 1;
-  sock.send(wire::EncodeSimple(fbb, f), zmq::send_flags::none);
-  zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
-  if (zmq::poll(items, 1, std::chrono::seconds(timeout_sec)) == 0)
-    return Fail("no answer from coordinator " + coordinator + " within " + std::to_string(timeout_sec) + " s");
-  zmq::message_t m;
-  (void)sock.recv(m);
-  std::vector<uint64_t> scratch;
-  const wire::Header* h;
-  Status s = wire::ParseHeader(m, scratch, &h);
-  if (s.ok()) s = wire::ReplyStatus(h);
-  if (!s.ok()) return Fail("snapshot failed: " + s.ToString());
-  std::printf("snapshot complete: %s (clock %lld)\n", h->message() ? h->message()->c_str() : "?", static_cast<long long>(h->clock()));
-  return 0;
-}
-
 }  // namespace
 }  // namespace shardps
 
@@ -418,8 +380,8 @@ int main(int argc, char** argv) {
   CLI::App app{"shardps-snapshot: look inside shardps snapshots (offline, on the files)"};
   app.require_subcommand(1);
   bool json = false;
-  std::string dir, dir_b, table, rows, ids, format, out, coordinator;
-  int limit = 10, timeout_sec = 600;
+  std::string dir, dir_b, table, rows, ids, format, out;
+  int limit = 10;
   auto* list = app.add_subcommand("list", "snapshots in DIR: id, clock, time, size, complete or not");
   list->add_option("DIR", dir, "snapshot directory (--snapshot-dir of the job)")->required();
   list->add_flag("--json", json, "JSON output");
@@ -445,9 +407,6 @@ int main(int argc, char** argv) {
   auto* verify = app.add_subcommand("verify", "recompute every checksum; exit 0 only if all hold");
   verify->add_option("SNAP", dir)->required();
   verify->add_flag("--json", json, "JSON output");
-  auto* trigger = app.add_subcommand("trigger", "take a snapshot of a live cluster now");
-  trigger->add_option("COORDINATOR", coordinator, "coordinator endpoint, e.g. tcp://127.0.0.1:5555")->required();
-  trigger->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 86400))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (*list) return CmdList(dir, json);
@@ -456,6 +415,5 @@ int main(int argc, char** argv) {
   if (*diff) return CmdDiff(dir, dir_b, json);
   if (*exp) return CmdExport(dir, table, format, out);
   if (*verify) return CmdVerify(dir, json);
-  if (*trigger) return CmdTrigger(coordinator, timeout_sec);
   return 2;
 }

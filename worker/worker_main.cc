@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/net.h"
+#include "common/signals.h"
 #include "shardps/client.h"
 #include "worker/data.h"
 #include "worker/device.h"
@@ -135,8 +136,10 @@ class EpochBatches {
     next_ = 0;
     grant_ = WorkRange{};
   }
-  // The next batch, or -1 at the end of the epoch.
+  // The next batch of the epoch, or -1 when the epoch is done or the job
+  // was asked to stop (stopped() says which).
   int Next() {
+    if (ps_.StopRequested()) return -1;
     if (!pooled_) return next_ < steps_ ? next_++ : -1;
     if (grant_.empty()) {
       CHECK_OK(ps_.ClaimWork(static_cast<uint64_t>(epoch_), static_cast<uint64_t>(steps_),
@@ -145,6 +148,7 @@ class EpochBatches {
     }
     return static_cast<int>(grant_.begin++);
   }
+  bool stopped() const { return ps_.StopRequested(); }
 
  private:
   Client& ps_;
@@ -409,6 +413,10 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       progress.Step(rank, epoch, step + 1, steps, B, loss, stale);
     }
     flush_acc();
+    if (epoch_batches.stopped()) {
+      std::printf("worker %d | stopped on request in epoch %d after %d batches of it\n", rank, epoch, trained);
+      break;
+    }
     if (evaluator) {
       if (pooled) {
         // The outstanding prefetch may predate this worker's last pushes:
@@ -468,7 +476,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       return 1;
     }
   }
-  if (evaluator && o.min_accuracy >= 0 && final_acc < o.min_accuracy) {
+  if (evaluator && o.min_accuracy >= 0 && final_acc < o.min_accuracy && !ps.StopRequested()) {
     std::fprintf(stderr, "error: test accuracy %.4f is below --min-accuracy %.4f\n", final_acc, o.min_accuracy);
     return 3;
   }
@@ -557,6 +565,10 @@ int RunSparseLr(const Options& o, Client& ps) {
       epoch_loss += loss / o.batch;
       progress.Step(rank, epoch, step + 1, steps, o.batch, loss / o.batch, stale);
     }
+    if (epoch_batches.stopped()) {
+      std::printf("worker %d | stopped on request in epoch %d after %d batches of it\n", rank, epoch, trained);
+      break;
+    }
     if (rank == o.eval_rank) {
       ClickBatch tb;
       GenerateClicks(co, 1, 0, static_cast<uint32_t>(o.eval_examples), &tb);
@@ -584,7 +596,7 @@ int RunSparseLr(const Options& o, Client& ps) {
   const double secs = Now() - t_start;
   std::printf("worker %d | finished in %.1f s | %ld batches | %.0f samples/s\n", rank, secs, progress.samples / o.batch,
               progress.samples / secs);
-  if (rank == o.eval_rank && o.min_accuracy >= 0 && final_acc < o.min_accuracy) {
+  if (rank == o.eval_rank && o.min_accuracy >= 0 && final_acc < o.min_accuracy && !ps.StopRequested()) {
     std::fprintf(stderr, "error: test accuracy %.4f is below --min-accuracy %.4f\n", final_acc, o.min_accuracy);
     return 3;
   }
@@ -632,6 +644,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (o.model == "mlp") (void)ParseHidden(o.hidden);  // a bad --hidden is refused before connecting
 
+  DieWithParentIfAsked();
   TuneAllocatorForLargeMessages();
   openblas_set_num_threads(1);  // one core per worker; the servers need theirs
   ClientOptions co;

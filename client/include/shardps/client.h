@@ -200,6 +200,11 @@ class Client {
   // once, for those units. A worker that leaves (Close) finished its grants.
   Status ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out);
 
+  // True once the job was asked to stop (`shardps-ctl stop`): a trainer
+  // finishes its current step, Close()s and exits 0. Learned from the
+  // heartbeat replies (within about a heartbeat interval). Workers only.
+  bool StopRequested() const;
+
   int rank() const;         // worker rank (-1 for an observer)
   int64_t clock() const;    // iterations this worker finished
   Consistency consistency() const;

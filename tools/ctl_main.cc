@@ -1,0 +1,343 @@
+// shardps-ctl: talk to a running job's coordinator.
+//
+//   shardps-ctl status COORDINATOR [--json]   every process, clocks, rates, who waits on whom
+//   shardps-ctl snapshot COORDINATOR          take a snapshot now and wait for it
+//   shardps-ctl stop COORDINATOR              workers finish their step, a final snapshot, all exit 0
+//
+// and, for the launcher's checks before a job starts on several hosts:
+//
+//   shardps-ctl probe-listen ADDRESS [--seconds N]   print a free port on ADDRESS, accept connections
+//   shardps-ctl probe-connect HOST:PORT...            exit 0 if each accepts a TCP connection
+#include <CLI/CLI.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/json.h"
+#include "common/wire.h"
+#include "tools/ctl_status.h"
+
+namespace shardps {
+namespace {
+
+int Fail(const std::string& msg, int rc = 1) {
+  std::fprintf(stderr, "shardps-ctl: %s\n", msg.c_str());
+  return rc;
+}
+
+// One request to the coordinator and its reply (a header), within `timeout_sec`.
+Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec, zmq::message_t* reply,
+            const wire::Header** h, std::vector<uint64_t>* scratch) {
+  static zmq::context_t ctx(1);
+  zmq::socket_t sock(ctx, zmq::socket_type::dealer);
+  sock.set(zmq::sockopt::linger, 0);
+  try {
+    sock.connect(coordinator);
+  } catch (const zmq::error_t& e) {
+    return Status::InvalidArgument("cannot connect to '" + coordinator + "': " + e.what());
+  }
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::Fields f;
+  f.type = type;
+  f.request_id = 1;
+  sock.send(wire::EncodeSimple(fbb, f), zmq::send_flags::none);
+  zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
+  if (zmq::poll(items, 1, std::chrono::seconds(timeout_sec)) == 0)
+    return Status::Timeout("no answer from coordinator " + coordinator + " within " + std::to_string(timeout_sec) + " s");
+  (void)sock.recv(*reply);
+  Status s = wire::ParseHeader(*reply, *scratch, h);
+  if (s.ok()) s = wire::ReplyStatus(*h);
+  return s;
+}
+
+std::string Str(const flatbuffers::String* s) { return s ? s->str() : ""; }
+
+const char* RoleName(wire::Role r) {
+  switch (r) {
+    case wire::Role::Server: return "server";
+    case wire::Role::Worker: return "worker";
+    case wire::Role::Coordinator: return "coordinator";
+    default: return "observer";
+  }
+}
+
+std::string Num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
+  zmq::message_t m;
+  const wire::Header* h = nullptr;
+  std::vector<uint64_t> scratch;
+  Status s = Call(coordinator, wire::MsgType::GetStatus, timeout_sec, &m, &h, &scratch);
+  if (!s.ok()) return Fail(s.ToString());
+  const wire::JobStatus* js = h->body_as_JobStatus();
+  if (!js) return Fail("the coordinator's reply has no status (is it an older shardps?)");
+  const auto consistency = static_cast<Consistency>(js->consistency());
+  std::vector<ctl::WorkerClock> clocks;
+  int64_t lo = -1, hi = -1;
+  if (js->processes())
+    for (const auto* p : *js->processes()) {
+      if (p->role() != wire::Role::Worker) continue;
+      clocks.push_back({p->rank(), p->clock(), p->alive()});
+      if (!p->alive() || p->clock() < 0) continue;
+      lo = lo < 0 ? p->clock() : std::min(lo, p->clock());
+      hi = std::max(hi, p->clock());
+    }
+  const auto waits = ctl::WhoWaitsOnWhom(consistency, js->staleness(), clocks);
+  const std::string mode(ToString(consistency));
+
+  if (json) {
+    std::string o = "{\"coordinator\": " + JsonString(coordinator) + ", \"consistency\": " + JsonString(mode) +
+                    ", \"staleness\": " + std::to_string(js->staleness()) +
+                    ", \"num_servers\": " + std::to_string(js->num_servers()) +
+                    ", \"num_workers\": " + std::to_string(js->num_workers()) +
+                    ", \"uptime_s\": " + Num(js->uptime_ms() / 1000.0) +
+                    ", \"ready\": " + (js->ready() ? "true" : "false") +
+                    ", \"stopping\": " + (js->stopping() ? "true" : "false") +
+                    ", \"min_clock\": " + std::to_string(lo) + ", \"max_clock\": " + std::to_string(hi) +
+                    ", \"processes\": [";
+    o += "{\"role\": \"coordinator\", \"rank\": 0, \"host\": " + JsonString(Str(js->host())) +
+         ", \"pid\": " + std::to_string(js->pid()) + ", \"alive\": true, \"state\": \"alive\", \"endpoint\": " +
+         JsonString(coordinator) + ", \"metrics_url\": " + JsonString(Str(js->metrics_url())) + "}";
+    if (js->processes())
+      for (const auto* p : *js->processes()) {
+        o += ", {\"role\": " + JsonString(RoleName(p->role())) + ", \"rank\": " + std::to_string(p->rank()) +
+             ", \"host\": " + JsonString(Str(p->host())) + ", \"pid\": " + std::to_string(p->pid()) +
+             ", \"alive\": " + (p->alive() ? "true" : "false") + ", \"state\": " + JsonString(Str(p->state())) +
+             ", \"last_heartbeat_s\": " + (p->heartbeat_age_ms() < 0 ? "null" : Num(p->heartbeat_age_ms() / 1000.0)) +
+             ", \"metrics_url\": " + JsonString(Str(p->metrics_url()));
+        if (p->role() == wire::Role::Worker) {
+          o += ", \"clock\": " + std::to_string(p->clock());
+        } else {
+          o += ", \"endpoint\": " + JsonString(Str(p->endpoint())) +
+               ", \"pushes_per_s\": " + Num(p->pushes_per_sec()) + ", \"pulls_per_s\": " + Num(p->pulls_per_sec()) +
+               ", \"push_bytes_per_s\": " + Num(p->push_bytes_per_sec()) +
+               ", \"pull_bytes_per_s\": " + Num(p->pull_bytes_per_sec()) +
+               ", \"pushes\": " + std::to_string(p->pushes()) + ", \"pulls\": " + std::to_string(p->pulls()) +
+               ", \"parked_pulls\": " + std::to_string(p->parked_pulls());
+        }
+        o += "}";
+      }
+    o += "], \"workers\": [";
+    for (size_t i = 0; i < clocks.size(); ++i)
+      o += (i ? ", " : "") + std::string("{\"rank\": ") + std::to_string(clocks[i].rank) +
+           ", \"clock\": " + std::to_string(clocks[i].clock) + ", \"alive\": " + (clocks[i].alive ? "true" : "false") + "}";
+    o += "], \"waiting\": [";
+    for (size_t i = 0; i < waits.size(); ++i)
+      o += (i ? ", " : "") + std::string("{\"worker\": ") + std::to_string(waits[i].worker) +
+           ", \"clock\": " + std::to_string(waits[i].clock) + ", \"waits_for\": " + std::to_string(waits[i].waits_for) +
+           ", \"their_clock\": " + std::to_string(waits[i].their_clock) + "}";
+    o += "], \"snapshots\": {\"dir\": " + JsonString(Str(js->snapshot_dir())) +
+         ", \"taken\": " + std::to_string(js->snapshots_taken()) +
+         ", \"latest_clock\": " + std::to_string(js->latest_snapshot_clock()) +
+         ", \"latest\": " + JsonString(Str(js->latest_snapshot())) +
+         ", \"latest_seconds\": " + Num(js->latest_snapshot_ms() / 1000.0) + "}}";
+    std::printf("%s\n", o.c_str());
+    return 0;
+  }
+
+  std::printf("job: %s%s, %u servers, %u workers, up %.1f s%s%s\n", mode.c_str(),
+              consistency == Consistency::kBounded ? (" s=" + std::to_string(js->staleness())).c_str() : "",
+              js->num_servers(), js->num_workers(), js->uptime_ms() / 1000.0, js->ready() ? "" : ", NOT READY (servers missing)",
+              js->stopping() ? ", STOPPING" : "");
+  std::printf("clocks: min %lld, max %lld\n", static_cast<long long>(lo), static_cast<long long>(hi));
+  std::printf("%-11s %4s  %-16s %8s  %-7s %6s %7s %9s %9s %9s %9s  %s\n", "ROLE", "RANK", "HOST", "PID", "STATE",
+              "HB(s)", "CLOCK", "PUSH/s", "PULL/s", "IN MB/s", "OUT MB/s", "METRICS");
+  std::printf("%-11s %4d  %-16s %8u  %-7s %6s %7s %9s %9s %9s %9s  %s\n", "coordinator", 0, Str(js->host()).c_str(),
+              js->pid(), "alive", "-", "-", "-", "-", "-", "-", Str(js->metrics_url()).c_str());
+  if (js->processes())
+    for (const auto* p : *js->processes()) {
+      const bool server = p->role() == wire::Role::Server;
+      char hb[32], clock[32];
+      std::snprintf(hb, sizeof hb, p->heartbeat_age_ms() < 0 ? "-" : "%.1f", p->heartbeat_age_ms() / 1000.0);
+      std::snprintf(clock, sizeof clock, server || p->clock() < 0 ? "-" : "%lld", static_cast<long long>(p->clock()));
+      auto rate = [&](double v, double scale) { return server ? Num(v / scale) : std::string("-"); };
+      std::printf("%-11s %4d  %-16s %8u  %-7s %6s %7s %9s %9s %9s %9s  %s\n", RoleName(p->role()), p->rank(),
+                  Str(p->host()).c_str(), p->pid(), Str(p->state()).c_str(), hb, clock,
+                  rate(p->pushes_per_sec(), 1).c_str(), rate(p->pulls_per_sec(), 1).c_str(),
+                  rate(p->push_bytes_per_sec(), 1e6).c_str(), rate(p->pull_bytes_per_sec(), 1e6).c_str(),
+                  Str(p->metrics_url()).c_str());
+    }
+  if (consistency == Consistency::kAsync) {
+    std::printf("waiting: nobody (asynchronous)\n");
+  } else if (waits.empty()) {
+    std::printf("waiting: nobody\n");
+  } else {
+    std::printf("waiting:\n");
+    for (const auto& w : waits)
+      std::printf("  worker %d at clock %lld waits for worker %d at clock %lld (bound %u)\n", w.worker,
+                  static_cast<long long>(w.clock), w.waits_for, static_cast<long long>(w.their_clock),
+                  consistency == Consistency::kSync ? 0 : js->staleness());
+  }
+  if (js->latest_snapshot_clock() >= 0)
+    std::printf("latest snapshot: %s (clock %lld, %.2f s to write), %u taken in this run\n", Str(js->latest_snapshot()).c_str(),
+                static_cast<long long>(js->latest_snapshot_clock()), js->latest_snapshot_ms() / 1000.0, js->snapshots_taken());
+  else
+    std::printf("latest snapshot: none in this run%s\n", Str(js->snapshot_dir()).empty() ? " (no snapshot directory)" : "");
+  return 0;
+}
+
+int CmdSnapshot(const std::string& coordinator, int timeout_sec) {
+  zmq::message_t m;
+  const wire::Header* h = nullptr;
+  std::vector<uint64_t> scratch;
+  Status s = Call(coordinator, wire::MsgType::SnapshotNow, timeout_sec, &m, &h, &scratch);
+  if (!s.ok()) return Fail("snapshot failed: " + s.ToString());
+  std::printf("snapshot complete: %s (clock %lld)\n", Str(h->message()).c_str(), static_cast<long long>(h->clock()));
+  return 0;
+}
+
+int CmdStop(const std::string& coordinator, int timeout_sec) {
+  zmq::message_t m;
+  const wire::Header* h = nullptr;
+  std::vector<uint64_t> scratch;
+  Status s = Call(coordinator, wire::MsgType::Stop, timeout_sec, &m, &h, &scratch);
+  if (!s.ok()) return Fail("stop: " + s.ToString());
+  if (h->clock() >= 0)
+    std::printf("job stopped; latest snapshot %s (clock %lld)\n", Str(h->message()).c_str(), static_cast<long long>(h->clock()));
+  else
+    std::printf("job stopped\n");
+  return 0;
+}
+
+bool Resolve(const std::string& host, const std::string& port, addrinfo** res, std::string* err) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, res);
+  if (rc != 0) *err = gai_strerror(rc);
+  return rc == 0;
+}
+
+int CmdProbeListen(const std::string& address, int seconds) {
+  addrinfo* res = nullptr;
+  std::string err;
+  if (!Resolve(address, "0", &res, &err)) return Fail("cannot resolve '" + address + "': " + err, 2);
+  int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || ::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+    const int e = errno;
+    freeaddrinfo(res);
+    return Fail("cannot listen on " + address + ": " + std::strerror(e), 1);
+  }
+  freeaddrinfo(res);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  const int port = ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                                 : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  std::printf("%d\n", port);
+  std::fflush(stdout);
+  // Accept until the time is up or standard input closes (the launcher went).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p[2] = {{fd, POLLIN, 0}, {0, POLLIN, 0}};
+    if (::poll(p, 2, 200) <= 0) continue;
+    if (p[0].revents & POLLIN) {
+      int c = ::accept(fd, nullptr, nullptr);
+      if (c >= 0) ::close(c);
+    }
+    if (p[1].revents & (POLLIN | POLLHUP)) {
+      char b[64];
+      if (::read(0, b, sizeof b) <= 0) break;
+    }
+  }
+  ::close(fd);
+  return 0;
+}
+
+// HOST:PORT ([v6]:PORT too); tcp:// prefix allowed.
+int CmdProbeConnect(const std::vector<std::string>& targets, int timeout_ms) {
+  int failed = 0;
+  for (std::string t : targets) {
+    if (t.rfind("tcp://", 0) == 0) t = t.substr(6);
+    const size_t colon = t.rfind(':');
+    if (colon == std::string::npos) {
+      std::printf("fail %s: not HOST:PORT\n", t.c_str());
+      ++failed;
+      continue;
+    }
+    std::string host = t.substr(0, colon), port = t.substr(colon + 1), err;
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    addrinfo* res = nullptr;
+    if (!Resolve(host, port, &res, &err)) {
+      std::printf("fail %s: cannot resolve: %s\n", t.c_str(), err.c_str());
+      ++failed;
+      continue;
+    }
+    int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    int e = rc == 0 ? 0 : errno;
+    if (rc != 0 && e == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, timeout_ms) <= 0) {
+        e = ETIMEDOUT;
+      } else {
+        socklen_t len = sizeof e;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len);
+      }
+    }
+    ::close(fd);
+    if (e == 0) {
+      std::printf("ok %s\n", t.c_str());
+    } else {
+      std::printf("fail %s: %s\n", t.c_str(), e == ETIMEDOUT ? "no answer in time (filtered or unroutable?)" : std::strerror(e));
+      ++failed;
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace shardps
+
+int main(int argc, char** argv) {
+  using namespace shardps;
+  CLI::App app{"shardps-ctl: status, snapshot and stop of a running shardps job"};
+  app.require_subcommand(1);
+  std::string coordinator, address;
+  bool json = false;
+  int timeout_sec = 30, snap_timeout = 600, stop_timeout = 600, seconds = 60, timeout_ms = 3000;
+  std::vector<std::string> targets;
+  auto* status = app.add_subcommand("status", "every process, worker clocks, rates per server, who waits on whom");
+  status->add_option("COORDINATOR", coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555")->required();
+  status->add_flag("--json", json, "one JSON object");
+  status->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
+  auto* snap = app.add_subcommand("snapshot", "take a snapshot now and wait until it is complete");
+  snap->add_option("COORDINATOR", coordinator)->required();
+  snap->add_option("--timeout-sec", snap_timeout)->check(CLI::Range(1, 86400))->capture_default_str();
+  auto* stop = app.add_subcommand("stop", "workers finish their step and leave, a final snapshot (if configured), every process exits 0");
+  stop->add_option("COORDINATOR", coordinator)->required();
+  stop->add_option("--timeout-sec", stop_timeout)->check(CLI::Range(1, 86400))->capture_default_str();
+  auto* listen = app.add_subcommand("probe-listen", "(launcher checks) listen on ADDRESS, print the port");
+  listen->add_option("ADDRESS", address)->required();
+  listen->add_option("--seconds", seconds)->check(CLI::Range(1, 3600))->capture_default_str();
+  auto* connect = app.add_subcommand("probe-connect", "(launcher checks) TCP-connect to each HOST:PORT");
+  connect->add_option("TARGETS", targets)->required();
+  connect->add_option("--timeout-ms", timeout_ms)->check(CLI::Range(1, 600000))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (*status) return CmdStatus(coordinator, json, timeout_sec);
+  if (*snap) return CmdSnapshot(coordinator, snap_timeout);
+  if (*stop) return CmdStop(coordinator, stop_timeout);
+  if (*listen) return CmdProbeListen(address, seconds);
+  if (*connect) return CmdProbeConnect(targets, timeout_ms);
+  return 2;
+}
