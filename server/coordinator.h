@@ -22,6 +22,7 @@
 #include "common/cluster.h"
 #include "common/net.h"
 #include "server/snapshot.h"
+#include "server/waits.h"
 #include "shardps/status.h"
 #include "shardps/types.h"
 
@@ -94,6 +95,7 @@ class Coordinator {
     // The two newest heartbeats' totals: their difference is the rate.
     StatsSample prev, last;
     uint32_t parked_pulls = 0;
+    ServerWaitView waits;  // its worker clocks and held pulls, newest heartbeat
   };
   struct WorkerSlot {
     WorkerState state = WorkerState::kPending;

@@ -28,6 +28,11 @@ void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h
       s.prev = s.last;
       s.last = {Clock::now(), st->pushes(), st->pulls(), st->push_bytes(), st->pull_bytes()};
       s.parked_pulls = st->parked_pulls();
+      s.waits.clocks.clear();
+      s.waits.parked.clear();
+      if (st->worker_clocks()) s.waits.clocks.assign(st->worker_clocks()->begin(), st->worker_clocks()->end());
+      if (st->waiting())
+        for (const auto* p : *st->waiting()) s.waits.parked.emplace_back(p->worker(), p->need());
     }
     return;  // servers expect no reply to a heartbeat
   }
@@ -99,6 +104,15 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
     procs.push_back(b.Finish());
   }
   auto pv = fbb_.CreateVector(procs);
+  std::vector<ServerWaitView> views;
+  for (const auto& s : servers_)
+    if (s.registered && s.alive) views.push_back(s.waits);
+  std::vector<bool> live;
+  for (const auto& w : workers_) live.push_back(w.state == WorkerState::kAlive);
+  std::vector<wire::WaitInfo> waits;
+  for (const auto& w : WhoWaitsOnWhom(opts_.staleness, views, live))
+    waits.emplace_back(w.worker, w.clock, w.waits_for, w.their_clock);
+  auto wv = fbb_.CreateVectorOfStructs(waits);
   auto host = fbb_.CreateString(HostName()), url = fbb_.CreateString(opts_.metrics_url),
        snapdir = fbb_.CreateString(opts_.snapshot_dir), latest = fbb_.CreateString(latest_snapshot_dir_);
   wire::JobStatusBuilder b(fbb_);
@@ -118,6 +132,7 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   b.add_latest_snapshot_clock(latest_snapshot_clock_);
   b.add_latest_snapshot(latest);
   b.add_latest_snapshot_ms(latest_snapshot_ms_);
+  b.add_waits(wv);
   auto body = b.Finish();
   wire::Fields f;
   f.request_id = h.request_id();

@@ -285,7 +285,7 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   if (h.role() == wire::Role::Worker && view_.consistency != Consistency::kAsync && IsLive(h.rank())) {
     const int64_t need = h.clock() - static_cast<int64_t>(view_.staleness);
     if (MinClock() < need) {
-      parked_.push_back({need, std::move(frames), arrived});
+      parked_.push_back({need, h.rank(), std::move(frames), arrived});
       return;
     }
   }
@@ -518,6 +518,13 @@ void Server::UpdateGauges() {
 void Server::SendHeartbeat() {
   UpdateGauges();
   fbb_.Clear();
+  // Who waits: per worker, the largest clock its held pulls need.
+  std::map<int, int64_t> need;
+  for (const auto& p : parked_) need[p.rank] = std::max(need.count(p.rank) ? need[p.rank] : INT64_MIN, p.need_clock);
+  std::vector<wire::ParkedPull> parked;
+  for (const auto& [rank, n] : need) parked.emplace_back(rank, n);
+  auto waiting = fbb_.CreateVectorOfStructs(parked);
+  auto clocks = fbb_.CreateVector(clocks_);
   wire::ServerStatsBuilder b(fbb_);
   b.add_pushes(m_.pushes.Value());
   b.add_pulls(m_.pulls.Value());
@@ -526,6 +533,8 @@ void Server::SendHeartbeat() {
   b.add_applied_clock(applied_clock_);
   b.add_min_clock(MinClock());
   b.add_parked_pulls(static_cast<uint32_t>(parked_.size()));
+  b.add_worker_clocks(clocks);
+  b.add_waiting(waiting);
   auto body = b.Finish();
   wire::Fields f;
   f.type = wire::MsgType::Heartbeat;

@@ -70,6 +70,7 @@ class Server {
  private:
   struct Parked {  // a pull waiting for slower workers
     int64_t need_clock;
+    int rank;
     std::vector<zmq::message_t> frames;
     Clock::time_point arrived;
   };

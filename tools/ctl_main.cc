@@ -1,6 +1,7 @@
 // shardps-ctl: talk to a running job's coordinator.
 //
 //   shardps-ctl status COORDINATOR [--json]   every process, clocks, rates, who waits on whom
+//                                             (from the pulls the servers hold, as of their last heartbeats)
 //   shardps-ctl snapshot COORDINATOR          take a snapshot now and wait for it
 //   shardps-ctl stop COORDINATOR              workers finish their step, a final snapshot, all exit 0
 //
@@ -28,7 +29,6 @@
 
 #include "common/json.h"
 #include "common/wire.h"
-#include "tools/ctl_status.h"
 
 namespace shardps {
 namespace {
@@ -89,7 +89,12 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
   const wire::JobStatus* js = h->body_as_JobStatus();
   if (!js) return Fail("the coordinator's reply has no status (is it an older shardps?)");
   const auto consistency = static_cast<Consistency>(js->consistency());
-  std::vector<ctl::WorkerClock> clocks;
+  struct WorkerClock {
+    int rank;
+    int64_t clock;
+    bool alive;
+  };
+  std::vector<WorkerClock> clocks;
   int64_t lo = -1, hi = -1;
   if (js->processes())
     for (const auto* p : *js->processes()) {
@@ -99,7 +104,9 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
       lo = lo < 0 ? p->clock() : std::min(lo, p->clock());
       hi = std::max(hi, p->clock());
     }
-  const auto waits = ctl::WhoWaitsOnWhom(consistency, js->staleness(), clocks);
+  std::vector<const wire::WaitInfo*> waits;
+  if (js->waits())
+    for (const auto* w : *js->waits()) waits.push_back(w);
   const std::string mode(ToString(consistency));
 
   if (json) {
@@ -140,9 +147,9 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
            ", \"clock\": " + std::to_string(clocks[i].clock) + ", \"alive\": " + (clocks[i].alive ? "true" : "false") + "}";
     o += "], \"waiting\": [";
     for (size_t i = 0; i < waits.size(); ++i)
-      o += (i ? ", " : "") + std::string("{\"worker\": ") + std::to_string(waits[i].worker) +
-           ", \"clock\": " + std::to_string(waits[i].clock) + ", \"waits_for\": " + std::to_string(waits[i].waits_for) +
-           ", \"their_clock\": " + std::to_string(waits[i].their_clock) + "}";
+      o += (i ? ", " : "") + std::string("{\"worker\": ") + std::to_string(waits[i]->worker()) +
+           ", \"clock\": " + std::to_string(waits[i]->clock()) + ", \"waits_for\": " + std::to_string(waits[i]->waits_for()) +
+           ", \"their_clock\": " + std::to_string(waits[i]->their_clock()) + "}";
     o += "], \"snapshots\": {\"dir\": " + JsonString(Str(js->snapshot_dir())) +
          ", \"taken\": " + std::to_string(js->snapshots_taken()) +
          ", \"latest_clock\": " + std::to_string(js->latest_snapshot_clock()) +
@@ -180,9 +187,9 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
     std::printf("waiting: nobody\n");
   } else {
     std::printf("waiting:\n");
-    for (const auto& w : waits)
-      std::printf("  worker %d at clock %lld waits for worker %d at clock %lld (bound %u)\n", w.worker,
-                  static_cast<long long>(w.clock), w.waits_for, static_cast<long long>(w.their_clock),
+    for (const auto* w : waits)
+      std::printf("  worker %d at clock %lld waits for worker %d at clock %lld (bound %u)\n", w->worker(),
+                  static_cast<long long>(w->clock()), w->waits_for(), static_cast<long long>(w->their_clock()),
                   consistency == Consistency::kSync ? 0 : js->staleness());
   }
   if (js->latest_snapshot_clock() >= 0)

@@ -318,6 +318,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   int64_t stale = 0, last_min_clock = 0;
   Request tick;
   issue_pulls(false);
+  int epochs_done = 0;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     order = EpochShard(static_cast<uint32_t>(train.rows), pooled ? 0 : rank, pooled ? 1 : world, o.seed, epoch,
                        !o.no_shuffle);
@@ -417,6 +418,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       std::printf("worker %d | stopped on request in epoch %d after %d batches of it\n", rank, epoch, trained);
       break;
     }
+    epochs_done = epoch;
     if (evaluator) {
       if (pooled) {
         // The outstanding prefetch may predate this worker's last pushes:
@@ -464,7 +466,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   const double secs = Now() - t_start;
   std::printf("worker %d | finished %d epochs in %.1f s | %ld batches (%ld while the next parameters were held back) | "
               "%.0f samples/s\n",
-              rank, o.epochs, secs, progress.samples / B, filled, static_cast<double>(progress.samples) / secs);
+              rank, epochs_done, secs, progress.samples / B, filled, static_cast<double>(progress.samples) / secs);
   if (!o.save_params.empty() && rank == o.eval_rank) {
     std::ofstream f(o.save_params, std::ios::binary | std::ios::trunc);
     for (int l = 0; l < L; ++l) {

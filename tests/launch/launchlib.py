@@ -1,0 +1,149 @@
+"""Helpers for the launcher tests: paths of the built binaries, starting
+shardps-launch, waiting on its output, finding the processes it started."""
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAUNCH = os.environ.get("SHARDPS_LAUNCH", os.path.join(ROOT, "tools", "shardps-launch"))
+BUILD = os.environ.get("SHARDPS_BUILD", os.path.join(ROOT, "build"))
+WORKER = os.path.join(BUILD, "worker", "shardps-worker")
+COORDINATOR = os.path.join(BUILD, "server", "shardps-coordinator")
+CTL = os.path.join(BUILD, "tools", "shardps-ctl")
+
+
+def small_mlp(epochs=2, extra=()):
+    """A worker command that trains the MLP on a subset (seconds, not minutes)."""
+    return [WORKER, "--coordinator", "{coordinator}", "--rank", "{rank}", "--model", "mlp", "--hidden", "64",
+            "--epochs", str(epochs), "--train-limit", "6000", "--test-limit", "2000", "--progress-sec", "0.5",
+            *extra]
+
+
+class Launch:
+    """shardps-launch running in the background; its output is collected."""
+
+    def __init__(self, args, run_dir, cwd=ROOT, env=None, prefix=()):
+        self.run_dir = run_dir
+        argv = [*prefix, LAUNCH, "--run-dir", run_dir, "--bin-dir", BUILD, *args]
+        self.lines = []
+        self.cond = threading.Condition()
+        self.p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env={**os.environ, **(env or {})}, start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            with self.cond:
+                self.lines.append(line.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def output(self):
+        with self.cond:
+            return "\n".join(self.lines)
+
+    def wait_for_line(self, pattern, timeout):
+        """The first output line matching `pattern`; fails after `timeout` s."""
+        rx = re.compile(pattern)
+        end = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in self.lines:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                left = end - time.monotonic()
+                if left <= 0 or (self.p.poll() is not None and not self.reader.is_alive()):
+                    raise AssertionError(f"no line matching {pattern!r} within {timeout} s; output:\n" +
+                                         "\n".join(self.lines[-40:]))
+                self.cond.wait(min(left, 0.2))
+
+    def wait(self, timeout):
+        try:
+            rc = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"shardps-launch still running after {timeout} s; output:\n{self.output()}")
+        self.reader.join(5)
+        return rc
+
+    def coordinator(self, timeout=60):
+        return self.wait_for_line(r"coordinator (tcp://\S+) on", timeout).group(1)
+
+    def signal(self, sig):
+        os.kill(self.p.pid, sig)
+
+    def kill(self):
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def started_by(run_dir):
+    """Pids of live processes started by the launch that uses `run_dir` (the
+    launcher puts SHARDPS_RUN_DIR in every process's environment)."""
+    needle = f"SHARDPS_RUN_DIR={run_dir}".encode()
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            pids.append(int(d))
+    return pids
+
+
+def wait_none_left(run_dir, timeout=10.0):
+    """Asserts that within `timeout` s no process of that launch is alive."""
+    end = time.monotonic() + timeout
+    while True:
+        left = started_by(run_dir)
+        if not left:
+            return
+        if time.monotonic() > end:
+            desc = []
+            for pid in left:
+                try:
+                    desc.append(f"{pid}: " + open(f"/proc/{pid}/cmdline").read().replace("\0", " "))
+                except OSError:
+                    pass
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            raise AssertionError(f"processes still alive {timeout} s after shardps-launch exited:\n" + "\n".join(desc))
+        time.sleep(0.1)
+
+
+def pid_of(run_dir, program, *args):
+    """The launch's process running `program` (a substring of argv[0]) with
+    `args` as consecutive arguments."""
+    for pid in started_by(run_dir):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline").read().split("\0")
+        except OSError:
+            continue
+        if not cmd or program not in cmd[0]:
+            continue
+        n = len(args)
+        if any(tuple(cmd[i:i + n]) == tuple(args) for i in range(1, len(cmd) - n + 1)):
+            return pid
+    return None
+
+
+def ctl(*args, timeout=60):
+    p = subprocess.run([CTL, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return p.returncode, p.stdout

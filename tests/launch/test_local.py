@@ -1,0 +1,264 @@
+"""shardps-launch on this machine, end to end: output, exit status, and no
+process left behind on any way out; shardps-ctl and /metrics on a running
+job; job-file errors."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from launchlib import COORDINATOR, LAUNCH, ROOT, Launch, ctl, pid_of, small_mlp, wait_none_left
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return str(tmp_path / "run")
+
+
+def test_success_prefixes_accuracy_and_nothing_left(run_dir):
+    launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=2)], run_dir)
+    rc = launch.wait(240)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(r"^\[worker 0 @localhost\] worker 0 \| epoch 2 done .* test accuracy \d+\.\d+%", out, re.M), out
+    assert re.search(r"^\[worker 1 @localhost\] worker 1 \| finished 2 epochs", out, re.M), out
+    assert "all 2 workers finished" in out
+    # Coordinator and server output goes to their logs.
+    assert "registered as server 1" in open(os.path.join(run_dir, "server1.log")).read()
+    wait_none_left(run_dir)
+
+
+def test_sigterm_to_the_launcher_stops_everything(run_dir):
+    launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
+    launch.wait_for_line(r"\[worker 1 @localhost\] worker 1 \| epoch \d+ step", 120)
+    launch.signal(signal.SIGTERM)
+    rc = launch.wait(30)
+    assert rc == 128 + signal.SIGTERM, launch.output()
+    assert "SIGTERM: stopping the job" in launch.output()
+    wait_none_left(run_dir)
+
+
+def test_sigint_to_the_launcher_stops_everything(run_dir):
+    launch = Launch(["--servers", "1", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
+    launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)
+    launch.signal(signal.SIGINT)
+    assert launch.wait(30) == 128 + signal.SIGINT, launch.output()
+    wait_none_left(run_dir)
+
+
+def test_killed_worker_fails_the_job_with_its_last_lines(run_dir):
+    launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
+    launch.wait_for_line(r"worker 1 \| epoch \d+ step", 120)
+    pid = pid_of(run_dir, "shardps-worker", "--rank", "1")
+    assert pid, launch.output()
+    os.kill(pid, signal.SIGKILL)
+    rc = launch.wait(60)
+    out = launch.output()
+    assert rc != 0, out
+    assert "worker 1 on localhost killed by signal SIGKILL: stopping the job; its last lines:" in out, out
+    assert re.search(r"^  \[worker 1 @localhost\] worker 1 \| epoch \d+ step", out, re.M), out
+    wait_none_left(run_dir)
+
+
+def test_killed_server_fails_the_job_with_its_last_lines(run_dir):
+    launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
+    launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)
+    pid = pid_of(run_dir, "shardps-server", "--rank", "1")
+    assert pid, launch.output()
+    os.kill(pid, signal.SIGKILL)
+    rc = launch.wait(60)
+    out = launch.output()
+    assert rc == 1, out
+    assert "server 1 on localhost killed by signal SIGKILL: stopping the job; its last lines:" in out, out
+    assert "[server 1 @localhost]" in out and "registered as server 1" in out, out
+    wait_none_left(run_dir)
+
+
+def test_killed_launcher_leaves_nothing(run_dir):
+    # Even SIGKILL, which the launcher cannot catch: its children die with it.
+    launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
+    launch.wait_for_line(r"worker 1 \| epoch \d+ step", 120)
+    os.kill(launch.p.pid, signal.SIGKILL)
+    launch.wait(10)
+    wait_none_left(run_dir)
+
+
+def test_worker_command_through_a_shell_pipe_is_tracked(run_dir):
+    # A pipeline escaped the old launcher; process groups catch every stage.
+    cmd = " ".join(small_mlp(epochs=500)) + " | cat"
+    launch = Launch(["--servers", "1", "--workers", "2", "--set", f"launch.worker_command={json.dumps(cmd)}"], run_dir)
+    launch.wait_for_line(r"\[worker 1 @localhost\] worker 1 \| epoch \d+ step", 120)
+    launch.signal(signal.SIGTERM)
+    launch.wait(30)
+    wait_none_left(run_dir)
+
+
+def test_timeout_stops_the_job(run_dir):
+    launch = Launch(["--servers", "1", "--workers", "1", "--timeout", "3", "--", *small_mlp(epochs=500)], run_dir)
+    rc = launch.wait(60)
+    assert rc == 124, launch.output()
+    assert "workers still running after 3 s" in launch.output()
+    wait_none_left(run_dir)
+
+
+def scrape(url):
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), r.headers["Content-Type"]
+        text = r.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def test_status_shows_who_waits_metrics_grow_and_stop_ends_the_job(run_dir, tmp_path):
+    # Bounded staleness 1; worker 1 runs 4x slower on its own shard: worker 0
+    # reaches the bound and waits for it.
+    slow = small_mlp(epochs=500, extra=["--slowdown", "4", "--slow-rank", "1", "--static-shards"])
+    snaps = str(tmp_path / "snaps")
+    launch = Launch(["--servers", "2", "--workers", "2", "--consistency", "bounded", "--staleness", "1",
+                     "--snapshot-dir", snaps, "--", *slow], run_dir)
+    coordinator = launch.coordinator()
+    launch.wait_for_line(r"worker 1 \| epoch \d+ step", 120)
+
+    # Who waits on whom, in JSON (polled: clocks come with heartbeats).
+    deadline = time.monotonic() + 60
+    while True:
+        rc, out = ctl("status", coordinator, "--json")
+        assert rc == 0, out
+        st = json.loads(out)
+        if st["waiting"]:
+            break
+        assert time.monotonic() < deadline, f"nobody reported waiting within 60 s: {out}"
+        time.sleep(0.3)
+    w = st["waiting"][0]
+    assert (w["worker"], w["waits_for"]) == (0, 1), st
+    assert w["clock"] - w["their_clock"] > 1, st
+    roles = sorted((p["role"], p["rank"]) for p in st["processes"])
+    assert roles == [("coordinator", 0), ("server", 0), ("server", 1), ("worker", 0), ("worker", 1)], st
+    for p in st["processes"]:
+        assert p["alive"] and p["host"] and p["pid"] > 0, p
+        if p["role"] != "worker":
+            assert p["metrics_url"].startswith("http://127.0.0.1:"), p
+    assert {x["rank"] for x in st["workers"]} == {0, 1} and all(x["clock"] >= 0 for x in st["workers"]), st
+
+    rc, text = ctl("status", coordinator)
+    assert rc == 0, text
+    assert re.search(r"worker 0 at clock \d+ waits for worker 1 at clock \d+ \(bound 1\)", text), text
+    assert re.search(r"^server\s+1\s+\S+\s+\d+\s+alive", text, re.M), text
+
+    # Metrics parse as Prometheus text, and the counters grow.
+    server_url = next(p["metrics_url"] for p in st["processes"] if p["role"] == "server")
+    coord_url = next(p["metrics_url"] for p in st["processes"] if p["role"] == "coordinator")
+    a = scrape(server_url)
+    deadline = time.monotonic() + 30
+    while True:
+        b = scrape(server_url)
+        if b[("shardps_push_requests_total", ())] > a[("shardps_push_requests_total", ())] and \
+           b[("shardps_pull_bytes_total", ())] > a[("shardps_pull_bytes_total", ())]:
+            break
+        assert time.monotonic() < deadline, "server counters did not grow in 30 s"
+        time.sleep(0.2)
+    assert b[("shardps_consistency_wait_seconds_count", ())] > 0, "no pull waited under bounded staleness"
+    assert any(k[0] == "shardps_table_rows" for k in b), sorted(b)[:20]
+    c = scrape(coord_url)
+    assert c[("shardps_live_workers", ())] == 2, c
+    assert c[("shardps_worker_clock", (("worker", "0"),))] >= 0, c
+
+    # On-demand snapshot, then stop: workers leave, a final snapshot, all exit 0.
+    rc, out = ctl("snapshot", coordinator, "--timeout-sec", "120", timeout=150)
+    assert rc == 0 and "snapshot complete" in out, out
+    rc, out = ctl("stop", coordinator, "--timeout-sec", "120", timeout=150)
+    assert rc == 0 and "job stopped" in out, out
+    rc = launch.wait(60)
+    assert rc == 0, launch.output()
+    assert "the job stopped on request" in launch.output()
+    assert re.search(r"worker 0 \| stopped on request", launch.output()), launch.output()
+    complete = [d for d in os.listdir(snaps) if os.path.exists(os.path.join(snaps, d, "MANIFEST"))]
+    assert len(complete) >= 2, os.listdir(snaps)
+    wait_none_left(run_dir)
+
+
+def launch_error(*args, config_text=None, tmp_path=None):
+    argv = [LAUNCH, "--bin-dir", os.path.join(ROOT, "build", "server")]
+    if config_text is not None:
+        path = tmp_path / "job.toml"
+        path.write_text(config_text)
+        argv += ["--config", str(path)]
+    argv += [*args, "--", "true"]
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    return p.returncode, p.stdout
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("[job]\nservers = 2\nworkerz = 3\n", r"job\.toml:3: unknown key 'workerz' in \[job\] \(known keys: .*workers"),
+    ("[job]\nservers = \"two\"\n", r"job\.toml:2: 'servers' must be an integer"),
+    ("[job]\nservers = 0\n", r"job\.toml:2: 'servers' = 0 is out of range \[1, 4096\]"),
+    ("[launch]\nmode = \"kubernetes\"\n", r"job\.toml:2: 'mode' must be \"local\", \"ssh\" or \"slurm\", got 'kubernetes'"),
+    ("[launch]\nhosts = \"a,b\"\n", r"job\.toml:2: 'hosts' must be an array"),
+    ("[launch]\nhosts = [{ name = \"a\", gpus = 2 }]\n", r"unknown key 'gpus' in \[launch.hosts\]"),
+    ("[launch]\nserver_ports = \"7000-6000\"\n", r"job\.toml:2: 'server_ports' must be 0 \(free ports\) or a range"),
+    ("[launch]\nenv = { A = 1 }\n", r"job\.toml:2: env 'A' must be a string"),
+    ("[launch]\nworker_command = [\"a\", 2]\n", r"'worker_command' must be a string or an array of strings"),
+    ("[metrics]\nport = 70000\n", r"job\.toml:2: 'port' = 70000 is out of range \[0, 65535\]"),
+    ("[metrics]\nenabled = \"yes\"\n", r"'enabled' must be true or false"),
+    ("[prometheus]\nport = 1\n", r"job\.toml:1: unknown key 'prometheus' in \[top level\]"),
+    ("[job\nservers = 1\n", r"job\.toml:1: "),
+])
+def test_job_file_errors_name_the_key_line_and_expectation(tmp_path, text, expected):
+    rc, out = launch_error(config_text=text, tmp_path=tmp_path)
+    assert rc == 2, out
+    assert re.search(expected, out), out
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--set", "job.servers=x"], r"--set job\.servers=x: 'servers' must be an integer"),
+    (["--set", "launch.mod=ssh"], r"--set launch\.mod=ssh: unknown key 'mod' in \[launch\]"),
+    (["--set", "servers=2"], r"--set 'servers=2': expected SECTION\.KEY=VALUE"),
+    (["--set", "cluster.size=2"], r"unknown section 'cluster'"),
+    (["--set", "table.name=x"], r"tables are defined in the job file"),
+    (["--mode", "ssh"], r"ssh mode needs hosts"),
+    (["--slurm"], r"inside a Slurm allocation"),
+    (["--config", "/nonexistent/job.toml"], r"cannot read job file '/nonexistent/job.toml'"),
+])
+def test_bad_overrides_and_modes(args, expected):
+    env_backup = os.environ.pop("SLURM_JOB_ID", None)
+    try:
+        rc, out = launch_error(*args)
+    finally:
+        if env_backup is not None:
+            os.environ["SLURM_JOB_ID"] = env_backup
+    assert rc == 2, out
+    assert re.search(expected, out), out
+
+
+def test_set_overrides_the_job_file(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text("[job]\nservers = 2\nconsistency = \"sync\"\n[launch]\ntimeout_sec = 60\n")
+    p = subprocess.run([COORDINATOR, "--print-config", "--config", str(path), "--set", "job.servers=3",
+                        "--set", "job.consistency=bounded", "--set", "job.staleness=2",
+                        "--set", "launch.hosts=[\"a\", {name=\"b\", workers=2}]"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    assert p.returncode == 0, p.stdout
+    cfg = json.loads(p.stdout)
+    assert cfg["job"]["servers"] == 3 and cfg["job"]["consistency"] == "bounded" and cfg["job"]["staleness"] == 2
+    assert cfg["launch"]["timeout_sec"] == 60
+    assert [h["name"] for h in cfg["launch"]["hosts"]] == ["a", "b"] and cfg["launch"]["hosts"][1]["workers"] == 2
+
+
+def test_every_example_job_file_parses():
+    examples = os.path.join(ROOT, "docs", "examples")
+    files = sorted(f for f in os.listdir(examples) if f.endswith(".toml"))
+    assert files, "no example job files"
+    for f in files:
+        p = subprocess.run([COORDINATOR, "--print-config", "--config", os.path.join(examples, f)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        assert p.returncode == 0, f"{f}: {p.stdout}"
+        json.loads(p.stdout)

@@ -1,0 +1,118 @@
+"""shardps-launch over ssh, for real: three "hosts" (network namespaces, each
+with its own address and its own sshd), the launcher in the first one as a
+login node would be. Skips with the reason where namespaces cannot be made."""
+
+import json
+import os
+import re
+import signal
+
+import pytest
+
+from hostenv import netns_hosts_or_skip
+from launchlib import Launch, ctl, small_mlp, started_by, wait_none_left
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    with netns_hosts_or_skip(3) as env:
+        yield env
+
+
+def name(env, h):
+    return f"root@{env.address(h)}"
+
+
+def launch_in_h1(env, run_dir, hosts_lines, *extra, worker=None):
+    hosts_file = os.path.join(os.path.dirname(run_dir), "hosts")
+    with open(hosts_file, "w") as f:
+        f.write("# test hosts\n" + "\n".join(hosts_lines) + "\n")
+    args = ["--hosts", hosts_file, "--set", "launch.ssh_options=" + json.dumps(env.ssh_options), *extra,
+            "--", *(worker or small_mlp(epochs=2))]
+    return Launch(args, run_dir, prefix=env.exec_prefix("h1"))
+
+
+def three_host_lines(env):
+    return [f"{name(env, 'h1')} coordinator servers=1 workers=0",
+            f"{name(env, 'h2')} servers=1 workers=1",
+            f"{name(env, 'h3')} servers=0 workers=1"]
+
+
+def test_job_across_three_hosts(hosts, tmp_path):
+    env = hosts
+    run_dir = str(tmp_path / "run")
+    launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2")
+    coordinator = launch.coordinator(120)
+    # The coordinator advertises its host's address, not loopback.
+    assert coordinator.startswith(f"tcp://{env.address('h1')}:"), coordinator
+    rc = launch.wait(300)
+    out = launch.output()
+    assert rc == 0, out
+    assert "hosts checked: " in out, out
+    h2, h3 = name(env, "h2"), name(env, "h3")
+    assert re.search(rf"^\[worker 0 @{re.escape(h2)}\] worker 0 \| epoch 2 done .* test accuracy", out, re.M), out
+    assert re.search(rf"^\[worker 1 @{re.escape(h3)}\] worker 1 \| finished 2 epochs", out, re.M), out
+    # Each server advertised the address of its own host.
+    log = open(os.path.join(run_dir, "coordinator.log")).read()
+    assert f"server 0 registered at tcp://{env.address('h1')}:" in log, log
+    assert f"server 1 registered at tcp://{env.address('h2')}:" in log, log
+    wait_none_left(run_dir)
+
+
+def test_sigterm_stops_every_remote_process(hosts, tmp_path):
+    env = hosts
+    run_dir = str(tmp_path / "run")
+    launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2",
+                          worker=small_mlp(epochs=500))
+    launch.wait_for_line(r"worker 1 \| epoch \d+ step", 180)
+    rc, out = ctl("status", launch.coordinator(), "--json") if env.root_reachable else (0, "")
+    if out:
+        st = json.loads(out)
+        hostnames = {(p["role"], p["rank"]): p for p in st["processes"]}
+        assert hostnames[("server", 1)]["metrics_url"].startswith(f"http://{env.address('h2')}:"), st
+    launch.signal(signal.SIGTERM)
+    assert launch.wait(60) == 128 + signal.SIGTERM, launch.output()
+    wait_none_left(run_dir)
+
+
+def test_killed_launcher_leaves_no_remote_process(hosts, tmp_path):
+    env = hosts
+    run_dir = str(tmp_path / "run")
+    launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2",
+                          worker=small_mlp(epochs=500))
+    launch.wait_for_line(r"worker 0 \| epoch \d+ step", 180)
+    assert started_by(run_dir)
+    os.kill(launch.p.pid, signal.SIGKILL)
+    launch.wait(10)
+    wait_none_left(run_dir)
+
+
+def test_host_whose_sshd_is_down_is_named_before_training(hosts, tmp_path):
+    env = hosts
+    run_dir = str(tmp_path / "run")
+    env.stop_sshd("h3")
+    try:
+        launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2")
+        rc = launch.wait(120)
+    finally:
+        env.start_sshd("h3")
+    out = launch.output()
+    assert rc == 2, out
+    assert f"host {name(env, 'h3')}: ssh does not answer" in out, out
+    assert "coordinator tcp://" not in out, out  # nothing started
+    wait_none_left(run_dir)
+
+
+def test_host_whose_address_is_unreachable_is_named_before_training(hosts, tmp_path):
+    env = hosts
+    run_dir = str(tmp_path / "run")
+    bad = env.add_unreachable_address("h3")
+    lines = three_host_lines(env)
+    lines[2] = f"{name(env, 'h3')} address={bad} servers=0 workers=1"
+    launch = launch_in_h1(env, run_dir, lines, "--servers", "2", "--workers", "2")
+    rc = launch.wait(120)
+    out = launch.output()
+    assert rc == 2, out
+    assert re.search(rf"host {re.escape(name(env, 'h3'))}: its address {re.escape(bad)} cannot be reached from host", out), out
+    assert "coordinator tcp://" not in out, out
+    wait_none_left(run_dir)
