@@ -60,11 +60,13 @@ def test_job_across_three_hosts(hosts, tmp_path):
 
 
 def test_sigterm_stops_every_remote_process(hosts, tmp_path):
+    # Also: addresses taken from a named interface (each namespace's eth0).
     env = hosts
     run_dir = str(tmp_path / "run")
     launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2",
-                          worker=small_mlp(epochs=500))
+                          "--interface", "eth0", worker=small_mlp(epochs=500))
     launch.wait_for_line(r"worker 1 \| epoch \d+ step", 180)
+    assert f"{name(env, 'h2')} ({env.address('h2')})" in launch.output(), launch.output()
     rc, out = ctl("status", launch.coordinator(), "--json") if env.root_reachable else (0, "")
     if out:
         st = json.loads(out)
