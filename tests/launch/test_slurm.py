@@ -75,5 +75,5 @@ def test_sigterm_in_an_allocation_leaves_nothing(slurm, tmp_path):
     for pid in children:
         os.kill(int(pid), signal.SIGTERM)
     launch.wait(60)
-    assert "SIGTERM: stopping the job" in launch.output(), launch.output()
+    assert "SIGTERM: the job was stopped" in launch.output(), launch.output()
     wait_none_left(run_dir)
