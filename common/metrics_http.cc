@@ -211,6 +211,12 @@ bool MetricsServer::running() const { return impl_->thread.joinable() && !impl_-
 
 int MetricsServer::port() const { return impl_->thread.joinable() ? impl_->port : 0; }
 
+bool IsWildcard(const std::string& address) {
+  return address.empty() || address == "0.0.0.0" || address == "::" || address == "[::]";
+}
+
+std::string Url(const std::string& host, int port) { return "http://" + HostPort(host, port) + "/metrics"; }
+
 std::string MetricsServer::url() const {
   if (!impl_->thread.joinable()) return {};
   return "http://" + HostPort(impl_->address, impl_->port) + "/metrics";

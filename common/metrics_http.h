@@ -33,6 +33,11 @@ namespace shardps::metrics {
 
 class Registry;
 
+// Whether `address` binds every interface ("", 0.0.0.0, ::).
+bool IsWildcard(const std::string& address);
+// "http://HOST:PORT/metrics" (an IPv6 host in brackets).
+std::string Url(const std::string& host, int port);
+
 class MetricsServer {
  public:
   // `registry` must outlive this object.

@@ -16,6 +16,8 @@ extern "C" void OnSignal(int) { g_stop.store(true); }
 void DieWithParentIfAsked() {
   const char* v = std::getenv("SHARDPS_DIE_WITH_PARENT");
   if (!v || std::strcmp(v, "1") != 0) return;
+  // Only for this process: a child it starts has another parent.
+  unsetenv("SHARDPS_DIE_WITH_PARENT");
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() == 1) std::_Exit(143);  // orphaned before the line above: as if SIGTERMed
 }

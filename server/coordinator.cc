@@ -246,7 +246,7 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     slot.endpoint = req->endpoint()->str();
     slot.last_seen = Clock::now();
     slot.id = id;
-    slot.prev = slot.last = StatsSample{slot.last_seen};
+    slot.prev = slot.last = StatsSample{};
     LOG_INFO << "server " << rank << (rejoin ? " re-registered" : " registered") << " at " << slot.endpoint;
     ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
     MaybeCompleteMap();

@@ -83,7 +83,7 @@ class Coordinator {
     uint32_t pid = 0;
   };
   struct StatsSample {
-    Clock::time_point at;
+    int64_t at_ms = 0;  // the server's monotonic clock
     uint64_t pushes = 0, pulls = 0, push_bytes = 0, pull_bytes = 0;
   };
   struct ServerSlot {
@@ -218,6 +218,7 @@ class Coordinator {
   // Stop (shardps-ctl stop).
   bool stopping_ = false;
   bool final_snapshot_started_ = false;
+  Status final_snapshot_;  // how the final snapshot ended
   std::vector<Waiter> stop_waiters_;
 
   // Metrics (null when the process serves none).

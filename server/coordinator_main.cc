@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "common/log.h"
 #include "common/metrics.h"
@@ -75,6 +76,12 @@ int main(int argc, char** argv) {
   }
   if (hb_ms > 0) o.heartbeat_timeout = Millis(hb_ms);
   if (join_ms > 0) o.join_timeout = Millis(join_ms);
+  if (!o.snapshot_dir.empty()) {
+    // Servers on other hosts (and in other folders) must see the same path.
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(o.snapshot_dir, ec);
+    if (!ec) o.snapshot_dir = abs.lexically_normal().string();
+  }
   if (metrics_port >= 0) job.metrics.port = metrics_port;
   if (!metrics_address.empty()) job.metrics.address = metrics_address;
   if (no_metrics) job.metrics.enabled = false;
@@ -90,12 +97,13 @@ int main(int argc, char** argv) {
   metrics::Registry registry;
   metrics::MetricsServer metrics_http(registry);
   if (job.metrics.enabled) {
-    std::string addr = job.metrics.address.empty() ? (o.advertise.empty() ? "127.0.0.1" : o.advertise) : job.metrics.address;
+    const std::string advertised = o.advertise.empty() ? "127.0.0.1" : o.advertise;
+    const std::string addr = job.metrics.address.empty() ? advertised : job.metrics.address;
     if (Status s = metrics_http.Start(addr, job.metrics.port); !s.ok()) {
       std::fprintf(stderr, "error: metrics: %s\n", s.message().c_str());
       return 1;
     }
-    o.metrics_url = metrics_http.url();
+    o.metrics_url = metrics::IsWildcard(addr) ? metrics::Url(advertised, metrics_http.port()) : metrics_http.url();
     o.metrics = &registry;
   }
   zmq::context_t ctx(1);

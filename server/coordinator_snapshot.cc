@@ -226,7 +226,10 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     Reply(w.routing_id, wire::EncodeSimple(fbb_, f));
   }
   op.waiters.clear();
-  if (op.final) ShutdownJob();
+  if (op.final) {
+    final_snapshot_ = s;
+    ShutdownJob();
+  }
 }
 
 void Coordinator::CheckSnapshotTimers() {

@@ -26,7 +26,7 @@ void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h
     if (const wire::ServerStats* st = h.body_as_ServerStats(); st && srank >= 0) {
       ServerSlot& s = servers_[srank];
       s.prev = s.last;
-      s.last = {Clock::now(), st->pushes(), st->pulls(), st->push_bytes(), st->pull_bytes()};
+      s.last = {st->sent_ms(), st->pushes(), st->pulls(), st->push_bytes(), st->pull_bytes()};
       s.parked_pulls = st->parked_pulls();
       s.waits.clocks.clear();
       s.waits.parked.clear();
@@ -64,7 +64,10 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   std::vector<flatbuffers::Offset<wire::ProcessStatus>> procs;
   for (uint32_t r = 0; r < servers_.size(); ++r) {
     const ServerSlot& s = servers_[r];
-    const double secs = std::chrono::duration<double>(s.last.at - s.prev.at).count();
+    // Over the server's own clock, between its last two heartbeats; a
+    // server not heard from for two intervals shows no rate.
+    const bool fresh = s.registered && s.alive && now - s.last_seen < 4 * Millis(500);
+    const double secs = fresh ? (s.last.at_ms - s.prev.at_ms) / 1000.0 : 0.0;
     auto host = fbb_.CreateString(s.id.host), url = fbb_.CreateString(s.id.metrics_url),
          ep = fbb_.CreateString(s.endpoint),
          state = fbb_.CreateString(!s.registered ? "pending" : s.alive ? "alive" : "silent");
@@ -177,6 +180,12 @@ void Coordinator::ShutdownJob() {
     Reply(s.routing_id, wire::EncodeSimple(fbb_, f));
   }
   for (const auto& w : stop_waiters_) {
+    if (!final_snapshot_.ok()) {  // the processes exit all the same
+      ReplyError(w.routing_id, w.request_id,
+                 Status(final_snapshot_.code(), "the job stopped, but its final snapshot failed: " +
+                                                    final_snapshot_.message()));
+      continue;
+    }
     wire::Fields f;
     f.request_id = w.request_id;
     f.clock = latest_snapshot_clock_;

@@ -239,8 +239,6 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   const float* values;
   Status s = CheckRequest(h, frames, true, &t, &keys, &values);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
-  m_.pushes.SingleWriterInc();
-  m_.push_bytes.SingleWriterAdd(frames.back().size());
   const bool worker = h.role() == wire::Role::Worker;
   const int rank = h.rank();
   if (worker && !IsLive(rank))
@@ -261,10 +259,14 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
                         Status::StaleClock("push for clock " + std::to_string(h.clock()) +
                                            " arrived after that clock was applied (now " +
                                            std::to_string(applied_clock_) + ")"));
+    m_.pushes.SingleWriterInc();
+    m_.push_bytes.SingleWriterAdd(frames.back().size());
     Reply(frames[0], wire::EncodeSimple(fbb_, ok));
     buffered_[h.clock()].push_back({static_cast<uint32_t>(rank), arrivals_++, h.table(), std::move(frames)});
     return;
   }
+  m_.pushes.SingleWriterInc();
+  m_.push_bytes.SingleWriterAdd(frames.back().size());
   if (keys) {
     EnsureCopiedKeys(h.table(), keys, h.key_count());
     t->ApplyKeys(keys, h.key_count(), values, 1.0f);
@@ -503,15 +505,21 @@ void Server::UpdateGauges() {
   m_.buffered.Set(static_cast<double>(buffered));
   m_.applied_clock.Set(static_cast<double>(applied_clock_));
   m_.min_clock.Set(static_cast<double>(MinClock()));
-  for (const auto& t : tables_) {
-    if (!t) continue;
-    const metrics::Labels labels{{"table", t->spec().name}};
-    const uint64_t rows = t->rows_held();
-    // Series are created once per table; later calls find them.
-    registry_.GetGauge("shardps_table_rows", "Rows of each table held by this server", labels)
-        .Set(static_cast<double>(rows));
-    registry_.GetGauge("shardps_table_bytes", "Bytes of parameters and optimizer state held by this server", labels)
-        .Set(static_cast<double>(rows) * t->spec().cols * sizeof(float) * (1 + t->state_width()));
+  // A table's two series are created once (that takes the registry's lock,
+  // which a scrape holds); afterwards only set.
+  for (size_t i = table_gauges_.size(); i < tables_.size(); ++i) {
+    if (!tables_[i]) break;
+    const metrics::Labels labels{{"table", tables_[i]->spec().name}};
+    table_gauges_.push_back(
+        {&registry_.GetGauge("shardps_table_rows", "Rows of each table held by this server", labels),
+         &registry_.GetGauge("shardps_table_bytes", "Bytes of parameters and optimizer state held by this server",
+                             labels)});
+  }
+  for (size_t i = 0; i < table_gauges_.size(); ++i) {
+    const ServerTable& t = *tables_[i];
+    const uint64_t rows = t.rows_held();
+    table_gauges_[i].first->Set(static_cast<double>(rows));
+    table_gauges_[i].second->Set(static_cast<double>(rows) * t.spec().cols * sizeof(float) * (1 + t.state_width()));
   }
 }
 
@@ -533,6 +541,7 @@ void Server::SendHeartbeat() {
   b.add_applied_clock(applied_clock_);
   b.add_min_clock(MinClock());
   b.add_parked_pulls(static_cast<uint32_t>(parked_.size()));
+  b.add_sent_ms(std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count());
   b.add_worker_clocks(clocks);
   b.add_waiting(waiting);
   auto body = b.Finish();

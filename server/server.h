@@ -82,6 +82,7 @@ class Server {
     metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;
   };
   void UpdateGauges();
+  std::vector<std::pair<metrics::Gauge*, metrics::Gauge*>> table_gauges_;  // rows, bytes per table id
   struct Buffered {  // a synchronous push waiting for the end of its clock
     uint32_t rank;
     uint64_t arrival;

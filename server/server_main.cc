@@ -67,13 +67,16 @@ int main(int argc, char** argv) {
   metrics::MetricsServer metrics_http(server.registry());
   if (!no_metrics) {
     // The address the data endpoint will be advertised on, unless told.
-    std::string addr = metrics_address.empty() ? o.advertise : metrics_address;
-    if (addr.empty() && !LocalAddressTowards(o.coordinator, &addr).ok()) addr = "127.0.0.1";
+    // Bound where asked (default: the address the data endpoint will be
+    // advertised on); the URL names an address others can dial.
+    std::string advertised = o.advertise;
+    if (advertised.empty() && !LocalAddressTowards(o.coordinator, &advertised).ok()) advertised = "127.0.0.1";
+    const std::string addr = metrics_address.empty() ? advertised : metrics_address;
     if (Status s = metrics_http.Start(addr, metrics_port); !s.ok()) {
       std::fprintf(stderr, "error: metrics: %s\n", s.message().c_str());
       return 1;
     }
-    server.set_metrics_url(metrics_http.url());
+    server.set_metrics_url(metrics::IsWildcard(addr) ? metrics::Url(advertised, metrics_http.port()) : metrics_http.url());
   }
   if (Status s = server.Start(); !s.ok()) {
     LOG_ERROR << s.ToString();

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from launchlib import COORDINATOR, LAUNCH, ROOT, Launch, ctl, pid_of, small_mlp, wait_none_left
+from launchlib import BUILD, COORDINATOR, LAUNCH, ROOT, Launch, ctl, pid_of, small_mlp, wait_none_left
 
 
 @pytest.fixture
@@ -193,7 +193,7 @@ def test_status_shows_who_waits_metrics_grow_and_stop_ends_the_job(run_dir, tmp_
 
 
 def launch_error(*args, config_text=None, tmp_path=None):
-    argv = [LAUNCH, "--bin-dir", os.path.join(ROOT, "build", "server")]
+    argv = [LAUNCH, "--bin-dir", BUILD]
     if config_text is not None:
         path = tmp_path / "job.toml"
         path.write_text(config_text)
