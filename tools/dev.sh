@@ -13,7 +13,7 @@ case "$what" in demo|test|build|bench) ;; *)
   echo "usage: tools/dev.sh demo|test|build|bench" >&2; exit 2 ;;
 esac
 
-packages=(build-essential pkg-config meson ninja-build
+packages=(build-essential pkg-config meson ninja-build cmake
   libzmq3-dev cppzmq-dev flatbuffers-compiler libflatbuffers-dev librocksdb-dev
   libgtest-dev libopenblas-dev libcli11-dev libtomlplusplus-dev zlib1g-dev libxxhash-dev
   dataset-fashion-mnist gnuplot-nox libcpp-httplib-dev

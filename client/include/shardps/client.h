@@ -34,6 +34,10 @@
 // internal I/O thread owns the sockets.
 #pragma once
 
+#if __cplusplus < 202002L
+#error "shardps/client.h needs C++20: compile with -std=c++20 (CMake: cxx_std_20, Meson: cpp_std=c++20)"
+#endif
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -42,6 +46,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardps/export.h"
 #include "shardps/status.h"
 #include "shardps/types.h"
 
@@ -103,7 +108,7 @@ struct PulledFrames;
 // once the pull's Wait() returned OK; it stays valid until it is destroyed
 // or used for another pull.
 class Client;
-class PulledRows {
+class SHARDPS_EXPORT PulledRows {
  public:
   PulledRows();
   ~PulledRows();
@@ -122,7 +127,7 @@ class PulledRows {
 
 // An outstanding push, pull or tick. A default-constructed Request is
 // complete and OK.
-class Request {
+class SHARDPS_EXPORT Request {
  public:
   Request() = default;
   // Waits until every server answered or `timeout` passed. Returns the first
@@ -143,7 +148,7 @@ class Request {
   std::shared_ptr<detail::Call> call_;
 };
 
-class Client {
+class SHARDPS_EXPORT Client {
  public:
   // Registers with the coordinator and waits until every server joined.
   static Status Connect(const ClientOptions& options, std::unique_ptr<Client>* out);

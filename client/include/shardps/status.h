@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "shardps/export.h"
+
 namespace shardps {
 
 // The same numbering as the wire's ErrorCode (schema/shardps.fbs).
@@ -32,9 +34,9 @@ enum class Code : unsigned short {
 };
 
 // Name of a code ("Timeout", "OutOfRange", ...).
-std::string_view CodeName(Code c);
+SHARDPS_EXPORT std::string_view CodeName(Code c);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] SHARDPS_EXPORT Status {
  public:
   Status() = default;  // OK
   Status(Code code, std::string msg) : code_(code), msg_(std::move(msg)) {}

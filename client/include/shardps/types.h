@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "shardps/export.h"
 #include "shardps/status.h"
 
 namespace shardps {
@@ -21,7 +22,7 @@ enum class Consistency : uint8_t { kSync = 0, kBounded, kAsync };
 //  - sparse: rows keyed by any uint64 id, created on first touch.
 // Initial values are a pure function of (seed, row id): the same model comes
 // out whatever the number of servers.
-struct TableSpec {
+struct SHARDPS_EXPORT TableSpec {
   uint32_t id = 0;  // assigned by the coordinator
   std::string name;
   TableKind kind = TableKind::kDense;
@@ -47,14 +48,14 @@ struct TableSpec {
   bool SameShape(const TableSpec& other) const;
 };
 
-std::string_view ToString(TableKind k);
-std::string_view ToString(InitKind k);
-std::string_view ToString(OptimizerKind k);
-std::string_view ToString(Consistency c);
+SHARDPS_EXPORT std::string_view ToString(TableKind k);
+SHARDPS_EXPORT std::string_view ToString(InitKind k);
+SHARDPS_EXPORT std::string_view ToString(OptimizerKind k);
+SHARDPS_EXPORT std::string_view ToString(Consistency c);
 // Parse the names above ("dense", "sgd", "adam", "sync", "bounded", ...).
-Status Parse(std::string_view s, TableKind* out);
-Status Parse(std::string_view s, InitKind* out);
-Status Parse(std::string_view s, OptimizerKind* out);
-Status Parse(std::string_view s, Consistency* out);
+SHARDPS_EXPORT Status Parse(std::string_view s, TableKind* out);
+SHARDPS_EXPORT Status Parse(std::string_view s, InitKind* out);
+SHARDPS_EXPORT Status Parse(std::string_view s, OptimizerKind* out);
+SHARDPS_EXPORT Status Parse(std::string_view s, Consistency* out);
 
 }  // namespace shardps
