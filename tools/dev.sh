@@ -17,7 +17,7 @@ packages=(build-essential pkg-config meson ninja-build cmake
   libzmq3-dev cppzmq-dev flatbuffers-compiler libflatbuffers-dev librocksdb-dev
   libgtest-dev libopenblas-dev libcli11-dev libtomlplusplus-dev zlib1g-dev libxxhash-dev
   dataset-fashion-mnist gnuplot-nox libcpp-httplib-dev
-  python3 python3-pytest python3-prometheus-client
+  python3 python3-dev python3-pytest python3-prometheus-client pybind11-dev python3-numpy python3-torch
   iproute2 openssh-client openssh-server slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,179 @@
+"""shardps: the parameter-server client for Python trainers.
+
+A thin layer over the C++ client (the `_shardps` extension): pushes send the
+caller's float32 array without copying it, pulls fill the caller's array in
+place, every call that may block releases the GIL, and a failed request
+raises a `shardps.Error` subclass carrying the server's message.
+
+    import numpy as np, shardps
+    with shardps.connect("tcp://10.0.0.1:5555", rank=0) as ps:
+        w = ps.create_table("w", rows=784, cols=10, init="normal", stddev=0.01, optimizer="sgd", lr=0.1)
+        params = ps.pull(w)                 # (784, 10) float32, a new array
+        ps.pull(w, out=params)              # or into yours, in place
+        ps.push(w, grads)                   # grads: (784, 10) float32, C order
+        ps.clock()                          # end of this iteration
+
+PyTorch: `shardps.torch` (docs/python.md).
+"""
+
+try:
+    from . import _shardps as _ext  # installed: the extension inside the package
+except ImportError:  # the build tree: build/client/python on sys.path
+    import _shardps as _ext
+
+Error = _ext.Error
+TimeoutError = _ext.TimeoutError
+UnavailableError = _ext.UnavailableError
+InvalidArgumentError = _ext.InvalidArgumentError
+NotFoundError = _ext.NotFoundError
+ConflictError = _ext.ConflictError
+Table = _ext.Table
+Request = _ext.Request
+
+__all__ = ["connect", "Client", "Table", "Request", "Error", "TimeoutError", "UnavailableError",
+           "InvalidArgumentError", "NotFoundError", "ConflictError"]
+
+_KINDS = {"dense": _ext.TableKind.dense, "sparse": _ext.TableKind.sparse}
+_INITS = {"zeros": _ext.InitKind.zeros, "constant": _ext.InitKind.constant, "uniform": _ext.InitKind.uniform,
+          "normal": _ext.InitKind.normal}
+_OPTIMIZERS = {"sgd": _ext.OptimizerKind.sgd, "momentum": _ext.OptimizerKind.momentum,
+               "adagrad": _ext.OptimizerKind.adagrad, "adam": _ext.OptimizerKind.adam}
+
+
+def _choice(what, value, table):
+    try:
+        return table[value]
+    except KeyError:
+        raise ValueError(f"{what} must be one of {', '.join(table)}, got {value!r}") from None
+
+
+def connect(coordinator, rank=None, role="worker", timeout=60.0, request_timeout=120.0):
+    """Registers with the coordinator (e.g. "tcp://10.0.0.1:5555") and waits,
+    at most `timeout` seconds, until every server joined. `rank`: the worker
+    rank to claim (None: the coordinator assigns one); `role`: "worker" (has
+    a clock, counted by the consistency model) or "observer" (tools and
+    evaluators: never waited for). `request_timeout`: how long a request may
+    go unanswered. Returns a Client, usable as a context manager."""
+    return Client(_ext.Client(coordinator, -1 if rank is None else int(rank), role, float(timeout),
+                              float(request_timeout)))
+
+
+class Client:
+    """A connection to one shardps job. Thread-safe; requests run in the
+    C++ client's I/O thread. Close it (or use `with`) to leave the job."""
+
+    def __init__(self, ext):
+        self._c = ext
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- tables
+    def create_table(self, name, rows=0, cols=1, kind="dense", init="zeros", init_a=0.0, init_b=0.0, seed=0,
+                     optimizer="sgd", lr=0.01, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
+                     initial_accumulator=0.0, *, value=None, low=None, high=None, mean=None, stddev=None):
+        """Defines a table (every worker may call it with the same spec and
+        gets the same table; another shape raises ConflictError) and returns
+        it once every server holds it. Fields as in the C++ TableSpec;
+        `value` (constant), `low`/`high` (uniform), `mean`/`stddev` (normal)
+        name init_a/init_b."""
+        s = _ext.TableSpec()
+        s.name, s.rows, s.cols = name, int(rows), int(cols)
+        s.kind = _choice("kind", kind, _KINDS)
+        s.init = _choice("init", init, _INITS)
+        a = value if value is not None else low if low is not None else mean
+        b = high if high is not None else stddev
+        s.init_a = float(a if a is not None else init_a)
+        s.init_b = float(b if b is not None else init_b)
+        s.seed = int(seed)
+        s.optimizer = _choice("optimizer", optimizer, _OPTIMIZERS)
+        s.lr, s.momentum, s.beta1, s.beta2, s.eps = float(lr), float(momentum), float(beta1), float(beta2), float(eps)
+        s.initial_accumulator = float(initial_accumulator)
+        s.validate()
+        return self._c.create_table(s)
+
+    def table(self, name):
+        """The table of that name (NotFoundError if there is none)."""
+        return self._c.table(name)
+
+    def _t(self, table):
+        return self._c.table(table) if isinstance(table, str) else table
+
+    # -- data
+    def push_async(self, table, grads, rows=None, ids=None):
+        """Sends gradients without copying `grads` (float32, C order): the
+        whole dense table (rows x cols), `rows=(begin, end)`, or `ids` (a
+        uint64 array; dense row ids or sparse ids), one row of `cols` per
+        row/id. The array is kept alive until the request completes."""
+        return self._c.push(self._t(table), grads, rows, ids)
+
+    def push(self, table, grads, rows=None, ids=None, timeout=None):
+        """push_async(...).wait(timeout)."""
+        self.push_async(table, grads, rows, ids).wait(timeout)
+
+    def pull_async(self, table, out=None, rows=None, ids=None):
+        """Reads parameters into `out` (float32, C order, writeable; a new
+        (n, cols) array when None), same addressing as push. The request's
+        wait() returns the array."""
+        return self._c.pull(self._t(table), out, rows, ids, False)
+
+    def pull(self, table, out=None, rows=None, ids=None, timeout=None):
+        """pull_async(...).wait(timeout): the filled array."""
+        return self.pull_async(table, out, rows, ids).wait(timeout)
+
+    def prefetch(self, table, out=None):
+        """The whole dense table as the next iteration (clock + 1) may read
+        it, issued before this iteration's pushes so it travels while you
+        compute. Returns a Request; wait() gives the array."""
+        return self._c.pull(self._t(table), out, None, None, True)
+
+    # -- iterations, coordination
+    def clock(self):
+        """Ends this worker's iteration (after its pushes)."""
+        self._c.clock()
+
+    def barrier(self, timeout=None):
+        """Waits until every live worker reached the barrier."""
+        self._c.barrier(timeout)
+
+    def claim_work(self, pool, total_units, max_units):
+        """Up to `max_units` consecutive units of the job-wide pool `pool`
+        (of `total_units`): (begin, end), empty (begin == end) when used up."""
+        return self._c.claim_work(int(pool), int(total_units), int(max_units))
+
+    def close(self):
+        """Leaves the job; outstanding requests fail with UnavailableError."""
+        self._c.close()
+
+    @property
+    def rank(self):
+        return self._c.rank
+
+    @property
+    def clock_value(self):
+        """Iterations this worker finished."""
+        return self._c.clock_value
+
+    @property
+    def consistency(self):
+        return self._c.consistency
+
+    @property
+    def staleness(self):
+        return self._c.staleness
+
+    @property
+    def num_servers(self):
+        return self._c.num_servers
+
+    @property
+    def num_workers(self):
+        return self._c.num_workers
+
+    @property
+    def stop_requested(self):
+        """True once `shardps-ctl stop` was asked: finish the step and close."""
+        return self._c.stop_requested

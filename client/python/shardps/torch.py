@@ -1,0 +1,117 @@
+"""shardps for PyTorch: a torch.nn.Module's parameters as shardps tables.
+
+    import shardps, shardps.torch
+    ps = shardps.connect(coordinator, rank=rank)
+    model = MyNet()
+    sm = shardps.torch.ShardedModel(ps, model, optimizer="sgd", lr=0.1)
+    sm.pull()                               # parameters into the model, in place
+    for x, y in batches:
+        loss = loss_fn(model(x), y)
+        loss.backward()                     # each layer's gradient is pushed as backward produces it
+        sm.step()                           # wait for the pushes, end the clock, pull (or use the prefetch)
+
+One table per parameter, named after `named_parameters()` (a prefix keeps
+several models apart); a parameter of shape (n, ...) is a table of n rows.
+Pulls write into the parameters' own storage (CPU tensors share memory
+with NumPy: no copy); pushes send `.grad`'s storage as it is. The server
+applies the optimizer; the local model never steps. Debian 12's torch
+(1.13) has no post-accumulate-grad hooks: the per-layer pushes come from
+tensor hooks, so each parameter must be used once per forward (as in
+ordinary layers).
+"""
+
+import numpy as np
+import torch
+
+import shardps
+
+
+def _rows_cols(p):
+    n = p.numel()
+    rows = p.shape[0] if p.dim() >= 1 else 1
+    return rows, n // rows
+
+
+class ShardedModel:
+    """Maps `module`'s parameters to tables and moves them between the
+    model and the servers. The tables start from the servers' initializer
+    (`init`: "he" -- weights normal with stddev sqrt(2 / fan_in), biases
+    zero -- or a shardps initializer with `stddev`; `seed`: the same on
+    every worker), so pull() before the first step. `optimizer`, `lr` and `optimizer_args` (momentum, beta1,
+    ...) configure the server-side optimizer. `push_in_backward`: push each
+    gradient from its hook as soon as backward produced it (else all in
+    step()). `prefetch`: step() sends the next iteration's pulls before it
+    waits for this one's pushes (bounded staleness and async)."""
+
+    def __init__(self, client, module, optimizer="sgd", lr=0.01, init="he", stddev=0.05, seed=1, prefix="",
+                 push_in_backward=True, prefetch=False, **optimizer_args):
+        if any(p.device.type != "cpu" for p in module.parameters()):
+            raise ValueError("shardps.torch maps CPU parameters (move the model to the CPU, or copy to/from it)")
+        self.client, self.module, self.prefetching = client, module, prefetch
+        self.params, self.tables, self.views = [], [], []
+        self._pushes, self._staged, self._prefetch = [], None, None
+        for name, p in module.named_parameters():
+            rows, cols = _rows_cols(p)
+            if init == "he":  # weights: normal, stddev sqrt(2 / fan_in); biases (1-d): zeros
+                kind, sd = ("normal", (2.0 / cols) ** 0.5) if p.dim() >= 2 else ("zeros", 0.0)
+            else:
+                kind, sd = init, stddev
+            t = client.create_table(prefix + name, rows=rows, cols=cols, init=kind, stddev=sd, seed=seed,
+                                    optimizer=optimizer, lr=lr, **optimizer_args)
+            self.params.append(p)
+            self.tables.append(t)
+            self.views.append(p.data.numpy().reshape(rows, cols))  # the parameter's storage
+            if push_in_backward:
+                p.register_hook(self._hook(len(self.params) - 1))
+
+    def _hook(self, i):
+        def push(grad):
+            g = grad.detach()
+            if not g.is_contiguous():
+                g = g.contiguous()
+            rows, cols = _rows_cols(g)
+            # The array holds the tensor: alive until the push completes.
+            self._pushes.append(self.client.push_async(self.tables[i], g.numpy().reshape(rows, cols)))
+            return grad
+        return push
+
+    def pull(self):
+        """The current parameters into the model's storage (waits)."""
+        if self._prefetch is not None:
+            for r in self._prefetch:
+                r.wait()
+            for view, staged in zip(self.views, self._staged):
+                np.copyto(view, staged)
+            self._prefetch = None
+            return
+        reqs = [self.client.pull_async(t, out=v) for t, v in zip(self.tables, self.views)]
+        for r in reqs:
+            r.wait()
+
+    def push_grads(self):
+        """Pushes every parameter's .grad now (when not pushing in backward)."""
+        for p, t in zip(self.params, self.tables):
+            if p.grad is not None:
+                rows, cols = _rows_cols(p)
+                self._pushes.append(self.client.push_async(t, p.grad.detach().contiguous().numpy().reshape(rows, cols)))
+
+    def start_prefetch(self):
+        """Sends the next iteration's pulls now (into staging buffers)."""
+        if self._staged is None:
+            self._staged = [np.empty_like(v) for v in self.views]
+        self._prefetch = [self.client.prefetch(t, out=s) for t, s in zip(self.tables, self._staged)]
+
+    def step(self):
+        """Ends the iteration: the pushes arrive, the clock ends, the
+        parameters for the next iteration are pulled into the model."""
+        if not self._pushes:
+            self.push_grads()
+        if self.prefetching:
+            self.start_prefetch()
+        for r in self._pushes:
+            r.wait()
+        self._pushes = []
+        for p in self.params:
+            p.grad = None
+        self.client.clock()
+        self.pull()

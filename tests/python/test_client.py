@@ -1,0 +1,150 @@
+"""The Python client against a real cluster: round trips, refused arrays,
+errors as exceptions, the GIL released while a call blocks, arrays kept
+alive by their requests."""
+import gc
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+import shardps
+
+
+def test_dense_round_trip_rows_and_ids(cluster_factory):
+    c = cluster_factory(servers=2, consistency="async")
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        w = ps.create_table("w", rows=10, cols=4, init="constant", value=1.0, optimizer="sgd", lr=1.0)
+        assert (w.rows, w.cols, w.dense) == (10, 4, True)
+        np.testing.assert_array_equal(ps.pull(w), np.ones((10, 4), np.float32))
+        ps.push(w, np.full((10, 4), 0.25, np.float32))
+        out = np.zeros((10, 4), np.float32)
+        assert ps.pull(w, out=out) is out  # filled in place
+        np.testing.assert_array_equal(out, np.full((10, 4), 0.75, np.float32))
+        ps.push(w, np.ones((3, 4), np.float32), rows=(2, 5))
+        part = ps.pull("w", rows=(1, 6))
+        np.testing.assert_array_equal(part[:, 0], [0.75, -0.25, -0.25, -0.25, 0.75])
+        ids = np.array([9, 0], np.uint64)
+        ps.push(w, np.full((2, 4), 0.5, np.float32), ids=ids)
+        np.testing.assert_array_equal(ps.pull(w, ids=ids), np.full((2, 4), 0.25, np.float32))
+        flat = np.empty(40, np.float32)  # a flat array of the right size is fine too
+        ps.pull(w, out=flat)
+        assert flat[0] == 0.25
+
+
+def test_sparse_round_trip(cluster_factory):
+    c = cluster_factory(servers=3, consistency="async")
+    with shardps.connect(c.endpoint) as ps:
+        e = ps.create_table("emb", kind="sparse", cols=3, optimizer="sgd", lr=0.5)
+        ids = np.array([5, 1 << 40, 77], np.uint64)
+        np.testing.assert_array_equal(ps.pull(e, ids=ids), np.zeros((3, 3), np.float32))
+        g = np.arange(9, dtype=np.float32).reshape(3, 3)
+        ps.push_async(e, g, ids=ids).wait(30)
+        np.testing.assert_allclose(ps.pull(e, ids=ids), -0.5 * g)
+
+
+def test_arrays_are_refused_with_a_reason(cluster_factory):
+    c = cluster_factory(servers=1, consistency="async")
+    with shardps.connect(c.endpoint) as ps:
+        w = ps.create_table("w", rows=4, cols=6)
+        with pytest.raises(TypeError, match="float32 array, got dtype float64"):
+            ps.push(w, np.zeros((4, 6)))
+        with pytest.raises(ValueError, match="C-contiguous"):
+            ps.push(w, np.zeros((4, 12), np.float32)[:, ::2])
+        with pytest.raises(ValueError, match=r"has shape \(4, 5\), expected \(4, 6\) or \(24,\)"):
+            ps.pull(w, out=np.zeros((4, 5), np.float32))
+        ro = np.zeros((4, 6), np.float32)
+        ro.setflags(write=False)
+        with pytest.raises(ValueError, match="read-only"):
+            ps.pull(w, out=ro)
+        with pytest.raises(TypeError, match="uint64"):
+            ps.pull(w, ids=np.array([1.0, 2.0]))
+        with pytest.raises(ValueError, match="non-empty range"):
+            ps.pull(w, rows=(3, 9))
+        with pytest.raises(ValueError, match="optimizer must be one of"):
+            ps.create_table("x", rows=1, optimizer="rmsprop")
+
+
+def test_errors_become_exceptions_of_their_class(cluster_factory):
+    c = cluster_factory(servers=1, consistency="async")
+    with shardps.connect(c.endpoint) as ps:
+        ps.create_table("w", rows=4, cols=2)
+        with pytest.raises(shardps.NotFoundError, match="'nope'"):
+            ps.table("nope")
+        with pytest.raises(shardps.ConflictError, match="another shape"):
+            ps.create_table("w", rows=5, cols=2)
+        with pytest.raises(shardps.InvalidArgumentError) as e:  # the server's OutOfRange
+            ps.pull("w", ids=np.array([7], np.uint64))
+        assert isinstance(e.value, shardps.Error) and isinstance(e.value, ValueError)
+        assert "7" in str(e.value)
+    with pytest.raises(shardps.TimeoutError) as e:
+        shardps.connect("tcp://127.0.0.1:9", timeout=0.5)
+    assert isinstance(e.value, TimeoutError)  # also the built-in one
+
+
+def test_gil_is_released_while_a_pull_waits(cluster_factory):
+    # Sync, 2 workers: worker 0's pull after its clock waits for worker 1.
+    c = cluster_factory(servers=1, workers=2, consistency="sync")
+    ps0 = shardps.connect(c.endpoint, rank=0)
+    ps1 = shardps.connect(c.endpoint, rank=1)
+    w = ps0.create_table("w", rows=8, cols=8)
+    ps1.create_table("w", rows=8, cols=8)
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        ps0.clock()
+        r = ps0.pull_async(w)
+        before = ticks[0]
+        with pytest.raises(shardps.TimeoutError):
+            r.wait(timeout=1.0)  # blocked: worker 1 is still at clock 0
+        assert ticks[0] > before + 1000, "the other Python thread did not run while wait() blocked"
+        ps1.clock()
+        assert r.wait(timeout=30).shape == (8, 8)
+    finally:
+        stop.set()
+        t.join()
+        ps0.close()
+        ps1.close()
+
+
+def test_a_dropped_array_stays_valid_until_its_request_completes(cluster_factory):
+    c = cluster_factory(servers=2, consistency="async")
+    with shardps.connect(c.endpoint) as ps:
+        n = 1 << 20  # 4 MiB: several messages, in flight after push_async returns
+        w = ps.create_table("w", rows=n // 64, cols=64, optimizer="sgd", lr=1.0)
+        g = np.full(n, 2.0, np.float32)
+        alive = weakref.ref(g)
+        r = ps.push_async(w, g)
+        del g
+        gc.collect()
+        junk = [np.full(n, np.nan, np.float32) for _ in range(4)]  # would reuse freed memory
+        assert alive() is not None or r.done()
+        r.wait(60)
+        del junk, r
+        np.testing.assert_array_equal(ps.pull(w).ravel()[:: 4096], -2.0)
+        ps.pull(w)  # a later call forgets completed requests: nothing holds the array now
+        gc.collect()
+        assert alive() is None
+
+
+def test_claim_work_barrier_and_properties(cluster_factory):
+    c = cluster_factory(servers=1, workers=1, consistency="bounded", staleness=2)
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        assert (ps.rank, ps.consistency, ps.staleness, ps.num_servers, ps.num_workers) == (0, "bounded", 2, 1, 1)
+        got = []
+        while True:
+            b, e = ps.claim_work(7, 10, 4)
+            if b == e:
+                break
+            got += range(b, e)
+        assert got == list(range(10))
+        ps.barrier(timeout=10)
+        ps.clock()
+        assert ps.clock_value == 1
