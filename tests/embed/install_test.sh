@@ -116,6 +116,20 @@ for h in "$inc"/shardps/*.h; do
 done
 echo "ok: $(cd "$inc" && echo shardps/*.h)"
 
+# The Python package, where the build made one: importable by Debian's
+# python3 from the installed site folder alone.
+ext=$(find "$dest" -name '_shardps*.so' | head -1)
+if [[ -n $ext ]]; then
+  step "the installed Python package"
+  site=$(dirname "$(dirname "$ext")")
+  for f in __init__.py torch.py __init__.pyi py.typed; do
+    [[ -f $site/shardps/$f ]] || fail "the Python package lacks shardps/$f"
+  done
+  (cd "$work" && PYTHONPATH=$site timeout 60 /usr/bin/python3 -c \
+      "import shardps, sys; assert shardps.__file__.startswith(sys.argv[1]), shardps.__file__; print('import shardps:', shardps.__file__)" "$site") ||
+    fail "the installed Python package does not import"
+fi
+
 # ---------------------------------------------------------------- builds
 export PKG_CONFIG_PATH=$lib/pkgconfig
 pc_prefix=$(pkg-config --variable=prefix shardps)
