@@ -14,8 +14,10 @@
 
 namespace shardps {
 
-bool RecvMultipart(zmq::socket_t& s, std::vector<zmq::message_t>* frames, bool dontwait) {
+bool RecvMultipart(zmq::socket_t& s, std::vector<zmq::message_t>* frames, bool dontwait, size_t max_frames,
+                   size_t* dropped) {
   frames->clear();
+  if (dropped) *dropped = 0;
   zmq::message_t m;
   try {
     auto r = s.recv(m, dontwait ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
@@ -30,7 +32,11 @@ bool RecvMultipart(zmq::socket_t& s, std::vector<zmq::message_t>* frames, bool d
     zmq::message_t part;
     (void)s.recv(part, zmq::recv_flags::none);  // the rest of a message is already here
     more = part.more();
-    frames->push_back(std::move(part));
+    if (frames->size() < max_frames) {
+      frames->push_back(std::move(part));
+    } else if (dropped) {
+      ++*dropped;
+    }
   }
   return true;
 }

@@ -16,7 +16,10 @@ using Millis = std::chrono::milliseconds;
 
 // Receives every frame of one multipart message (non-blocking when
 // `dontwait`). Returns false when nothing was available.
-bool RecvMultipart(zmq::socket_t& s, std::vector<zmq::message_t>* frames, bool dontwait = true);
+// With `max_frames`, frames past that many are received and dropped at once
+// (never held together), and *dropped (if given) counts them.
+bool RecvMultipart(zmq::socket_t& s, std::vector<zmq::message_t>* frames, bool dontwait = true,
+                   size_t max_frames = SIZE_MAX, size_t* dropped = nullptr);
 // Sends all frames as one multipart message; frames are consumed.
 // Returns Unavailable when the peer is unknown (ROUTER_MANDATORY) or gone.
 Status SendMultipart(zmq::socket_t& s, std::vector<zmq::message_t>& frames);

@@ -118,6 +118,7 @@ flatbuffers::Offset<wire::TableSpec> BuildTableSpec(flatbuffers::FlatBufferBuild
   b.add_beta2(t.beta2);
   b.add_eps(t.eps);
   b.add_initial_accumulator(t.initial_accumulator);
+  b.add_max_rows(t.max_rows);
   return b.Finish();
 }
 
@@ -143,6 +144,7 @@ Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   t.beta2 = in->beta2();
   t.eps = in->eps();
   t.initial_accumulator = in->initial_accumulator();
+  t.max_rows = in->max_rows();
   Status s = t.Validate();
   if (!s.ok()) return Status::BadMessage("invalid table spec: " + s.message());
   *out = std::move(t);
@@ -189,7 +191,11 @@ Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
   c.consistency = static_cast<shardps::Consistency>(in->consistency());
   c.staleness = in->staleness();
   c.num_servers = in->num_servers();
+  if (c.num_servers > 4096)  // the coordinator's own limit: more is not a job, but an allocation
+    return Status::BadMessage("cluster info names " + std::to_string(c.num_servers) + " servers (at most 4096)");
   c.num_workers = in->num_workers();
+  if (c.num_workers > 65536)
+    return Status::BadMessage("cluster info names " + std::to_string(c.num_workers) + " workers (at most 65536)");
   c.map.version = in->map_version();
   if (in->partition_owner()) {
     for (uint32_t o : *in->partition_owner()) {

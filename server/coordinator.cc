@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/wire.h"
+#include "server/table.h"
 
 namespace shardps {
 
@@ -30,6 +31,30 @@ Status CoordinatorOptions::Validate() const {
     if (!s.ok()) return s;
     if (!names.insert(t.name).second)
       return Status::InvalidArgument("table '" + t.name + "' is defined twice");
+  }
+  return Status::OK();
+}
+
+Status Coordinator::CheckBudget(const TableSpec& spec, size_t defined) const {
+  if (spec.kind != TableKind::kDense) return Status::OK();  // sparse rows are counted as they are created
+  const ShardMap map = map_.owner.empty() ? ShardMap::Contiguous(opts_.partitions, opts_.num_servers, 1) : map_;
+  uint64_t total = 0;
+  for (uint32_t r = 0; r < servers_.size(); ++r)
+    total += ServerTable::DenseBytes(spec, map.partitions(), map.OwnedBy(r));
+  for (uint32_t r = 0; r < servers_.size(); ++r) {
+    const ServerSlot& s = servers_[r];
+    if (!s.registered || s.budget == 0) continue;
+    const auto owned = map.OwnedBy(r);
+    uint64_t used = 0;
+    for (size_t i = 0; i < defined && i < tables_.size(); ++i)
+      used += ServerTable::DenseBytes(tables_[i], map.partitions(), owned);
+    const uint64_t need = ServerTable::DenseBytes(spec, map.partitions(), owned);
+    if (used + need > s.budget)
+      return Status::TooLarge("table '" + spec.name + "' needs " + std::to_string(need) + " bytes on server " +
+                              std::to_string(r) + " (" + std::to_string(total) + " in all), but server " +
+                              std::to_string(r) + " has " + std::to_string(s.budget > used ? s.budget - used : 0) +
+                              " of its " + std::to_string(s.budget) +
+                              "-byte memory budget left; nothing was created");
   }
   return Status::OK();
 }
@@ -187,6 +212,14 @@ void Coordinator::MaybeCompleteMap() {
   map_ = ShardMap::Contiguous(opts_.partitions, opts_.num_servers, 1);
   LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v1 with "
            << opts_.partitions << " partitions";
+  // The tables of the job file (or the snapshot) must fit the servers' budgets.
+  for (size_t i = 0; i < tables_.size(); ++i)
+    if (Status b = CheckBudget(tables_[i], i); !b.ok()) {
+      LOG_ERROR << b.message();
+      fatal_ = b;
+      ShutdownJob();
+      return;
+    }
   // Clients are told the cluster is ready only once every server holds the
   // map and its tables (and finished restoring them): a client's first
   // request must not overtake the update on its way to a server.
@@ -246,6 +279,7 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     slot.endpoint = req->endpoint()->str();
     slot.last_seen = Clock::now();
     slot.id = id;
+    slot.budget = req->memory_budget();
     slot.prev = slot.last = StatsSample{};
     LOG_INFO << "server " << rank << (rejoin ? " re-registered" : " registered") << " at " << slot.endpoint;
     ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
@@ -309,6 +343,7 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
       }
     return reply_spec(t);
   }
+  if (Status b = CheckBudget(spec, tables_.size()); !b.ok()) return ReplyError(from, h.request_id(), b);
   spec.id = static_cast<uint32_t>(tables_.size());
   tables_.push_back(spec);
   LOG_INFO << "table '" << spec.name << "' (" << ToString(spec.kind) << ", id " << spec.id << ") defined";
@@ -589,7 +624,7 @@ Status Coordinator::Run(const std::atomic<bool>& stop) {
   // Let the last replies (Shutdown to the servers, a Stop's answer) leave.
   sock_.set(zmq::sockopt::linger, 1000);
   LOG_INFO << "coordinator stopped";
-  return Status::OK();
+  return fatal_;
 }
 
 }  // namespace shardps

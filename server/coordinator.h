@@ -50,6 +50,7 @@ struct CoordinatorOptions {
   Consistency consistency = Consistency::kSync;
   uint32_t staleness = 0;                   // bounded only
   std::vector<TableSpec> tables;            // defined at start
+  uint64_t server_memory_mb = 0;            // job file: each server's budget (the launcher passes it; 0: theirs)
   Millis heartbeat_timeout{5000};           // silent this long = dead
   Millis join_timeout{120000};              // a worker rank never seen this long = dead
   Millis ack_timeout{30000};                // servers must ack a table definition
@@ -92,6 +93,7 @@ class Coordinator {
     std::string routing_id, endpoint;
     Clock::time_point last_seen;
     Identity id;
+    uint64_t budget = 0;  // bytes of tables it may hold (0: unknown)
     // The two newest heartbeats' totals: their difference is the rate.
     StatsSample prev, last;
     uint32_t parked_pulls = 0;
@@ -174,6 +176,11 @@ class Coordinator {
   void CheckTimeouts();
   void MaybeCompleteMap();
   void MaybeReleaseBarrier();
+  // OK when `spec` fits every registered server's memory budget next to the
+  // tables already defined (`defined` of tables_), else TooLarge naming the
+  // table, the bytes it needs and the bytes left.
+  Status CheckBudget(const TableSpec& spec, size_t defined) const;
+  Status fatal_;  // why the job could not run (Run returns it)
   ClusterView View() const;
   std::vector<uint32_t> LiveWorkers() const;
 

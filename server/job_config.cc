@@ -116,7 +116,7 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   RETURN_IF_ERROR(CheckKeys(t, src, "table",
                             {"name", "kind", "rows", "cols", "init", "value", "low", "high", "mean",
                              "stddev", "seed", "optimizer", "lr", "momentum", "beta1", "beta2", "eps",
-                             "initial_accumulator"}));
+                             "initial_accumulator", "max_rows"}));
   auto name = t["name"].value<std::string>();
   if (!name) return Status::InvalidArgument(std::string(src) + ": a [[table]] has no name");
   spec->name = *name;
@@ -144,6 +144,7 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   RETURN_IF_ERROR(GetFloat(t, "beta2", src, &spec->beta2));
   RETURN_IF_ERROR(GetFloat(t, "eps", src, &spec->eps));
   RETURN_IF_ERROR(GetFloat(t, "initial_accumulator", src, &spec->initial_accumulator));
+  RETURN_IF_ERROR(GetInt<uint64_t>(t, "max_rows", src, 0, ~0ull >> 1, &spec->max_rows));
   Status s = spec->Validate();
   if (!s.ok()) return Status::InvalidArgument(Where(src, &t) + ": " + s.message());
   return Status::OK();
@@ -311,7 +312,8 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
     RETURN_IF_ERROR(CheckKeys(*job, src, "job", {"servers", "workers", "partitions", "consistency",
                                                  "staleness", "heartbeat_timeout_ms", "join_timeout_ms",
                                                  "snapshot_dir", "snapshot_every_clocks", "snapshot_every_sec",
-                                                 "keep_snapshots"}));
+                                                 "keep_snapshots", "server_memory_mb"}));
+    RETURN_IF_ERROR(GetInt<uint64_t>(*job, "server_memory_mb", src, 0, 1ull << 34, &out->server_memory_mb));
     RETURN_IF_ERROR(GetString(*job, "snapshot_dir", src, &out->snapshot_dir));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_clocks", src, 0, 1u << 30, &out->snapshot_every_clocks));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_sec", src, 0, 1u << 30, &out->snapshot_every_sec));
@@ -390,7 +392,8 @@ std::string JobConfigJson(const JobConfig& c) {
        ", \"snapshot_dir\": " + JsonString(j.snapshot_dir) +
        ", \"snapshot_every_clocks\": " + std::to_string(j.snapshot_every_clocks) +
        ", \"snapshot_every_sec\": " + std::to_string(j.snapshot_every_sec) +
-       ", \"keep_snapshots\": " + std::to_string(j.keep_snapshots) + "}, \"tables\": [";
+       ", \"keep_snapshots\": " + std::to_string(j.keep_snapshots) +
+       ", \"server_memory_mb\": " + std::to_string(j.server_memory_mb) + "}, \"tables\": [";
   for (size_t i = 0; i < j.tables.size(); ++i) {
     const TableSpec& t = j.tables[i];
     o += (i ? ", " : "") + std::string("{\"name\": ") + JsonString(t.name) + ", \"kind\": " +

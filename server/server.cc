@@ -15,14 +15,76 @@ Status ServerOptions::Validate() const {
   if (max_request_bytes < 1024)
     return Status::InvalidArgument("max request size must be at least 1 KiB");
   if (heartbeat_interval.count() <= 0) return Status::InvalidArgument("heartbeat interval must be > 0");
+  if (max_hold.count() <= 0) return Status::InvalidArgument("the longest hold of a pull must be > 0");
   return Status::OK();
+}
+
+uint64_t DefaultMemoryBudget() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 : (8ull << 30);
 }
 
 Server::Server(zmq::context_t& ctx, ServerOptions opts)
     : ctx_(ctx),
       opts_(std::move(opts)),
       data_(ctx_, zmq::socket_type::router),
-      coord_(ctx_, zmq::socket_type::dealer) {}
+      coord_(ctx_, zmq::socket_type::dealer) {
+  if (opts_.memory_budget == 0) opts_.memory_budget = DefaultMemoryBudget();
+  if (opts_.held_bytes == 0) opts_.held_bytes = std::max<uint64_t>(opts_.memory_budget / 4, 64ull << 20);
+}
+
+uint64_t Server::FramesBytes(const std::vector<zmq::message_t>& frames) {
+  uint64_t b = 0;
+  for (const auto& f : frames) b += f.size();
+  return b;
+}
+
+uint64_t Server::TableBytes() const {
+  uint64_t b = 0;
+  for (const auto& t : tables_)
+    if (t) b += t->bytes();
+  return b;
+}
+
+Status Server::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, uint64_t n) {
+  const TableSpec& spec = t.spec();
+  // This server's share of max_rows: by its share of the partitions.
+  const uint64_t owned = view_.map.OwnedBy(rank_).size(), parts = std::max<uint64_t>(1, view_.map.partitions());
+  const uint64_t share = spec.max_rows == 0 ? UINT64_MAX : (spec.max_rows * owned + parts - 1) / parts;
+  const uint64_t used = TableBytes();
+  // Cheap first: even if every id were new, would it fit?
+  const uint64_t worst_bytes = (n + 1024) * t.row_bytes();
+  if (t.sparse_rows() + n <= share && used + worst_bytes <= opts_.memory_budget) return Status::OK();
+  const uint64_t fresh = t.CountAbsent(keys, n);
+  if (fresh == 0) return Status::OK();
+  if (t.sparse_rows() + fresh > share)
+    return Status::TooLarge("sparse table '" + spec.name + "' holds " + std::to_string(t.sparse_rows()) +
+                            " rows on server " + std::to_string(rank_) + "; " + std::to_string(fresh) +
+                            " new ids would pass its share (" + std::to_string(share) + ") of max_rows " +
+                            std::to_string(spec.max_rows));
+  if (used + (fresh + 1024) * t.row_bytes() > opts_.memory_budget)
+    return Status::TooLarge("server " + std::to_string(rank_) + " holds " + std::to_string(used) +
+                            " bytes of tables; " + std::to_string(fresh) + " new rows of sparse table '" + spec.name +
+                            "' would pass its memory budget of " + std::to_string(opts_.memory_budget) + " bytes");
+  return Status::OK();
+}
+
+void Server::ExpireParked() {
+  if (parked_.empty()) return;
+  const auto now = Clock::now();
+  while (!parked_.empty() && now - parked_.front().arrived > opts_.max_hold) {
+    Parked p = std::move(parked_.front());
+    parked_.pop_front();
+    parked_bytes_ -= p.bytes;
+    const wire::Header* h = nullptr;
+    std::vector<uint64_t> scratch;
+    const uint64_t id = wire::ParseHeader(p.frames[1], scratch, &h).ok() ? h->request_id() : 0;
+    ReplyError(p.frames[0], id,
+               Status::Timeout("pull held for more than " + std::to_string(opts_.max_hold.count()) +
+                               " ms waiting for every live worker to reach clock " + std::to_string(p.need_clock) +
+                               " (the slowest is at " + std::to_string(MinClock()) + ")"));
+  }
+}
 
 Server::~Server() {
   if (writer_.joinable()) {
@@ -40,7 +102,9 @@ Status Server::Start() {
     data_.set(zmq::sockopt::router_mandatory, 1);
     data_.set(zmq::sockopt::linger, 0);
     data_.set(zmq::sockopt::sndhwm, 0);
-    data_.set(zmq::sockopt::rcvhwm, 0);
+    // Incoming: at most this many messages queued per client before ZeroMQ
+    // stops reading that connection (TCP pushes back on the client).
+    data_.set(zmq::sockopt::rcvhwm, 4096);
     // Frames past twice the request limit drop the connection; anything in
     // between gets a TooLarge reply.
     data_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(2 * opts_.max_request_bytes + (1 << 20)));
@@ -58,7 +122,7 @@ Status Server::Start() {
   auto host = fbb_.CreateString(HostName());
   auto url = fbb_.CreateString(opts_.metrics_url);
   auto req = wire::CreateRegisterRequest(fbb_, wire::Role::Server, opts_.rank, ep, host,
-                                         static_cast<uint32_t>(::getpid()), url);
+                                         static_cast<uint32_t>(::getpid()), url, opts_.memory_budget);
   wire::Fields f;
   f.type = wire::MsgType::Register;
   f.request_id = next_request_id_++;
@@ -126,9 +190,25 @@ void Server::ApplyCluster(const ClusterView& v) {
     auto owned = view_.map.OwnedBy(rank_);
     tables_.resize(view_.tables.size());
     for (const auto& spec : view_.tables) {
-      if (tables_[spec.id]) continue;
+      if (tables_[spec.id] || refused_tables_.count(spec.id)) continue;
+      // The coordinator checks every table against the servers' budgets
+      // before it defines one; this is the last line: never allocate past
+      // the budget, and never die of a failed allocation.
+      const uint64_t need = ServerTable::DenseBytes(spec, view_.map.partitions(), owned), used = TableBytes();
+      if (used + need > opts_.memory_budget) {
+        LOG_ERROR << "table '" << spec.name << "' needs " << need << " bytes here, " << used << " of the "
+                  << opts_.memory_budget << "-byte memory budget are in use: not holding it";
+        refused_tables_.insert(spec.id);
+        continue;
+      }
       const bool restoring = !view_.restore_from.empty() && spec.kind == TableKind::kDense && RestoreCoversTable(spec);
-      tables_[spec.id] = std::make_unique<ServerTable>(spec, view_.map.partitions(), owned, !restoring);
+      try {
+        tables_[spec.id] = std::make_unique<ServerTable>(spec, view_.map.partitions(), owned, !restoring);
+      } catch (const std::bad_alloc&) {
+        LOG_ERROR << "table '" << spec.name << "': allocating " << need << " bytes failed: not holding it";
+        refused_tables_.insert(spec.id);
+        continue;
+      }
       if (!view_.restore_from.empty()) {
         Status rs = RestoreTable(spec);
         if (!rs.ok()) {
@@ -161,6 +241,7 @@ void Server::ApplyCluster(const ClusterView& v) {
         auto it = std::remove_if(list.begin(), list.end(),
                                  [&](const Buffered& b) { return b.rank == r; });
         dropped += static_cast<size_t>(list.end() - it);
+        for (auto d = it; d != list.end(); ++d) buffered_bytes_ -= FramesBytes(d->frames);
         list.erase(it, list.end());
       }
       LOG_INFO << "worker " << r << " is no longer live (at clock " << clocks_[r] << ")"
@@ -212,6 +293,11 @@ Status Server::CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& 
     *keys = wire::ArrayView<uint64_t>(frames[2], key_scratch_);
     s = table->CheckKeys(*keys, rows);
     if (!s.ok()) return s;
+    // Pushes and workers' pulls create sparse rows; an observer's pull never does.
+    if (spec.kind == TableKind::kSparse && (push || h.role() == wire::Role::Worker)) {
+      s = CheckSparseGrowth(*table, *keys, rows);
+      if (!s.ok()) return s;
+    }
   } else {
     if (h.row_end() <= h.row_begin())
       return Status::OutOfRange("empty or inverted row range [" + std::to_string(h.row_begin()) +
@@ -254,6 +340,15 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     last_seq_[rank] = h.seq();
   }
   if (worker && view_.consistency == Consistency::kSync) {
+    if (h.clock() < 0 || h.clock() > clocks_[rank] + 2)
+      return ReplyError(frames[0], h.request_id(),
+                        Status::InvalidArgument("push for clock " + std::to_string(h.clock()) + " but worker " +
+                                                std::to_string(rank) + " is at clock " + std::to_string(clocks_[rank])));
+    const uint64_t bytes = FramesBytes(frames);
+    if (buffered_bytes_ + bytes > opts_.held_bytes)
+      return ReplyError(frames[0], h.request_id(),
+                        Status::TooLarge("synchronous pushes held for the end of their clock would pass " +
+                                         std::to_string(opts_.held_bytes) + " bytes (the held-bytes limit)"));
     if (h.clock() < applied_clock_)
       return ReplyError(frames[0], h.request_id(),
                         Status::StaleClock("push for clock " + std::to_string(h.clock()) +
@@ -262,6 +357,7 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     m_.pushes.SingleWriterInc();
     m_.push_bytes.SingleWriterAdd(frames.back().size());
     Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+    buffered_bytes_ += bytes;
     buffered_[h.clock()].push_back({static_cast<uint32_t>(rank), arrivals_++, h.table(), std::move(frames)});
     return;
   }
@@ -285,9 +381,22 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   Status s = CheckRequest(h, frames, false, &t, &keys, &values);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   if (h.role() == wire::Role::Worker && view_.consistency != Consistency::kAsync && IsLive(h.rank())) {
+    // A worker reads its own clock, or the next one (a prefetch): a pull far
+    // ahead would be held for ever.
+    if (h.clock() < 0 || h.clock() > clocks_[h.rank()] + 2)
+      return ReplyError(frames[0], h.request_id(),
+                        Status::InvalidArgument("pull for clock " + std::to_string(h.clock()) + " but worker " +
+                                                std::to_string(h.rank()) + " is at clock " +
+                                                std::to_string(clocks_[h.rank()])));
     const int64_t need = h.clock() - static_cast<int64_t>(view_.staleness);
     if (MinClock() < need) {
-      parked_.push_back({need, h.rank(), std::move(frames), arrived});
+      const uint64_t bytes = FramesBytes(frames);
+      if (parked_bytes_ + bytes > opts_.held_bytes)
+        return ReplyError(frames[0], h.request_id(),
+                          Status::TooLarge("pulls held for slower workers would pass " +
+                                           std::to_string(opts_.held_bytes) + " bytes (the held-bytes limit)"));
+      parked_bytes_ += bytes;
+      parked_.push_back({need, h.rank(), std::move(frames), arrived, bytes});
       return;
     }
   }
@@ -301,8 +410,9 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   if (keys) {
     const uint64_t rows = h.key_count();
     zmq::message_t vals(rows * t->spec().cols * sizeof(float));
-    if (t->spec().kind == TableKind::kSparse) EnsureCopiedKeys(h.table(), keys, rows);  // may create rows
-    t->ReadKeys(keys, rows, static_cast<float*>(vals.data()));
+    const bool create = h.role() == wire::Role::Worker;  // an observer's read creates nothing
+    if (t->spec().kind == TableKind::kSparse && create) EnsureCopiedKeys(h.table(), keys, rows);  // may create rows
+    t->ReadKeys(keys, rows, static_cast<float*>(vals.data()), create);
     out.push_back(std::move(vals));
   } else {
     // Rows straight from the table, one frame per partition segment.
@@ -371,6 +481,7 @@ void Server::AggregateClock(int64_t clock) {
   const float scale = 1.0f / static_cast<float>(std::max<uint32_t>(n, 1));
   for (size_t i = 0; i < tables_.size(); ++i)
     if (touched[i]) tables_[i]->ApplyAccumulated(scale);
+  for (const auto& b : list) buffered_bytes_ -= FramesBytes(b.frames);
   buffered_.erase(it);
 }
 
@@ -392,6 +503,7 @@ void Server::Advance() {
   std::deque<Parked> go;
   for (auto& p : parked_) (p.need_clock <= m ? go : still).push_back(std::move(p));
   parked_ = std::move(still);
+  for (const auto& p : go) parked_bytes_ -= p.bytes;
   for (auto& p : go) {
     const wire::Header* h = nullptr;
     std::vector<uint64_t> scratch;
@@ -566,9 +678,22 @@ Status Server::Run(const std::atomic<bool>& stop) {
     zmq::pollitem_t items[] = {{data_.handle(), 0, ZMQ_POLLIN, 0}, {coord_.handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, cut_active_ ? Millis(0) : std::max(wait, Millis(1)));
     while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);  // cluster updates first
-    for (int i = 0; i < 256 && RecvMultipart(data_, &frames); ++i) HandleData(frames);
+    // A request has at most 4 frames (identity, header, keys, values): more
+    // are dropped as they are read, and the request refused.
+    size_t dropped = 0;
+    for (int i = 0; i < 256 && RecvMultipart(data_, &frames, true, 5, &dropped); ++i) {
+      if (dropped && frames.size() >= 2) {
+        const wire::Header* h = nullptr;
+        const uint64_t id = wire::ParseHeader(frames[1], header_scratch_, &h).ok() ? h->request_id() : 0;
+        ReplyError(frames[0], id, Status::BadMessage("a request has at most 3 frames (header, keys, values), got " +
+                                                     std::to_string(frames.size() - 1 + dropped)));
+        continue;
+      }
+      HandleData(frames);
+    }
     CopySomeOfCut(2.0);
     SendSnapshotReports();
+    ExpireParked();
   }
   LOG_INFO << "server stopped";
   return fatal_;

@@ -47,6 +47,14 @@ struct ServerOptions {
   Millis heartbeat_interval{500};
   Millis register_timeout{60000};
   Millis snapshot_write_delay{0};  // fault-injection aid for tests: wait before writing
+  // Limits (docs/operations.md, "Limits"). Tables this server holds may take
+  // at most memory_budget bytes (0: half of this machine's memory); pulls
+  // held for slower workers and synchronous pushes held for the end of
+  // their clock at most held_bytes each (0: a quarter of the budget); a
+  // held pull is answered Timeout after max_hold.
+  uint64_t memory_budget = 0;
+  uint64_t held_bytes = 0;
+  Millis max_hold{600000};
 
   Status Validate() const;
 };
@@ -73,7 +81,17 @@ class Server {
     int rank;
     std::vector<zmq::message_t> frames;
     Clock::time_point arrived;
+    uint64_t bytes;
   };
+  // Bytes of the tables held now, against opts_.memory_budget.
+  uint64_t TableBytes() const;
+  // A sparse request that would create rows: refused when past the table's
+  // max_rows share or the memory budget.
+  Status CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, uint64_t n);
+  void ExpireParked();
+  static uint64_t FramesBytes(const std::vector<zmq::message_t>& frames);
+  uint64_t parked_bytes_ = 0, buffered_bytes_ = 0;
+  std::set<uint32_t> refused_tables_;  // over the budget: not held (requests get UnknownTable)
   // Everything the server counts, in registry_ (docs/operations.md).
   struct Metrics {
     explicit Metrics(metrics::Registry& r);

@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
   app.add_option("--snapshot-write-delay-ms", delay_ms, "(testing) wait this long before writing each snapshot")->check(CLI::Range(0, 3600000));
   std::string cpus;
   app.add_option("--cpus", cpus, "pin the server (its event loop and ZeroMQ I/O thread) to these CPUs, e.g. 3 or 0-1: a gradient is then applied in the cache it was received into");
+  uint64_t budget_mb = 0, held_mb = 0;
+  int64_t max_hold_sec = o.max_hold.count() / 1000;
+  app.add_option("--memory-budget-mb", budget_mb, "tables this server may hold, in MiB (default: half of this machine's memory)")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 34));
+  app.add_option("--held-mb", held_mb, "pulls held for slower workers, and sync pushes held for their clock, at most this many MiB each (default: a quarter of the budget)")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 34));
+  app.add_option("--max-hold-sec", max_hold_sec, "a pull held longer for slower workers is answered Timeout")->check(CLI::Range(1, 86400))->capture_default_str();
   app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -49,6 +54,9 @@ int main(int argc, char** argv) {
   o.heartbeat_interval = Millis(hb_ms);
   o.register_timeout = Millis(reg_ms);
   o.snapshot_write_delay = Millis(delay_ms);
+  o.memory_budget = budget_mb << 20;
+  o.held_bytes = held_mb << 20;
+  o.max_hold = Millis(max_hold_sec * 1000);
   if (Status s = o.Validate(); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 2;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <unordered_set>
 
 #include "common/partition.h"
 #include "server/initializer.h"
@@ -14,6 +15,7 @@ namespace shardps {
 ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
                          const std::vector<uint32_t>& owned, bool initialize)
     : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)) {
+  chunk_rows_ = static_cast<uint32_t>(std::clamp<uint64_t>((1u << 20) / row_bytes(), 1, 1024));
   if (spec_.kind == TableKind::kDense) {
     dense_.resize(partitions);
     std::vector<uint32_t> held(owned);
@@ -219,24 +221,63 @@ float* ServerTable::SparseRow(uint64_t id) {
   auto [it, inserted] = part.index.try_emplace(id, part.count);
   const uint32_t slot = it->second;
   if (inserted) {
-    if (slot % kChunkRows == 0)
-      part.chunks.push_back(std::make_unique<float[]>(static_cast<size_t>(kChunkRows) * stride));
+    if (slot % chunk_rows_ == 0)
+      part.chunks.push_back(std::make_unique<float[]>(static_cast<size_t>(chunk_rows_) * stride));
+    ++sparse_rows_;
     part.count++;
-    float* row = part.chunks[slot / kChunkRows].get() + (slot % kChunkRows) * stride;
+    float* row = part.chunks[slot / chunk_rows_].get() + (slot % chunk_rows_) * stride;
     InitRow(spec_, id, row);
     InitOptimizerState(spec_, row + spec_.cols, 1);
     return row;
   }
-  return part.chunks[slot / kChunkRows].get() + (slot % kChunkRows) * stride;
+  return part.chunks[slot / chunk_rows_].get() + (slot % chunk_rows_) * stride;
 }
 
-void ServerTable::ReadKeys(const uint64_t* keys, size_t n, float* out) {
+void ServerTable::ReadKeys(const uint64_t* keys, size_t n, float* out, bool create) {
   const size_t c = spec_.cols;
   for (size_t i = 0; i < n; ++i) {
     float* state;
+    if (spec_.kind == TableKind::kSparse && !create) {
+      const SparsePart& part = *sparse_[PartitionOfId(keys[i], partitions_)];
+      auto it = part.index.find(keys[i]);
+      if (it == part.index.end()) {
+        InitRow(spec_, keys[i], out + i * c);
+        continue;
+      }
+      const size_t stride = c + state_width_;
+      std::memcpy(out + i * c, part.chunks[it->second / chunk_rows_].get() + (it->second % chunk_rows_) * stride,
+                  c * sizeof(float));
+      continue;
+    }
     const float* row = spec_.kind == TableKind::kDense ? DenseRow(keys[i], &state, false) : SparseRow(keys[i]);
     std::memcpy(out + i * c, row, c * sizeof(float));
   }
+}
+
+uint64_t ServerTable::CountAbsent(const uint64_t* keys, size_t n) const {
+  std::unordered_set<uint64_t> fresh;
+  for (size_t i = 0; i < n; ++i) {
+    const SparsePart& part = *sparse_[PartitionOfId(keys[i], partitions_)];
+    if (!part.index.count(keys[i])) fresh.insert(keys[i]);
+  }
+  return fresh.size();
+}
+
+uint64_t ServerTable::bytes() const {
+  uint64_t b = 0;
+  const uint64_t stride = (spec_.cols + state_width_) * sizeof(float);
+  for (const auto& p : dense_)
+    if (p) b += (p->end - p->begin) * stride;
+  for (const auto& p : sparse_)
+    if (p) b += p->chunks.size() * chunk_rows_ * stride;
+  return b;
+}
+
+uint64_t ServerTable::DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned) {
+  if (spec.kind != TableKind::kDense) return 0;
+  uint64_t rows = 0;
+  for (uint32_t p : owned) rows += PartitionRowBegin(p + 1, spec.rows, partitions) - PartitionRowBegin(p, spec.rows, partitions);
+  return rows * (spec.cols + OptimizerStateWidth(spec)) * sizeof(float);
 }
 
 void ServerTable::ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale) {
@@ -341,7 +382,7 @@ void ServerTable::ExportPartition(uint32_t table_id, uint32_t p, std::vector<sna
     d.values.resize(ids.size() * stride);
     for (size_t i = 0; i < ids.size(); ++i) {
       d.rows[i] = ids[i].first;
-      const float* row = part.chunks[ids[i].second / kChunkRows].get() + (ids[i].second % kChunkRows) * stride;
+      const float* row = part.chunks[ids[i].second / chunk_rows_].get() + (ids[i].second % chunk_rows_) * stride;
       std::memcpy(&d.values[i * stride], row, stride * sizeof(float));
     }
   }

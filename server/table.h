@@ -69,7 +69,19 @@ class ServerTable {
   // frame instead), each holding a reference that keeps the rows as they
   // were until ZeroMQ has sent them (a push meanwhile copies first).
   void ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq::message_t>* frames) const;
-  void ReadKeys(const uint64_t* keys, size_t n, float* out);
+  // create = false (an observer's read): absent sparse rows are not
+  // created; their initial values (a function of the id) are returned.
+  void ReadKeys(const uint64_t* keys, size_t n, float* out, bool create = true);
+  // Of `keys` (a sparse table), how many distinct ids hold no row yet.
+  uint64_t CountAbsent(const uint64_t* keys, size_t n) const;
+  // Sparse rows held, and the bytes the table holds (parameters, optimizer
+  // state, sparse chunks allocated): what counts against a memory budget.
+  uint64_t sparse_rows() const { return sparse_rows_; }
+  uint64_t bytes() const;
+  // Bytes of one sparse row (parameters and state).
+  uint64_t row_bytes() const { return (spec_.cols + state_width_) * sizeof(float); }
+  // Dense bytes a server holding `owned` partitions needs for `spec`.
+  static uint64_t DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
 
   // Applies the optimizer to the rows, gradient scaled by `scale`.
   // A key repeated within one call is applied once per occurrence.
@@ -118,10 +130,12 @@ class ServerTable {
     FloatArray acc;                // lazily allocated, synchronous mode
     std::vector<uint8_t> touched;  // per row: acc holds a sum
   };
-  static constexpr uint32_t kChunkRows = 1024;
+  // Sparse rows are allocated a chunk at a time: up to 1024 rows, at most
+  // 1 MiB (at least one row), so a wide table does not allocate much ahead.
+  uint32_t chunk_rows_ = 1024;
   struct SparsePart {
     std::unordered_map<uint64_t, uint32_t> index;  // id -> slot
-    std::vector<std::unique_ptr<float[]>> chunks;  // kChunkRows slots each
+    std::vector<std::unique_ptr<float[]>> chunks;  // chunk_rows_ slots each
     uint32_t count = 0;
   };
 
@@ -139,6 +153,7 @@ class ServerTable {
   std::vector<std::unique_ptr<DensePart>> dense_;    // by partition id; null if not held
   std::vector<std::unique_ptr<Extent>> extents_;
   std::vector<std::unique_ptr<SparsePart>> sparse_;  // by partition id; null if not held
+  uint64_t sparse_rows_ = 0;
   // Sparse accumulator: key -> slot in acc_, in first-touch order.
   std::unordered_map<uint64_t, uint32_t> acc_index_;
   std::vector<uint64_t> acc_keys_;

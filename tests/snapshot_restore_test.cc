@@ -347,7 +347,10 @@ TEST_F(SnapshotRestoreTest, EveryCliVerbWithJsonAndExportReadBack) {
     ASSERT_TRUE(c->CreateTable(d, &w).ok());
     ASSERT_TRUE(c->CreateTable(Sparse(), &e).ok());
     std::vector<uint64_t> ids = {5, 77, 123456789};
-    std::vector<float> ev(ids.size() * 8);
+    std::vector<float> ev(ids.size() * 8), zero(ids.size() * 8, 0.0f);
+    // A push creates the rows (a zero gradient leaves their initial values);
+    // an observer's read would not.
+    ASSERT_TRUE(c->Push(e, ids, zero).Wait().ok());
     ASSERT_TRUE(c->Pull(e, ids, ev).Wait().ok());
     std::string out;
     ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;

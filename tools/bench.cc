@@ -200,7 +200,8 @@ double SparseRate(Client& c, bool push, uint32_t cols, double seconds) {
   for (auto& k : keys)
     for (auto& id : k) id = rng() % 1000000;
   std::vector<float> vals(static_cast<size_t>(kKeys) * cols, 1e-3f);
-  for (auto& k : keys) (void)c.Pull(t, k, vals).Wait();  // create the rows
+  // Create the rows (pushes do; this observer's reads would not).
+  for (auto& k : keys) (void)c.Push(t, k, vals).Wait();
   int i = 0;
   double gb = Pipelined(16, seconds, static_cast<uint64_t>(kKeys), [&] {
     auto& k = keys[i++ % kBatches];

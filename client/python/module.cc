@@ -306,6 +306,7 @@ PYBIND11_MODULE(_shardps, m) {
       .def_readwrite("momentum", &TableSpec::momentum).def_readwrite("beta1", &TableSpec::beta1)
       .def_readwrite("beta2", &TableSpec::beta2).def_readwrite("eps", &TableSpec::eps)
       .def_readwrite("initial_accumulator", &TableSpec::initial_accumulator)
+      .def_readwrite("max_rows", &TableSpec::max_rows)
       .def("validate", [](const TableSpec& s) { Check(s.Validate()); });
 
   py::class_<Table>(m, "Table")

@@ -41,6 +41,10 @@ struct SHARDPS_EXPORT TableSpec {
   float beta2 = 0.999f;             // adam
   float eps = 1e-8f;                // adagrad, adam
   float initial_accumulator = 0.0f; // adagrad
+  // Sparse tables: at most this many rows (each server enforces its share,
+  // by its share of the partitions); 0: only the servers' memory budgets
+  // limit it. A request that would create more gets TooLarge.
+  uint64_t max_rows = 0;
 
   // OK, or InvalidArgument naming the first field that is wrong.
   Status Validate() const;

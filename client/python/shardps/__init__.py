@@ -74,7 +74,8 @@ class Client:
     # -- tables
     def create_table(self, name, rows=0, cols=1, kind="dense", init="zeros", init_a=0.0, init_b=0.0, seed=0,
                      optimizer="sgd", lr=0.01, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
-                     initial_accumulator=0.0, *, value=None, low=None, high=None, mean=None, stddev=None):
+                     initial_accumulator=0.0, max_rows=0, *, value=None, low=None, high=None, mean=None,
+                     stddev=None):
         """Defines a table (every worker may call it with the same spec and
         gets the same table; another shape raises ConflictError) and returns
         it once every server holds it. Fields as in the C++ TableSpec;
@@ -92,6 +93,7 @@ class Client:
         s.optimizer = _choice("optimizer", optimizer, _OPTIMIZERS)
         s.lr, s.momentum, s.beta1, s.beta2, s.eps = float(lr), float(momentum), float(beta1), float(beta2), float(eps)
         s.initial_accumulator = float(initial_accumulator)
+        s.max_rows = int(max_rows)
         s.validate()
         return self._c.create_table(s)
 

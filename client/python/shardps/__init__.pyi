@@ -40,7 +40,8 @@ class Client:
     def create_table(self, name: str, rows: int = 0, cols: int = 1, kind: str = "dense", init: str = "zeros",
                      init_a: float = 0.0, init_b: float = 0.0, seed: int = 0, optimizer: str = "sgd",
                      lr: float = 0.01, momentum: float = 0.9, beta1: float = 0.9, beta2: float = 0.999,
-                     eps: float = 1e-8, initial_accumulator: float = 0.0, *, value: Optional[float] = None,
+                     eps: float = 1e-8, initial_accumulator: float = 0.0, max_rows: int = 0, *,
+                     value: Optional[float] = None,
                      low: Optional[float] = None, high: Optional[float] = None, mean: Optional[float] = None,
                      stddev: Optional[float] = None) -> Table: ...
     def table(self, name: str) -> Table: ...

@@ -1,0 +1,235 @@
+// Well-formed requests that would take the cluster down are refused with an
+// error naming the limit, and every server goes on serving: tables past the
+// servers' memory budgets, sparse tables flooded with new ids, an observer's
+// reads (which create nothing), pulls for clocks far ahead, held pushes past
+// their byte limit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/wire.h"
+#include "tests/cluster.h"
+
+namespace shardps {
+namespace {
+
+using testing::ConnectClient;
+using testing::LocalCluster;
+
+class LimitsTest : public ::testing::Test {
+ protected:
+  void Start(testing::ClusterOptions o) {
+    Status s = cluster_.Start(o);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  void TearDown() override {
+    if (HasFailure()) cluster_.DumpLogs();
+  }
+  // Every server still answers: a small dense table round-trips.
+  void ExpectServing(Client& c, const std::string& name) {
+    TableSpec t;
+    t.name = name;
+    t.rows = 64;
+    t.cols = 4;
+    Table tab;
+    Status s = c.CreateTable(t, &tab);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    std::vector<float> v(tab.size());
+    s = c.Pull(tab, v).Wait();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  LocalCluster cluster_;
+};
+
+TEST_F(LimitsTest, TablesPastTheServersBudgetsAreRefusedAndNothingChanges) {
+  testing::ClusterOptions o;
+  o.servers = 2;
+  o.workers = 0;
+  o.consistency = "async";
+  o.server_args = {"--memory-budget-mb", "64"};
+  Start(o);
+  auto c = ConnectClient(cluster_, ClientRole::kObserver);
+  ASSERT_TRUE(c);
+  // The table that killed both servers: 2^36 x 2^20 (each field valid alone).
+  TableSpec huge;
+  huge.name = "huge";
+  huge.rows = 1ull << 36;
+  huge.cols = 1u << 20;
+  Table t;
+  Status s = c->CreateTable(huge, &t);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("more than 2^48 values"), std::string::npos) << s.ToString();
+  // Within the value limit, far past the budget.
+  huge.rows = 1ull << 28;
+  huge.cols = 64;
+  s = c->CreateTable(huge, &t);
+  EXPECT_EQ(s.code(), Code::kTooLarge) << s.ToString();
+  EXPECT_NE(s.message().find("table 'huge' needs"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("67108864-byte memory budget"), std::string::npos) << s.ToString();
+  // Just over: 2 servers x 64 MiB; a table of 130 MiB (SGD: no state) fits
+  // neither half.
+  TableSpec over;
+  over.name = "over";
+  over.cols = 256;
+  over.rows = (130ull << 20) / (256 * 4);
+  s = c->CreateTable(over, &t);
+  EXPECT_EQ(s.code(), Code::kTooLarge) << s.ToString();
+  // Just under fits; then the next one no longer does (the budget counts what is held).
+  TableSpec fits = over;
+  fits.name = "fits";
+  fits.rows = (100ull << 20) / (256 * 4);
+  s = c->CreateTable(fits, &t);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  TableSpec second = fits;
+  second.name = "second";
+  s = c->CreateTable(second, &t);
+  EXPECT_EQ(s.code(), Code::kTooLarge) << s.ToString();
+  // A refused name was never defined.
+  EXPECT_EQ(c->GetTable("huge", &t).code(), Code::kUnknownTable);
+  ExpectServing(*c, "after");
+}
+
+TEST_F(LimitsTest, SparseTablesStopGrowingAtTheirLimitAndObserversCreateNothing) {
+  testing::ClusterOptions o;
+  o.servers = 2;
+  o.workers = 1;
+  o.consistency = "async";
+  Start(o);
+  auto w = ConnectClient(cluster_, ClientRole::kWorker, 0);
+  auto obs = ConnectClient(cluster_, ClientRole::kObserver);
+  ASSERT_TRUE(w && obs);
+  TableSpec spec;
+  spec.name = "emb";
+  spec.kind = TableKind::kSparse;
+  spec.cols = 8;
+  spec.max_rows = 1000;
+  spec.init = InitKind::kConstant;
+  spec.init_a = 0.5f;
+  Table t;
+  ASSERT_TRUE(w->CreateTable(spec, &t).ok());
+  // An observer reads 5000 unknown ids: initial values, and no row made.
+  std::vector<uint64_t> ids(5000);
+  std::iota(ids.begin(), ids.end(), 1000000);
+  std::vector<float> vals(ids.size() * spec.cols);
+  Table ot;
+  ASSERT_TRUE(obs->GetTable("emb", &ot).ok());
+  Status s = obs->Pull(ot, ids, vals).Wait();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(vals[0], 0.5f);
+  EXPECT_EQ(vals.back(), 0.5f);
+  // A worker may create up to the limit (about half on each server)...
+  std::vector<uint64_t> few(400);
+  std::iota(few.begin(), few.end(), 1);
+  std::vector<float> g(few.size() * spec.cols, 1.0f);
+  s = w->Push(t, few, g).Wait();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // ...not a flood past it: refused, naming the limit.
+  std::vector<float> big(ids.size() * spec.cols, 1.0f);
+  s = w->Push(t, ids, big).Wait();
+  EXPECT_EQ(s.code(), Code::kTooLarge) << s.ToString();
+  EXPECT_NE(s.message().find("max_rows 1000"), std::string::npos) << s.ToString();
+  s = w->Pull(t, ids, vals).Wait();  // a worker's read creates rows too: refused the same
+  EXPECT_EQ(s.code(), Code::kTooLarge) << s.ToString();
+  // Known rows still work, and the servers go on.
+  std::vector<float> back(few.size() * spec.cols);
+  s = w->Pull(t, few, back).Wait();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FLOAT_EQ(back[0], 0.5f - spec.lr * 1.0f);
+  ExpectServing(*w, "after");
+}
+
+TEST_F(LimitsTest, FarFuturePullsAndHeldPushFloodsAreRefused) {
+  testing::ClusterOptions o;
+  o.servers = 1;
+  o.workers = 2;
+  o.consistency = "sync";
+  o.server_args = {"--held-mb", "1"};
+  Start(o);
+  auto w0 = ConnectClient(cluster_, ClientRole::kWorker, 0);
+  auto w1 = ConnectClient(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(w0 && w1);
+  TableSpec spec;
+  spec.name = "w";
+  spec.rows = 1024;
+  spec.cols = 64;  // 256 KiB a push
+  Table t;
+  ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w1->GetTable("w", &t).ok());
+  std::vector<float> g(t.size(), 1.0f), out(t.size());
+  // Worker 1 never ticks: worker 0's pushes for its clock are held, 256 KiB
+  // each, until the 1 MiB limit.
+  int refused = 0;
+  Status last;
+  for (int i = 0; i < 8; ++i) {
+    last = w0->Push(t, g).Wait();
+    if (!last.ok()) ++refused;
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_EQ(last.code(), Code::kTooLarge) << last.ToString();
+  EXPECT_NE(last.message().find("held-bytes limit"), std::string::npos) << last.ToString();
+  // A pull tagged with a clock far ahead would be held for ever: refused at
+  // once, naming both clocks. (A raw request: the client never sends one.)
+  zmq::context_t ctx(1);
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(cluster_.ServerEndpoint(0));
+  auto exchange = [&](std::vector<zmq::message_t> frames) {
+    for (size_t i = 0; i < frames.size(); ++i)
+      raw.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    zmq::pollitem_t items[] = {{raw.handle(), 0, ZMQ_POLLIN, 0}};
+    if (zmq::poll(items, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
+    std::vector<zmq::message_t> reply;
+    zmq::message_t m;
+    do {
+      (void)raw.recv(m);
+      reply.push_back(std::move(m));
+    } while (reply.back().more());
+    const wire::Header* h = nullptr;
+    std::vector<uint64_t> scratch;
+    Status st = wire::ParseHeader(reply[0], scratch, &h);
+    return st.ok() ? wire::ReplyStatus(h) : st;
+  };
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::Fields f;
+  f.type = wire::MsgType::Pull;
+  f.request_id = 7;
+  f.role = wire::Role::Worker;
+  f.rank = 1;
+  f.table = t.id;
+  f.clock = 1000000000000;
+  f.row_begin = 0;
+  f.row_end = 1;
+  std::vector<zmq::message_t> frames;
+  frames.push_back(wire::EncodeSimple(fbb, f));
+  Status s = exchange(std::move(frames));
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("pull for clock 1000000000000 but worker 1 is at clock 0"), std::string::npos)
+      << s.ToString();
+  // A message of many frames: dropped as read, refused.
+  f.clock = 0;
+  frames.clear();
+  frames.push_back(wire::EncodeSimple(fbb, f));
+  for (int i = 0; i < 50; ++i) frames.emplace_back(1024);
+  s = exchange(std::move(frames));
+  EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
+  EXPECT_NE(s.message().find("at most 3 frames"), std::string::npos) << s.ToString();
+
+  // Within the bound a pull ahead is held until the others catch up.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w0->ClockAsync().Wait().ok());
+  // clock 3; a prefetch (clock 4) is held while worker 1 is at 0, within the bound
+  Request held = w0->Prefetch(t, out);
+  EXPECT_FALSE(held.Done());
+  // Worker 1 catches up and worker 0 ends its clock (under sync a prefetch
+  // reads the end of the clock): the held pull is answered.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(w1->Clock().ok());
+  ASSERT_TRUE(w0->Clock().ok());
+  s = held.Wait(std::chrono::milliseconds(30000));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+}  // namespace
+}  // namespace shardps
