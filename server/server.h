@@ -137,6 +137,7 @@ class Server {
   struct CutJob {
     int64_t clock;
     std::vector<snapshot::PartitionData> parts;
+    std::string root, dir;  // the snapshot root and this cut's directory
   };
   struct CutDone {
     int64_t clock;

@@ -58,7 +58,10 @@ double NowMs() {
 
 void Server::TakeCut(int64_t clock) {
   if (cut_active_) FinishCut();  // a cut still copying completes first
-  cut_job_ = CutJob{clock, {}};
+  // The writer thread gets where to write with the job: it never reads
+  // view_, which the event loop replaces on every cluster update.
+  cut_job_ = CutJob{clock, {}, view_.snapshot_root,
+                    view_.snapshot_root + "/" + snapshot::DirName(view_.snapshot_clock_base + clock)};
   cut_pending_.assign(tables_.size(), {});
   cut_remaining_ = 0;
   for (size_t id = 0; id < tables_.size(); ++id) {
@@ -155,8 +158,8 @@ void Server::WriterLoop() {
     }
     CutDone done;
     done.clock = job.clock;
-    const std::string dir = view_.snapshot_root + "/" + snapshot::DirName(view_.snapshot_clock_base + job.clock);
-    mkdir(view_.snapshot_root.c_str(), 0755);
+    const std::string& dir = job.dir;
+    mkdir(job.root.c_str(), 0755);
     mkdir(dir.c_str(), 0755);
     if (opts_.snapshot_write_delay.count() > 0) std::this_thread::sleep_for(opts_.snapshot_write_delay);
     snapshot::Manifest existing;
