@@ -46,7 +46,7 @@ Status TableSpec::Validate() const {
   if (cols > (1u << 24)) return bad("cols > 2^24");
   // rows x cols floats (and the optimizer's state beside them) must be
   // addressable: at most 2^48 values.
-  if (kind == TableKind::kDense && rows * cols > (1ull << 48))
+  if (kind == TableKind::kDense && rows > (1ull << 48) / cols)
     return bad("rows x cols = " + std::to_string(rows) + " x " + std::to_string(cols) + " is more than 2^48 values");
   if (kind == TableKind::kDense && max_rows != 0) return bad("max_rows is for sparse tables (a dense table has rows)");
   if (static_cast<int>(init) > 3) return bad("unknown initializer");
@@ -69,7 +69,7 @@ bool TableSpec::SameShape(const TableSpec& o) const {
          cols == o.cols && init == o.init && init_a == o.init_a && init_b == o.init_b &&
          seed == o.seed && optimizer == o.optimizer && lr == o.lr && momentum == o.momentum &&
          beta1 == o.beta1 && beta2 == o.beta2 && eps == o.eps &&
-         initial_accumulator == o.initial_accumulator && max_rows == o.max_rows;
+         initial_accumulator == o.initial_accumulator;  // max_rows aside: a limit, not the model
 }
 
 }  // namespace shardps

@@ -250,7 +250,7 @@ TEST(Metrics, ObserveOnOneThreadWhileRenderingOnAnother) {
   }
   stop = true;
   writer.join();
-  EXPECT_GT(written, last);
+  EXPECT_GE(written, last);  // equal when the writer was not scheduled after the last render
   EXPECT_EQ(h.Count(), written);
   EXPECT_EQ(c.Value(), written);
   EXPECT_EQ(CheckHistogramText(reg.Render(), "lat_seconds"), written);

@@ -49,8 +49,11 @@ uint64_t Server::TableBytes() const {
 Status Server::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, uint64_t n) {
   const TableSpec& spec = t.spec();
   // This server's share of max_rows: by its share of the partitions.
-  const uint64_t owned = view_.map.OwnedBy(rank_).size(), parts = std::max<uint64_t>(1, view_.map.partitions());
-  const uint64_t share = spec.max_rows == 0 ? UINT64_MAX : (spec.max_rows * owned + parts - 1) / parts;
+  const uint64_t parts = std::max<uint64_t>(1, view_.map.partitions());
+  const uint64_t share =
+      spec.max_rows == 0 ? UINT64_MAX
+                         : static_cast<uint64_t>((static_cast<unsigned __int128>(spec.max_rows) * owned_partitions_ +
+                                                  parts - 1) / parts);
   const uint64_t used = TableBytes();
   // Cheap first: even if every id were new, would it fit?
   const uint64_t worst_bytes = (n + 1024) * t.row_bytes();
@@ -67,6 +70,12 @@ Status Server::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, uin
                             " bytes of tables; " + std::to_string(fresh) + " new rows of sparse table '" + spec.name +
                             "' would pass its memory budget of " + std::to_string(opts_.memory_budget) + " bytes");
   return Status::OK();
+}
+
+void Server::RecountAhead() {
+  ahead_bytes_ = 0;
+  for (auto it = buffered_.upper_bound(applied_clock_); it != buffered_.end(); ++it)
+    for (const auto& b : it->second) ahead_bytes_ += FramesBytes(b.frames);
 }
 
 void Server::ExpireParked() {
@@ -188,6 +197,7 @@ void Server::ApplyCluster(const ClusterView& v) {
   if (had_map) view_.map = old.map;
   if (view_.complete()) {
     auto owned = view_.map.OwnedBy(rank_);
+    owned_partitions_ = owned.size();
     tables_.resize(view_.tables.size());
     for (const auto& spec : view_.tables) {
       if (tables_[spec.id] || refused_tables_.count(spec.id)) continue;
@@ -241,7 +251,6 @@ void Server::ApplyCluster(const ClusterView& v) {
         auto it = std::remove_if(list.begin(), list.end(),
                                  [&](const Buffered& b) { return b.rank == r; });
         dropped += static_cast<size_t>(list.end() - it);
-        for (auto d = it; d != list.end(); ++d) buffered_bytes_ -= FramesBytes(d->frames);
         list.erase(it, list.end());
       }
       LOG_INFO << "worker " << r << " is no longer live (at clock " << clocks_[r] << ")"
@@ -269,6 +278,9 @@ void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const Sta
 Status Server::CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push,
                             ServerTable** t, const uint64_t** keys, const float** values) {
   if (!view_.complete()) return Status::NotReady("server has no shard map yet");
+  if (refused_tables_.count(h.table()))
+    return Status::TooLarge("table id " + std::to_string(h.table()) + " is not held by server " +
+                            std::to_string(rank_) + ": it did not fit this server's memory budget");
   if (h.table() >= tables_.size() || !tables_[h.table()])
     return Status::UnknownTable("table id " + std::to_string(h.table()) + " is not defined (" +
                                 std::to_string(tables_.size()) + " tables exist)");
@@ -344,11 +356,15 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
       return ReplyError(frames[0], h.request_id(),
                         Status::InvalidArgument("push for clock " + std::to_string(h.clock()) + " but worker " +
                                                 std::to_string(rank) + " is at clock " + std::to_string(clocks_[rank])));
+    // Pushes for the clock being applied are what BSP holds by design
+    // (workers x the model, at most): always taken. Pushes for later clocks
+    // are bounded.
     const uint64_t bytes = FramesBytes(frames);
-    if (buffered_bytes_ + bytes > opts_.held_bytes)
+    if (h.clock() > applied_clock_ && ahead_bytes_ + bytes > opts_.held_bytes)
       return ReplyError(frames[0], h.request_id(),
-                        Status::TooLarge("synchronous pushes held for the end of their clock would pass " +
-                                         std::to_string(opts_.held_bytes) + " bytes (the held-bytes limit)"));
+                        Status::TooLarge("synchronous pushes held for clocks after " + std::to_string(applied_clock_) +
+                                         " would pass " + std::to_string(opts_.held_bytes) +
+                                         " bytes (the held-bytes limit)"));
     if (h.clock() < applied_clock_)
       return ReplyError(frames[0], h.request_id(),
                         Status::StaleClock("push for clock " + std::to_string(h.clock()) +
@@ -357,7 +373,7 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     m_.pushes.SingleWriterInc();
     m_.push_bytes.SingleWriterAdd(frames.back().size());
     Reply(frames[0], wire::EncodeSimple(fbb_, ok));
-    buffered_bytes_ += bytes;
+    if (h.clock() > applied_clock_) ahead_bytes_ += bytes;
     buffered_[h.clock()].push_back({static_cast<uint32_t>(rank), arrivals_++, h.table(), std::move(frames)});
     return;
   }
@@ -481,7 +497,6 @@ void Server::AggregateClock(int64_t clock) {
   const float scale = 1.0f / static_cast<float>(std::max<uint32_t>(n, 1));
   for (size_t i = 0; i < tables_.size(); ++i)
     if (touched[i]) tables_[i]->ApplyAccumulated(scale);
-  for (const auto& b : list) buffered_bytes_ -= FramesBytes(b.frames);
   buffered_.erase(it);
 }
 
@@ -494,6 +509,7 @@ void Server::Advance() {
       CutIfDue(applied_clock_);  // the state holds exactly the clocks < applied_clock_
       AggregateClock(applied_clock_++);
     }
+    RecountAhead();
     CutIfDue(applied_clock_);
   }
   MaybeCut();
@@ -681,7 +697,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     // A request has at most 4 frames (identity, header, keys, values): more
     // are dropped as they are read, and the request refused.
     size_t dropped = 0;
-    for (int i = 0; i < 256 && RecvMultipart(data_, &frames, true, 5, &dropped); ++i) {
+    for (int i = 0; i < 256 && RecvMultipart(data_, &frames, true, 4, &dropped); ++i) {
       if (dropped && frames.size() >= 2) {
         const wire::Header* h = nullptr;
         const uint64_t id = wire::ParseHeader(frames[1], header_scratch_, &h).ok() ? h->request_id() : 0;

@@ -89,8 +89,11 @@ class Server {
   // max_rows share or the memory budget.
   Status CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, uint64_t n);
   void ExpireParked();
+  void RecountAhead();  // ahead_bytes_ from buffered_
   static uint64_t FramesBytes(const std::vector<zmq::message_t>& frames);
-  uint64_t parked_bytes_ = 0, buffered_bytes_ = 0;
+  uint64_t parked_bytes_ = 0;
+  uint64_t ahead_bytes_ = 0;        // sync pushes held for clocks after applied_clock_ (recounted by Advance)
+  uint64_t owned_partitions_ = 0;   // partitions this server holds (the shard map)
   std::set<uint32_t> refused_tables_;  // over the budget: not held (requests get UnknownTable)
   // Everything the server counts, in registry_ (docs/operations.md).
   struct Metrics {

@@ -16,6 +16,7 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
                          const std::vector<uint32_t>& owned, bool initialize)
     : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)) {
   chunk_rows_ = static_cast<uint32_t>(std::clamp<uint64_t>((1u << 20) / row_bytes(), 1, 1024));
+  if (spec_.kind == TableKind::kDense) bytes_ = DenseBytes(spec_, partitions, owned);
   if (spec_.kind == TableKind::kDense) {
     dense_.resize(partitions);
     std::vector<uint32_t> held(owned);
@@ -221,8 +222,10 @@ float* ServerTable::SparseRow(uint64_t id) {
   auto [it, inserted] = part.index.try_emplace(id, part.count);
   const uint32_t slot = it->second;
   if (inserted) {
-    if (slot % chunk_rows_ == 0)
+    if (slot % chunk_rows_ == 0) {
       part.chunks.push_back(std::make_unique<float[]>(static_cast<size_t>(chunk_rows_) * stride));
+      bytes_ += static_cast<uint64_t>(chunk_rows_) * stride * sizeof(float);
+    }
     ++sparse_rows_;
     part.count++;
     float* row = part.chunks[slot / chunk_rows_].get() + (slot % chunk_rows_) * stride;
@@ -261,16 +264,6 @@ uint64_t ServerTable::CountAbsent(const uint64_t* keys, size_t n) const {
     if (!part.index.count(keys[i])) fresh.insert(keys[i]);
   }
   return fresh.size();
-}
-
-uint64_t ServerTable::bytes() const {
-  uint64_t b = 0;
-  const uint64_t stride = (spec_.cols + state_width_) * sizeof(float);
-  for (const auto& p : dense_)
-    if (p) b += (p->end - p->begin) * stride;
-  for (const auto& p : sparse_)
-    if (p) b += p->chunks.size() * chunk_rows_ * stride;
-  return b;
 }
 
 uint64_t ServerTable::DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned) {

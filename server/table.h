@@ -77,7 +77,7 @@ class ServerTable {
   // Sparse rows held, and the bytes the table holds (parameters, optimizer
   // state, sparse chunks allocated): what counts against a memory budget.
   uint64_t sparse_rows() const { return sparse_rows_; }
-  uint64_t bytes() const;
+  uint64_t bytes() const { return bytes_; }
   // Bytes of one sparse row (parameters and state).
   uint64_t row_bytes() const { return (spec_.cols + state_width_) * sizeof(float); }
   // Dense bytes a server holding `owned` partitions needs for `spec`.
@@ -154,6 +154,7 @@ class ServerTable {
   std::vector<std::unique_ptr<Extent>> extents_;
   std::vector<std::unique_ptr<SparsePart>> sparse_;  // by partition id; null if not held
   uint64_t sparse_rows_ = 0;
+  uint64_t bytes_ = 0;  // dense rows held + sparse chunks allocated, with their state
   // Sparse accumulator: key -> slot in acc_, in first-touch order.
   std::unordered_map<uint64_t, uint32_t> acc_index_;
   std::vector<uint64_t> acc_keys_;

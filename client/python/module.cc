@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,8 +37,8 @@ void Check(const Status& s) {
 
 std::chrono::milliseconds Ms(std::optional<double> seconds, std::chrono::milliseconds dflt) {
   if (!seconds) return dflt;
-  if (*seconds < 0) throw py::value_error("timeout must be >= 0 seconds");
-  return std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000.0));
+  if (std::isnan(*seconds) || *seconds < 0) throw py::value_error("timeout must be a number of seconds >= 0");
+  return std::chrono::milliseconds(static_cast<int64_t>(std::min(*seconds, 1e9) * 1000.0));  // inf: ~31 years
 }
 
 // The float32 data of `a`, checked: dtype, C order, writeable (for pulls),
@@ -102,11 +103,11 @@ class PyClient {
     Check(s);
   }
   ~PyClient() {
-    // Close() ends outstanding requests (Unavailable) before their arrays
-    // may go: the I/O thread no longer touches them after it returns.
+    // The client (and its ZeroMQ context, which may still be sending from
+    // a borrowed array) goes first; only then may the arrays go.
     if (c_) {
       py::gil_scoped_release nogil;
-      (void)c_->Close();
+      c_.reset();
     }
   }
 
@@ -225,6 +226,7 @@ class PyClient {
     {
       py::gil_scoped_release nogil;
       s = c_->Close();
+      c_.reset();  // its ZeroMQ context ends: no frame borrows an array any more
     }
     pending_.clear();
     Check(s);
@@ -254,8 +256,11 @@ class PyClient {
   void Track(const std::shared_ptr<PyRequest>& r) {
     std::vector<std::shared_ptr<PyRequest>> still;
     still.reserve(pending_.size() + 1);
-    for (auto& p : pending_)
-      if (!p->req.Done()) still.push_back(std::move(p));
+    for (auto& p : pending_) {
+      // A failed request may leave a borrowed frame queued in ZeroMQ (a
+      // server unreachable): its array is kept until Close().
+      if (!p->req.Done() || !p->req.Wait(std::chrono::milliseconds(0)).ok()) still.push_back(std::move(p));
+    }
     still.push_back(r);
     pending_.swap(still);
   }

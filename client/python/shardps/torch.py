@@ -51,6 +51,11 @@ class ShardedModel:
         self.params, self.tables, self.views = [], [], []
         self._pushes, self._staged, self._prefetch = [], None, None
         for name, p in module.named_parameters():
+            if not p.requires_grad:  # frozen: not trained, not a table
+                continue
+            if not p.is_contiguous():
+                raise ValueError(f"parameter '{name}' is not contiguous: pulls could not land in its storage "
+                                 f"(make it contiguous, e.g. not channels_last, before mapping the model)")
             rows, cols = _rows_cols(p)
             if init == "he":  # weights: normal, stddev sqrt(2 / fan_in); biases (1-d): zeros
                 kind, sd = ("normal", (2.0 / cols) ** 0.5) if p.dim() >= 2 else ("zeros", 0.0)
