@@ -287,6 +287,9 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     return;
   }
   if (req->role() == wire::Role::Worker) {
+    if (stopping_)
+      return ReplyError(from, h.request_id(),
+                        Status::Unavailable("the job is stopping (shardps-ctl stop): no worker joins it now"));
     int rank = requested;
     if (rank < 0) {
       for (uint32_t r = 0; r < workers_.size() && rank < 0; ++r)
