@@ -268,12 +268,28 @@ Status Server::RestoreTable(const TableSpec& spec) {
   uint64_t rows = 0;
   for (uint32_t p = 0; p < view_.map.partitions(); ++p) {
     if (!t.Holds(p)) continue;
+    // A row is imported only into the partition it belongs to: a damaged
+    // or foreign file must not write outside the table.
+    Status bad;
     Status s = snapshot::ForEachRow(view_.restore_from, restore_manifest_, spec.id, p,
                                     [&](uint64_t row, const float* v, uint32_t) {
+                                      if (!bad.ok()) return;
+                                      const bool fits = spec.kind == TableKind::kDense
+                                                            ? row < spec.rows &&
+                                                                  PartitionOfRow(row, spec.rows, view_.map.partitions()) == p
+                                                            : PartitionOfId(row, view_.map.partitions()) == p;
+                                      if (!fits) {
+                                        bad = Status::BadMessage("snapshot " + view_.restore_from + ": row " +
+                                                                 std::to_string(row) + " of table '" + spec.name +
+                                                                 "' is stored under partition " + std::to_string(p) +
+                                                                 ", which does not hold it");
+                                        return;
+                                      }
                                       t.Import(row, v);
                                       ++rows;
                                     });
     if (!s.ok()) return s;
+    if (!bad.ok()) return bad;
   }
   LOG_INFO << "restored " << rows << " rows of table '" << spec.name << "' from " << view_.restore_from;
   return Status::OK();
