@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -16,6 +19,7 @@
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "common/wire.h"
 
 namespace shardps {
@@ -116,12 +120,26 @@ class ClientImpl {
   ~ClientImpl() { Stop(); }
 
   Status Start() {
+    std::string key_path = opts_.key_file;
+    if (key_path.empty()) {
+      const char* env = std::getenv("SHARDPS_KEY");
+      if (env && *env) key_path = env;
+    }
+    if (!key_path.empty()) {
+      KeyFile k;
+      if (Status s = LoadKeyFile(key_path, &k); !s.ok()) return s;
+      if (k.role == KeyRole::kServer)
+        return Status::InvalidArgument("key file '" + key_path +
+                                       "' is the job's server key; a client uses worker.key, observer.key or admin.key");
+      key_ = std::move(k);
+    }
     efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (efd_ < 0) return Status::Internal("eventfd failed");
     try {
       coord_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
       coord_.set(zmq::sockopt::linger, 0);
       coord_.set(zmq::sockopt::sndhwm, 0);
+      Secure(coord_, -1);
       coord_.connect(opts_.coordinator);
     } catch (const zmq::error_t& e) {
       return Status::InvalidArgument("cannot connect to coordinator '" + opts_.coordinator + "': " + e.what());
@@ -573,6 +591,41 @@ class ClientImpl {
 
   // ---- I/O thread ----
 
+  // With a key, every socket is a CURVE client. Every socket is watched by a
+  // monitor for a failed handshake: a refused key (or a missing one) fails
+  // the requests to that peer at once with the reason (PermissionDenied)
+  // instead of letting them time out.
+  struct Monitor {
+    zmq::socket_t pair;
+    int target;
+  };
+  void Secure(zmq::socket_t& s, int target) {
+    if (key_) MakeCurveClient(s, *key_);
+    const std::string ep = "inproc://shardps-client-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) +
+                           "-" + std::to_string(monitor_seq_++);
+    monitors_.push_back({WatchHandshakes(ctx_, s, ep), target});
+  }
+  void OnMonitor(Monitor& m) {
+    bool failed;
+    std::string why;
+    while (ReadHandshakeEvent(m.pair, key_ ? &*key_ : nullptr, &failed, &why)) {
+      if (!failed) {
+        refused_.erase(m.target);
+        continue;
+      }
+      const std::string msg = PeerName(m.target) + ": " + why;
+      if (refused_.emplace(m.target, msg).second) LOG_WARN << msg;
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.target != m.target) {
+          ++it;
+          continue;
+        }
+        it->second.call->PartDone(Status::PermissionDenied(msg), false, 0, 0);
+        it = pending_.erase(it);
+      }
+    }
+  }
+
   struct Pending {
     std::shared_ptr<Call> call;
     Dest dest;
@@ -592,7 +645,9 @@ class ClientImpl {
       items.push_back({nullptr, efd_, ZMQ_POLLIN, 0});
       items.push_back({coord_.handle(), 0, ZMQ_POLLIN, 0});
       for (auto& s : servers_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+      for (auto& m : monitors_) items.push_back({m.pair.handle(), 0, ZMQ_POLLIN, 0});
       Poll(items.data(), items.size(), Millis(50));
+      for (auto& m : monitors_) OnMonitor(m);
       if (items[0].revents & ZMQ_POLLIN) {
         uint64_t v;
         ssize_t n = ::read(efd_, &v, sizeof v);
@@ -646,6 +701,7 @@ class ClientImpl {
     pending_.clear();
     servers_.clear();
     coord_.close();
+    monitors_.clear();
   }
 
   std::string PeerName(int target) const {
@@ -657,12 +713,15 @@ class ClientImpl {
   void Connect(const std::vector<std::string>& endpoints) {
     // A new server list (first time, or a server moved): reconnect all.
     servers_.clear();
+    std::erase_if(monitors_, [](const Monitor& m) { return m.target >= 0; });
+    std::erase_if(refused_, [](const auto& r) { return r.first >= 0; });
     endpoints_ = endpoints;
     for (const auto& ep : endpoints) {
       zmq::socket_t s(ctx_, zmq::socket_type::dealer);
       s.set(zmq::sockopt::linger, 0);
       s.set(zmq::sockopt::sndhwm, 0);
       s.set(zmq::sockopt::rcvhwm, 0);
+      Secure(s, static_cast<int>(servers_.size()));
       if (!ep.empty()) s.connect(ep);
       servers_.push_back(std::move(s));
     }
@@ -676,6 +735,10 @@ class ClientImpl {
       s = &servers_[o.target];
     if (!s) {
       o.call->PartDone(Status::Unavailable("not connected to server " + std::to_string(o.target)), false, 0, 0);
+      return;
+    }
+    if (auto r = refused_.find(o.target); r != refused_.end()) {
+      o.call->PartDone(Status::PermissionDenied(r->second), false, 0, 0);
       return;
     }
     pending_[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
@@ -757,8 +820,12 @@ class ClientImpl {
   std::shared_ptr<const ShardMap> map_ = std::make_shared<const ShardMap>();
 
   // I/O thread only.
+  std::optional<KeyFile> key_;
   zmq::socket_t coord_;
   std::vector<zmq::socket_t> servers_;
+  std::vector<Monitor> monitors_;  // I/O thread (created by Start before it runs)
+  std::map<int, std::string> refused_;  // target -> why its handshake failed, until one succeeds
+  uint64_t monitor_seq_ = 0;
   std::vector<std::string> endpoints_;
   std::unordered_map<uint64_t, Pending> pending_;
   flatbuffers::FlatBufferBuilder io_fbb_;

@@ -19,6 +19,7 @@ std::string_view CodeName(Code c) {
     case Code::kUnavailable: return "Unavailable";
     case Code::kInternal: return "Internal";
     case Code::kStaleClock: return "StaleClock";
+    case Code::kPermissionDenied: return "PermissionDenied";
   }
   return "Unknown";
 }

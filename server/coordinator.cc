@@ -1,5 +1,7 @@
 #include "server/coordinator.h"
 
+#include "common/zap.h"
+
 #include <algorithm>
 
 #include <unistd.h>
@@ -83,6 +85,8 @@ Coordinator::Coordinator(zmq::context_t& ctx, CoordinatorOptions opts)
   }
 }
 
+Coordinator::~Coordinator() = default;
+
 void Coordinator::PublishGauges() {
   if (!live_workers_gauge_) return;
   int64_t lo = -1, hi = -1;
@@ -109,6 +113,12 @@ Status Coordinator::Bind() {
     sock_.set(zmq::sockopt::linger, 0);
     sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);
     sock_.set(zmq::sockopt::sndhwm, 0);
+    if (opts_.security.enabled) {
+      zap_ = std::make_unique<ZapHandler>(ctx_, opts_.security.access);
+      if (Status s = zap_->Start(); !s.ok()) return s;
+      MakeCurveServer(sock_, opts_.security.key);
+      zap_->Watch(sock_, "the coordinator");
+    }
     sock_.bind(BindSpec(opts_.bind));
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("coordinator cannot bind '" + opts_.bind + "': " + e.what());
@@ -484,6 +494,15 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
   Status s = wire::ParseHeader(frames[1], scratch, &hp);
   if (!s.ok()) return ReplyError(from, 0, s);
   const wire::Header& h = *hp;
+  if (opts_.security.enabled) {
+    const auto role = PeerRole(frames[1]);
+    Status a = role ? Authorize(*role, h.type(), h.role())
+                    : Status::PermissionDenied("the connection carries no key role");
+    if (!a.ok()) {
+      if (h.type() == wire::MsgType::Reply) return;  // nothing to answer
+      return ReplyError(from, h.request_id(), a);
+    }
+  }
   if (frames.size() != 2)
     return ReplyError(from, h.request_id(),
                       Status::BadMessage("coordinator messages have one frame, got " +

@@ -21,12 +21,15 @@
 
 #include "common/cluster.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "server/snapshot.h"
 #include "server/waits.h"
 #include "shardps/status.h"
 #include "shardps/types.h"
 
 namespace shardps {
+
+class ZapHandler;
 namespace wire {
 struct Header;
 enum class MsgType : uint8_t;
@@ -62,6 +65,7 @@ struct CoordinatorOptions {
   bool restore = false;                     // start from a snapshot in snapshot_dir
   int64_t restore_clock = -1;               // -1: the newest good one
   Millis snapshot_timeout{600000};          // a snapshot not complete by then fails
+  SecurityOptions security;                 // CURVE + roles (docs/security.md)
 
   Status Validate() const;
 };
@@ -69,6 +73,7 @@ struct CoordinatorOptions {
 class Coordinator {
  public:
   Coordinator(zmq::context_t& ctx, CoordinatorOptions opts);
+  ~Coordinator();
   // Binds the socket (and writes the endpoint file); with `restore`, picks
   // the snapshot to start from and takes its tables.
   Status Bind();
@@ -186,6 +191,7 @@ class Coordinator {
 
   zmq::context_t& ctx_;
   CoordinatorOptions opts_;
+  std::unique_ptr<ZapHandler> zap_;  // before the socket: it outlives it
   zmq::socket_t sock_;
   std::string endpoint_;
   flatbuffers::FlatBufferBuilder fbb_;

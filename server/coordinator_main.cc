@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   app.add_option("--keep-snapshots", o.keep_snapshots, "keep the newest K complete snapshots")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_flag("--restore", o.restore, "start from the newest good snapshot in --snapshot-dir");
   app.add_option("--restore-clock", o.restore_clock, "with --restore: the snapshot taken at this clock");
+  std::string key_file, access_file;
+  app.add_option("--key", key_file, "security on: the job's server key (default with [security] keys = DIR: DIR/server.key)")->envname("SHARDPS_KEY");
+  app.add_option("--access", access_file, "the access list: public keys and their roles (default: 'access' beside the key)");
   app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -81,6 +84,22 @@ int main(int argc, char** argv) {
     std::error_code ec;
     auto abs = std::filesystem::absolute(o.snapshot_dir, ec);
     if (!ec) o.snapshot_dir = abs.lexically_normal().string();
+  }
+  if (!job.security.keys.empty()) {
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(job.security.keys, ec);
+    if (!ec) job.security.keys = abs.lexically_normal().string();
+    if (key_file.empty()) key_file = job.security.keys + "/server.key";
+  }
+  if (!access_file.empty() && key_file.empty()) {
+    std::fprintf(stderr, "error: --access needs --key\n");
+    return 2;
+  }
+  if (!key_file.empty() && !print_config) {
+    if (Status s = LoadServerSecurity(key_file, access_file, &o.security); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.message().c_str());
+      return 2;
+    }
   }
   if (metrics_port >= 0) job.metrics.port = metrics_port;
   if (!metrics_address.empty()) job.metrics.address = metrics_address;

@@ -244,6 +244,12 @@ Status ParseMetrics(const toml::table& t, std::string_view src, MetricsOptions* 
   return Status::OK();
 }
 
+Status ParseSecurity(const toml::table& t, std::string_view src, SecurityConfig* s) {
+  RETURN_IF_ERROR(CheckKeys(t, src, "security", {"keys"}));
+  RETURN_IF_ERROR(GetString(t, "keys", src, &s->keys));
+  return Status::OK();
+}
+
 // Applies one --set section.key=value to the parsed document.
 Status ApplySet(const std::string& set, toml::table* root) {
   const size_t eq = set.find('=');
@@ -256,9 +262,9 @@ Status ApplySet(const std::string& set, toml::table* root) {
     return Status::InvalidArgument("--set '" + set + "': only SECTION.KEY is supported, not deeper keys");
   if (section == "table")
     return Status::InvalidArgument("--set '" + set + "': tables are defined in the job file ([[table]])");
-  if (section != "job" && section != "launch" && section != "metrics")
+  if (section != "job" && section != "launch" && section != "metrics" && section != "security")
     return Status::InvalidArgument("--set '" + set + "': unknown section '" + section +
-                                   "' (known sections: job, launch, metrics)");
+                                   "' (known sections: job, launch, metrics, security)");
   // The value is TOML (3, true, "x", [1, 2], { A = "b" }); a bare word is a string.
   const std::string name = "--set " + set;
   toml::table parsed;
@@ -297,7 +303,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
                                    ": " + std::string(e.description()));
   }
   for (const auto& set : sets) RETURN_IF_ERROR(ApplySet(set, &root));
-  RETURN_IF_ERROR(CheckKeys(root, src, "top level", {"job", "table", "launch", "metrics"}));
+  RETURN_IF_ERROR(CheckKeys(root, src, "top level", {"job", "table", "launch", "metrics", "security"}));
   if (const toml::node* n = root.get("launch")) {
     const toml::table* t = n->as_table();
     if (!t) return Status::InvalidArgument(Where(src, n) + ": 'launch' must be a table ([launch])");
@@ -307,6 +313,11 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
     const toml::table* t = n->as_table();
     if (!t) return Status::InvalidArgument(Where(src, n) + ": 'metrics' must be a table ([metrics])");
     RETURN_IF_ERROR(ParseMetrics(*t, src, &cfg->metrics));
+  }
+  if (const toml::node* n = root.get("security")) {
+    const toml::table* t = n->as_table();
+    if (!t) return Status::InvalidArgument(Where(src, n) + ": 'security' must be a table ([security])");
+    RETURN_IF_ERROR(ParseSecurity(*t, src, &cfg->security));
   }
   if (const toml::table* job = root["job"].as_table()) {
     RETURN_IF_ERROR(CheckKeys(*job, src, "job", {"servers", "workers", "partitions", "consistency",
@@ -420,7 +431,8 @@ std::string JobConfigJson(const JobConfig& c) {
        ", \"run_dir\": " + JsonString(l.run_dir) + ", \"timeout_sec\": " + std::to_string(l.timeout_sec) +
        ", \"ssh_options\": " + JsonStrings(l.ssh_options) + ", \"srun_options\": " + JsonStrings(l.srun_options) +
        "}, \"metrics\": {\"enabled\": " + JsonBool(c.metrics.enabled) + ", \"port\": " +
-       std::to_string(c.metrics.port) + ", \"address\": " + JsonString(c.metrics.address) + "}}";
+       std::to_string(c.metrics.port) + ", \"address\": " + JsonString(c.metrics.address) +
+       "}, \"security\": {\"keys\": " + JsonString(c.security.keys) + "}}";
   return o;
 }
 

@@ -25,6 +25,9 @@
 //   [metrics]
 //   port = 0                  # 0: a free port
 //
+//   [security]
+//   keys = "/etc/shardps/job-keys"   # shardps-keygen DIR; CURVE + roles
+//
 // Every key can be overridden with `--set section.key=value` (the value is
 // TOML; a bare word is taken as a string).
 #pragma once
@@ -69,10 +72,18 @@ struct MetricsOptions {
   std::string address;   // "" = the process's advertised address
 };
 
+struct SecurityConfig {
+  // A key directory made by `shardps-keygen DIR` ("" = security off): the
+  // coordinator and servers listen with DIR/server.key and admit DIR/access;
+  // the launcher hands each process the key of its role.
+  std::string keys;
+};
+
 struct JobConfig {
   CoordinatorOptions job;
   LaunchOptions launch;
   MetricsOptions metrics;
+  SecurityConfig security;
 };
 
 // Parses TOML text, then applies `sets` ("section.key=value"), into `out`

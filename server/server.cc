@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include "common/zap.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,6 +119,13 @@ Status Server::Start() {
     // Frames past twice the request limit drop the connection; anything in
     // between gets a TooLarge reply.
     data_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(2 * opts_.max_request_bytes + (1 << 20)));
+    if (opts_.security.enabled) {
+      zap_ = std::make_unique<ZapHandler>(ctx_, opts_.security.access);
+      if (Status s = zap_->Start(); !s.ok()) return s;
+      MakeCurveServer(data_, opts_.security.key);
+      zap_->Watch(data_, "this server");
+      MakeCurveClient(coord_, opts_.security.key);
+    }
     data_.bind(BindSpec(opts_.bind));
     coord_.set(zmq::sockopt::linger, 0);
     coord_.connect(opts_.coordinator);
@@ -537,6 +546,12 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
   const wire::Header* h = nullptr;
   Status s = wire::ParseHeader(frames[1], header_scratch_, &h);
   if (!s.ok()) return ReplyError(frames[0], 0, s);
+  if (opts_.security.enabled) {
+    const auto role = PeerRole(frames[1]);
+    Status a = role ? Authorize(*role, h->type(), h->role())
+                    : Status::PermissionDenied("the connection carries no key role");
+    if (!a.ok()) return ReplyError(frames[0], h->request_id(), a);
+  }
   uint64_t total = 0;
   for (size_t i = 1; i < frames.size(); ++i) total += frames[i].size();
   if (total > opts_.max_request_bytes)

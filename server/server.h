@@ -27,12 +27,15 @@
 
 #include "common/cluster.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "common/metrics.h"
 #include "server/snapshot.h"
 #include "server/table.h"
 #include "shardps/status.h"
 
 namespace shardps {
+
+class ZapHandler;
 namespace wire {
 struct Header;
 }
@@ -55,6 +58,7 @@ struct ServerOptions {
   uint64_t memory_budget = 0;
   uint64_t held_bytes = 0;
   Millis max_hold{600000};
+  SecurityOptions security;  // CURVE + roles (docs/security.md)
 
   Status Validate() const;
 };
@@ -173,6 +177,7 @@ class Server {
   Metrics m_{registry_};
   zmq::context_t& ctx_;
   ServerOptions opts_;
+  std::unique_ptr<ZapHandler> zap_;  // before the sockets: it outlives them
   zmq::socket_t data_, coord_;
   std::string endpoint_;
   uint32_t rank_ = 0;

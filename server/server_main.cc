@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   app.add_option("--memory-budget-mb", budget_mb, "tables this server may hold, in MiB (default: half of this machine's memory)")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 34));
   app.add_option("--held-mb", held_mb, "pulls held for slower workers, and sync pushes held for their clock, at most this many MiB each (default: a quarter of the budget)")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 34));
   app.add_option("--max-hold-sec", max_hold_sec, "a pull held longer for slower workers is answered Timeout")->check(CLI::Range(1, 86400))->capture_default_str();
+  std::string key_file, access_file;
+  app.add_option("--key", key_file, "security on: the job's server key (shardps-keygen DIR makes DIR/server.key); every connection is CURVE-encrypted and admitted by the access list")->envname("SHARDPS_KEY");
+  app.add_option("--access", access_file, "the access list: public keys and their roles (default: 'access' beside --key)");
   app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -57,6 +60,16 @@ int main(int argc, char** argv) {
   o.memory_budget = budget_mb << 20;
   o.held_bytes = held_mb << 20;
   o.max_hold = Millis(max_hold_sec * 1000);
+  if (!access_file.empty() && key_file.empty()) {
+    std::fprintf(stderr, "error: --access needs --key\n");
+    return 2;
+  }
+  if (!key_file.empty()) {
+    if (Status s = LoadServerSecurity(key_file, access_file, &o.security); !s.ok()) {
+      std::fprintf(stderr, "error: --key: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
   if (Status s = o.Validate(); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 2;

@@ -22,12 +22,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <zmq.hpp>
 
 #include "common/json.h"
+#include "common/net.h"
+#include "common/security.h"
 #include "common/wire.h"
 
 namespace shardps {
@@ -38,13 +41,18 @@ int Fail(const std::string& msg, int rc = 1) {
   return rc;
 }
 
+std::optional<KeyFile> g_key;  // --key / $SHARDPS_KEY
+
 // One request to the coordinator and its reply (a header), within `timeout_sec`.
 Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec, zmq::message_t* reply,
             const wire::Header** h, std::vector<uint64_t>* scratch) {
   static zmq::context_t ctx(1);
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
+  zmq::socket_t monitor;
   try {
+    if (g_key) MakeCurveClient(sock, *g_key);
+    monitor = WatchHandshakes(ctx, sock, "inproc://shardps-ctl-monitor");
     sock.connect(coordinator);
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("cannot connect to '" + coordinator + "': " + e.what());
@@ -53,10 +61,20 @@ Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec,
   wire::Fields f;
   f.type = type;
   f.request_id = 1;
+  f.role = wire::Role::Observer;
   sock.send(wire::EncodeSimple(fbb, f), zmq::send_flags::none);
-  zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
-  if (zmq::poll(items, 1, std::chrono::seconds(timeout_sec)) == 0)
-    return Status::Timeout("no answer from coordinator " + coordinator + " within " + std::to_string(timeout_sec) + " s");
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout_sec);
+  for (;;) {
+    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0 || Poll(items, 2, left) < 0)
+      return Status::Timeout("no answer from coordinator " + coordinator + " within " + std::to_string(timeout_sec) + " s");
+    bool failed = false;
+    std::string why;
+    while (ReadHandshakeEvent(monitor, g_key ? &*g_key : nullptr, &failed, &why))
+      if (failed) return Status::PermissionDenied("coordinator " + coordinator + ": " + why);
+    if (items[0].revents & ZMQ_POLLIN) break;
+  }
   (void)sock.recv(*reply);
   Status s = wire::ParseHeader(*reply, *scratch, h);
   if (s.ok()) s = wire::ReplyStatus(*h);
@@ -324,6 +342,8 @@ int main(int argc, char** argv) {
   bool json = false;
   int timeout_sec = 30, snap_timeout = 600, stop_timeout = 600, seconds = 60, timeout_ms = 3000;
   std::vector<std::string> targets;
+  std::string key_file;
+  app.add_option("--key", key_file, "security on: this tool's key (admin.key for snapshot and stop; observer.key is enough for status)")->envname("SHARDPS_KEY");
   auto* status = app.add_subcommand("status", "every process, worker clocks, rates per server, who waits on whom");
   status->add_option("COORDINATOR", coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555")->required();
   status->add_flag("--json", json, "one JSON object");
@@ -341,6 +361,11 @@ int main(int argc, char** argv) {
   connect->add_option("TARGETS", targets)->required();
   connect->add_option("--timeout-ms", timeout_ms)->check(CLI::Range(1, 600000))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (!key_file.empty() && !*listen && !*connect) {
+    KeyFile k;
+    if (Status s = LoadKeyFile(key_file, &k); !s.ok()) return Fail("--key: " + s.message(), 2);
+    g_key = std::move(k);
+  }
   if (*status) return CmdStatus(coordinator, json, timeout_sec);
   if (*snap) return CmdSnapshot(coordinator, snap_timeout);
   if (*stop) return CmdStop(coordinator, stop_timeout);

@@ -32,6 +32,7 @@ double Now() { return Sec(std::chrono::steady_clock::now().time_since_epoch()).c
 
 struct Options {
   std::string coordinator;
+  std::string key_file;  // security: worker.key (docs/security.md)
   int rank = -1;
   std::string model = "mlp";
   std::string hidden = "256,128";
@@ -614,6 +615,7 @@ int main(int argc, char** argv) {
   CLI::App app{"shardps training worker"};
   Options o;
   app.add_option("--coordinator", o.coordinator, "coordinator endpoint")->required();
+  app.add_option("--key", o.key_file, "security on: the job's worker key (shardps-keygen DIR makes DIR/worker.key)")->envname("SHARDPS_KEY");
   app.add_option("--rank", o.rank, "worker rank (default: assigned)")->check(CLI::Range(-1, 65535));
   app.add_option("--model", o.model, "softmax | mlp | sparse-lr")->check(CLI::IsMember({"softmax", "mlp", "sparse-lr"}))->capture_default_str();
   app.add_option("--hidden", o.hidden, "MLP hidden layer widths, comma-separated")->capture_default_str();
@@ -652,6 +654,7 @@ int main(int argc, char** argv) {
   ClientOptions co;
   co.coordinator = o.coordinator;
   co.rank = o.rank;
+  co.key_file = o.key_file;
   std::unique_ptr<Client> ps;
   Status s = Client::Connect(co, &ps);
   if (!s.ok()) {

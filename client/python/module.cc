@@ -81,9 +81,10 @@ struct PyRequest {
 class PyClient {
  public:
   PyClient(const std::string& coordinator, int rank, const std::string& role, double connect_timeout,
-           double request_timeout) {
+           double request_timeout, const std::string& key) {
     ClientOptions o;
     o.coordinator = coordinator;
+    o.key_file = key;
     o.rank = rank;
     if (role == "worker") {
       o.role = ClientRole::kWorker;
@@ -292,6 +293,8 @@ PYBIND11_MODULE(_shardps, m) {
   sub("NotFoundError", "No table of that name or id.", PyExc_KeyError, {Code::kUnknownTable});
   sub("ConflictError", "A table of that name exists with another shape, or a pool with another size.", nullptr,
       {Code::kConflict, Code::kStaleClock});
+  sub("PermissionDeniedError", "This client's key role may not do that (docs/security.md).", PyExc_PermissionError,
+      {Code::kPermissionDenied});
 
   py::enum_<TableKind>(m, "TableKind").value("dense", TableKind::kDense).value("sparse", TableKind::kSparse);
   py::enum_<InitKind>(m, "InitKind")
@@ -341,8 +344,9 @@ PYBIND11_MODULE(_shardps, m) {
       .def_property_readonly("max_clock", [](const PyRequest& r) { return r.req.max_clock(); });
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init<const std::string&, int, const std::string&, double, double>(), py::arg("coordinator"),
-           py::arg("rank"), py::arg("role"), py::arg("connect_timeout"), py::arg("request_timeout"))
+      .def(py::init<const std::string&, int, const std::string&, double, double, const std::string&>(),
+           py::arg("coordinator"), py::arg("rank"), py::arg("role"), py::arg("connect_timeout"),
+           py::arg("request_timeout"), py::arg("key") = "")
       .def("create_table", &PyClient::CreateTable)
       .def("table", &PyClient::GetTable)
       .def("push", &PyClient::Push, py::arg("table"), py::arg("grads"), py::arg("rows") = py::none(),

@@ -71,6 +71,11 @@ struct ClientOptions {
   // partition boundaries), so a server applies one while the next is still
   // on the wire. A single partition's rows are never split.
   uint64_t max_message_bytes = 1 << 20;
+  // Security (docs/security.md): a key file made by `shardps-keygen` (its
+  // role decides what this client may do: worker.key, observer.key,
+  // admin.key). Empty: the file named by $SHARDPS_KEY, if set; else no
+  // security (plaintext; a job with security on refuses the connection).
+  std::string key_file;
 };
 
 // A table as the client sees it.

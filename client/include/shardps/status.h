@@ -31,6 +31,7 @@ enum class Code : unsigned short {
   kUnavailable,
   kInternal,
   kStaleClock,
+  kPermissionDenied,
 };
 
 // Name of a code ("Timeout", "OutOfRange", ...).
@@ -58,6 +59,7 @@ class [[nodiscard]] SHARDPS_EXPORT Status {
   SHARDPS_STATUS_CTOR(Unavailable)
   SHARDPS_STATUS_CTOR(Internal)
   SHARDPS_STATUS_CTOR(StaleClock)
+  SHARDPS_STATUS_CTOR(PermissionDenied)
 #undef SHARDPS_STATUS_CTOR
 
   bool ok() const { return code_ == Code::kOk; }

@@ -16,6 +16,8 @@ raises a `shardps.Error` subclass carrying the server's message.
 PyTorch: `shardps.torch` (docs/python.md).
 """
 
+import os
+
 try:
     from . import _shardps as _ext  # installed: the extension inside the package
 except ImportError:  # the build tree: build/client/python on sys.path
@@ -27,11 +29,13 @@ UnavailableError = _ext.UnavailableError
 InvalidArgumentError = _ext.InvalidArgumentError
 NotFoundError = _ext.NotFoundError
 ConflictError = _ext.ConflictError
+PermissionDeniedError = _ext.PermissionDeniedError
 Table = _ext.Table
 Request = _ext.Request
 
 __all__ = ["connect", "Client", "Table", "Request", "Error", "TimeoutError", "UnavailableError",
-           "InvalidArgumentError", "NotFoundError", "ConflictError"]
+           "InvalidArgumentError", "NotFoundError", "ConflictError",
+           "PermissionDeniedError"]
 
 _KINDS = {"dense": _ext.TableKind.dense, "sparse": _ext.TableKind.sparse}
 _INITS = {"zeros": _ext.InitKind.zeros, "constant": _ext.InitKind.constant, "uniform": _ext.InitKind.uniform,
@@ -47,15 +51,17 @@ def _choice(what, value, table):
         raise ValueError(f"{what} must be one of {', '.join(table)}, got {value!r}") from None
 
 
-def connect(coordinator, rank=None, role="worker", timeout=60.0, request_timeout=120.0):
+def connect(coordinator, rank=None, role="worker", timeout=60.0, request_timeout=120.0, key=None):
     """Registers with the coordinator (e.g. "tcp://10.0.0.1:5555") and waits,
     at most `timeout` seconds, until every server joined. `rank`: the worker
     rank to claim (None: the coordinator assigns one); `role`: "worker" (has
     a clock, counted by the consistency model) or "observer" (tools and
     evaluators: never waited for). `request_timeout`: how long a request may
-    go unanswered. Returns a Client, usable as a context manager."""
+    go unanswered. `key`: a key file made by shardps-keygen, for a job with
+    security on (None: $SHARDPS_KEY if set; docs/security.md). Returns a
+    Client, usable as a context manager."""
     return Client(_ext.Client(coordinator, -1 if rank is None else int(rank), role, float(timeout),
-                              float(request_timeout)))
+                              float(request_timeout), "" if key is None else os.fspath(key)))
 
 
 class Client:
