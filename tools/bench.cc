@@ -30,6 +30,7 @@
 
 #include "common/net.h"
 #include "common/process.h"
+#include "common/security.h"
 #include "server/table.h"
 #include "shardps/client.h"
 
@@ -47,6 +48,17 @@ struct Child {
 
 // Bytes in flight per stream (raw and shardps alike), in MiB.
 int window_mb = 64;
+// --keys: CURVE on every connection, raw ZeroMQ included (docs/security.md).
+std::string keys_dir;
+
+KeyFile LoadOrDie(const std::string& path) {
+  KeyFile k;
+  if (Status s = LoadKeyFile(path, &k); !s.ok()) {
+    std::fprintf(stderr, "error: --keys: %s\n", s.message().c_str());
+    std::exit(2);
+  }
+  return k;
+}
 
 // ---- raw ZeroMQ: a sink process that acknowledges every `batch`-th message.
 int RawSink(const std::string& endpoint_file, const std::string& cpus) {
@@ -55,6 +67,11 @@ int RawSink(const std::string& endpoint_file, const std::string& cpus) {
   zmq::socket_t s(ctx, zmq::socket_type::router);
   s.set(zmq::sockopt::rcvhwm, 0);
   s.set(zmq::sockopt::sndhwm, 0);
+  if (!keys_dir.empty()) {
+    const KeyFile k = LoadOrDie(keys_dir + "/server.key");
+    s.set(zmq::sockopt::curve_server, 1);
+    s.set(zmq::sockopt::curve_secretkey, k.secret_key);
+  }
   s.bind("tcp://127.0.0.1:*");
   if (!WriteFileAtomic(endpoint_file, LastEndpoint(s) + "\n").ok()) return 1;
   TuneAllocatorForLargeMessages();
@@ -84,6 +101,7 @@ RawResult RawZmq(const std::string& endpoint, size_t size, double seconds) {
   zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::sndhwm, 0);
+  if (!keys_dir.empty()) MakeCurveClient(s, LoadOrDie(keys_dir + "/worker.key"));
   s.connect(endpoint);
   std::vector<char> buf(size, 1);
   auto send = [&](bool ack) {
@@ -271,6 +289,7 @@ int main(int argc, char** argv) {
   std::string server_cpus;
   app.add_option("--server-cpus", server_cpus, "pin the receivers, the server and the raw ZeroMQ sink alike, to these CPUs (shardps-server --cpus)");
   app.add_option("--bin-dir", bin_dir, "directory with shardps-server and shardps-coordinator");
+  app.add_option("--keys", keys_dir, "security on: a key directory (shardps-keygen DIR): CURVE on every connection, raw ZeroMQ included")->check(CLI::ExistingDirectory);
   app.add_option("--raw-sink", raw_sink, "(internal) run as the raw ZeroMQ sink, writing its endpoint here");
   CLI11_PARSE(app, argc, argv);
   StopSpawnedOnSignal();  // Ctrl-C leaves no helper processes behind
@@ -304,12 +323,17 @@ int main(int argc, char** argv) {
   Child sink;
   std::vector<std::string> sink_argv = {self, "--raw-sink", dir + "/sink.endpoint"};
   if (!server_cpus.empty()) sink_argv.insert(sink_argv.end(), {"--server-cpus", server_cpus});
+  if (!keys_dir.empty()) sink_argv.insert(sink_argv.end(), {"--keys", keys_dir});
   sink.pid = SpawnProcess(sink_argv, dir + "/sink.log");
   const std::string sink_ep = WaitForFileLine(dir + "/sink.endpoint", 30);
   Child cproc, sproc;
-  cproc.pid = SpawnProcess({coord, "--servers", "1", "--workers", "0", "--consistency", "async",
-                     "--endpoint-file", dir + "/coord.endpoint", "--log-level", "warn"},
-                    dir + "/coordinator.log");
+  // With keys the client is a worker (async: it never waits on a clock);
+  // an observer key may not push.
+  std::vector<std::string> coord_argv = {coord, "--servers", "1", "--workers", keys_dir.empty() ? "0" : "1",
+                                         "--consistency", "async", "--endpoint-file", dir + "/coord.endpoint",
+                                         "--log-level", "warn"};
+  if (!keys_dir.empty()) coord_argv.insert(coord_argv.end(), {"--key", keys_dir + "/server.key"});
+  cproc.pid = SpawnProcess(coord_argv, dir + "/coordinator.log");
   const std::string coord_ep = WaitForFileLine(dir + "/coord.endpoint", 30);
   if (sink_ep.empty() || coord_ep.empty()) {
     std::fprintf(stderr, "error: helper processes did not start (logs in %s)\n", dir.c_str());
@@ -317,10 +341,15 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> server_argv = {server, "--coordinator", coord_ep, "--log-level", "warn", "--max-request-mb", "64"};
   if (!server_cpus.empty()) server_argv.insert(server_argv.end(), {"--cpus", server_cpus});
+  if (!keys_dir.empty()) server_argv.insert(server_argv.end(), {"--key", keys_dir + "/server.key"});
   sproc.pid = SpawnProcess(server_argv, dir + "/server.log");
   ClientOptions co;
   co.coordinator = coord_ep;
   co.role = ClientRole::kObserver;
+  if (!keys_dir.empty()) {
+    co.role = ClientRole::kWorker;
+    co.key_file = keys_dir + "/worker.key";
+  }
   std::unique_ptr<Client> client;
   Status s = Client::Connect(co, &client);
   if (!s.ok()) {
@@ -329,9 +358,10 @@ int main(int argc, char** argv) {
   }
 
   std::printf("shardps-bench: 1 server process, 1 client process, loopback, %.2f s per figure, dense: median of %d rounds, "
-              "%d MiB in flight%s%s%s\n\n",
+              "%d MiB in flight%s%s%s%s\n\n",
               seconds, rounds, window_mb, server_cpus.empty() ? "" : ", server and raw sink pinned to CPUs ",
-              server_cpus.c_str(), quick ? " (--quick: figures are not meaningful)" : "");
+              server_cpus.c_str(), keys_dir.empty() ? "" : ", CURVE on every connection (--keys)",
+              quick ? " (--quick: figures are not meaningful)" : "");
   std::printf("%-8s | %9s %9s %9s %9s %9s | %9s %9s | %6s %6s %6s\n", "dense", "push", "pull", "pull into", "push+pull",
               "rtt", "raw zmq", "raw rtt", "push/", "pull/", "pull");
   std::printf("%-8s | %9s %9s %9s %9s %9s | %9s %9s | %6s %6s %6s\n", "size", "GB/s", "GB/s", "array", "GB/s", "us",

@@ -147,3 +147,13 @@ def pid_of(run_dir, program, *args):
 def ctl(*args, timeout=60):
     p = subprocess.run([CTL, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return p.returncode, p.stdout
+
+
+KEYGEN = os.path.join(BUILD, "tools", "shardps-keygen")
+
+
+def make_keys(directory):
+    """A job's keys (shardps-keygen DIR)."""
+    p = subprocess.run([KEYGEN, directory], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout
+    return directory

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from launchlib import BUILD, COORDINATOR, LAUNCH, ROOT, Launch, ctl, pid_of, small_mlp, wait_none_left
+from launchlib import BUILD, COORDINATOR, LAUNCH, ROOT, Launch, ctl, make_keys, pid_of, small_mlp, wait_none_left
 
 
 @pytest.fixture
@@ -268,3 +268,34 @@ def test_every_example_job_file_parses():
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
         assert p.returncode == 0, f"{f}: {p.stdout}"
         json.loads(p.stdout)
+
+
+def test_security_every_process_gets_its_key_and_others_are_refused(run_dir, tmp_path):
+    keys = make_keys(str(tmp_path / "keys"))
+    launch = Launch(["--servers", "2", "--workers", "2", "--keys", keys, "--", *small_mlp(epochs=500)], run_dir,
+                    env={"SHARDPS_KEY": ""})
+    coordinator = launch.coordinator(120)
+    launch.wait_for_line(r"worker 1 \| epoch \d+ step", 120)
+    # Without a key, or with a worker's, the tools are refused; an observer
+    # key reads the status, only the admin key stops the job.
+    rc, out = ctl("status", coordinator, "--timeout-sec", "30")
+    assert rc != 0 and "PermissionDenied" in out and "has no key" in out, out
+    rc, out = ctl("--key", os.path.join(keys, "observer.key"), "status", coordinator)
+    assert rc == 0 and "worker" in out, out
+    rc, out = ctl("--key", os.path.join(keys, "worker.key"), "stop", coordinator, "--timeout-sec", "30")
+    assert rc != 0 and "a worker key may not send Stop" in out, out
+    rc, out = ctl("--key", os.path.join(keys, "admin.key"), "stop", coordinator, "--timeout-sec", "120")
+    assert rc == 0, out
+    assert launch.wait(120) == 0, launch.output()
+    log = open(os.path.join(run_dir, "coordinator.log")).read()
+    assert "refused a connection to the coordinator" in log, log
+    # Every worker trained over CURVE with the worker key.
+    assert "worker 1 joined" in log, log
+    wait_none_left(run_dir)
+
+
+def test_security_missing_keys_are_named_before_anything_starts(run_dir, tmp_path):
+    p = subprocess.run([LAUNCH, "--run-dir", run_dir, "--bin-dir", BUILD, "--keys", str(tmp_path / "none"),
+                        "--", *small_mlp()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert p.returncode == 2, p.stdout
+    assert "security: cannot read" in p.stdout and "shardps-keygen" in p.stdout, p.stdout

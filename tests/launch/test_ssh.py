@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from hostenv import netns_hosts_or_skip
-from launchlib import Launch, ctl, small_mlp, started_by, wait_none_left
+from launchlib import Launch, ctl, make_keys, small_mlp, started_by, wait_none_left
 
 
 @pytest.fixture(scope="module")
@@ -117,4 +117,21 @@ def test_host_whose_address_is_unreachable_is_named_before_training(hosts, tmp_p
     assert rc == 2, out
     assert re.search(rf"host {re.escape(name(env, 'h3'))}: its address {re.escape(bad)} cannot be reached from host", out), out
     assert "coordinator tcp://" not in out, out
+    wait_none_left(run_dir)
+
+
+def test_security_keys_travel_to_each_host(hosts, tmp_path):
+    env = hosts
+    keys = make_keys(str(tmp_path / "keys"))
+    run_dir = str(tmp_path / "run")
+    launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2", "--keys", keys)
+    rc = launch.wait(300)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(r"worker 0 \| epoch 2 done .* test accuracy", out), out
+    # The keys each host needs were copied into the run directory (mode
+    # 600); the admin and observer keys stay with the launcher.
+    copied = sorted(os.listdir(os.path.join(run_dir, "keys")))
+    assert copied == ["access", "server.key", "worker.key"], copied
+    assert os.stat(os.path.join(run_dir, "keys", "worker.key")).st_mode & 0o777 == 0o600
     wait_none_left(run_dir)
