@@ -112,7 +112,7 @@ Status Coordinator::Bind() {
     sock_.set(zmq::sockopt::router_mandatory, 1);
     sock_.set(zmq::sockopt::linger, 0);
     sock_.set(zmq::sockopt::maxmsgsize, int64_t{16} << 20);
-    sock_.set(zmq::sockopt::sndhwm, 0);
+    sock_.set(zmq::sockopt::sndhwm, 8192);  // per peer; past it a reply is dropped (logged)
     if (opts_.security.enabled) {
       zap_ = std::make_unique<ZapHandler>(ctx_, opts_.security.access);
       if (Status s = zap_->Start(); !s.ok()) return s;

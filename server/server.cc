@@ -112,7 +112,11 @@ Status Server::Start() {
   try {
     data_.set(zmq::sockopt::router_mandatory, 1);
     data_.set(zmq::sockopt::linger, 0);
-    data_.set(zmq::sockopt::sndhwm, 0);
+    // Outgoing: at most this many replies queued per client. A client that
+    // stops reading has further replies dropped (logged; it times out)
+    // instead of held in this server's memory. 8192 is twice what a client
+    // may have queued here (rcvhwm), so a reading client never hits it.
+    data_.set(zmq::sockopt::sndhwm, 8192);
     // Incoming: at most this many messages queued per client before ZeroMQ
     // stops reading that connection (TCP pushes back on the client).
     data_.set(zmq::sockopt::rcvhwm, 4096);
