@@ -76,6 +76,7 @@ class Server {
   void set_metrics_url(std::string url) { opts_.metrics_url = std::move(url); }
 
  private:
+  friend class ServerFuzzAccess;  // tests/fuzz/fuzz_server.cc: drives HandleData directly
   struct Parked {  // a pull waiting for slower workers
     int64_t need_clock;
     int rank;
