@@ -169,10 +169,11 @@ Status ReadManifest(const std::string& snap_dir, Manifest* m) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return Status::InvalidArgument("'" + snap_dir + "' has no MANIFEST: incomplete or not a snapshot");
   std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (data.empty()) return Status::BadMessage(path + " is corrupt (empty)");
   std::vector<uint64_t> aligned((data.size() + 7) / 8);
   std::memcpy(aligned.data(), data.data(), data.size());
   flatbuffers::Verifier v(reinterpret_cast<const uint8_t*>(aligned.data()), data.size());
-  if (data.empty() || !v.VerifyBuffer<wire::Manifest>(nullptr))
+  if (!v.VerifyBuffer<wire::Manifest>(nullptr))
     return Status::BadMessage(path + " is corrupt (not a valid manifest)");
   const auto* in = flatbuffers::GetRoot<wire::Manifest>(aligned.data());
   if (in->format() != 1)

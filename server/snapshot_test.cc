@@ -136,5 +136,17 @@ TEST_F(SnapshotTest, CorruptManifestAndMissingDirectory) {
   EXPECT_FALSE(List(root_ + "/nope", &all).ok());
 }
 
+// Found by fuzzing (tests/fuzz/crashes/snapshot/): an empty MANIFEST was
+// copied with memcpy from a null pointer (UBSan: "null pointer passed as
+// argument 1"); it is refused as corrupt before any copy.
+TEST_F(SnapshotTest, EmptyManifestIsCorrupt) {
+  std::string dir = Write(4);
+  std::ofstream(dir + "/MANIFEST", std::ios::trunc).flush();
+  Manifest m;
+  Status s = ReadManifest(dir, &m);
+  EXPECT_EQ(s.code(), Code::kBadMessage);
+  EXPECT_NE(s.message().find("empty"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace shardps::snapshot
