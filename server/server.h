@@ -147,6 +147,7 @@ class Server {
     int64_t clock;
     std::vector<snapshot::PartEntry> parts;
     uint64_t bytes = 0;
+    uint64_t checksum = 0;  // of the whole file
     std::string error;
   };
   // A cut is copied partition by partition: between requests a few at a

@@ -559,11 +559,11 @@ void SnapshotCorpus() {
       }
     structured[srv] = rows.str();
     std::vector<snapshot::PartEntry> entries;
-    uint64_t bytes = 0;
-    if (!snapshot::WriteServerFile(dir + "/" + snapshot::ServerFileName(srv), srv, parts, &entries, &bytes).ok())
+    uint64_t bytes = 0, sum = 0;
+    if (!snapshot::WriteServerFile(dir + "/" + snapshot::ServerFileName(srv), srv, parts, &entries, &bytes, &sum).ok())
       std::exit(1);
     m.parts.insert(m.parts.end(), entries.begin(), entries.end());
-    m.files.push_back({srv, snapshot::ServerFileName(srv), bytes});
+    m.files.push_back({srv, snapshot::ServerFileName(srv), bytes, sum});
   }
   if (!snapshot::WriteManifest(dir, m).ok()) std::exit(1);
   const std::string manifest = ReadAll(dir + "/MANIFEST");
