@@ -4,13 +4,35 @@
 
 namespace shardps::wire {
 
+namespace {
+// FlatBuffers 2.0's verifier checks that a vector's length field is 4-byte
+// aligned but not that its elements are aligned for their type: in a
+// crafted message a vector of 8-byte scalars or structs can sit at 4 mod 8
+// and every accessor then loads misaligned. Our builder always aligns them;
+// these are the header's only such vectors (keep this list in step with
+// schema/shardps.fbs).
+template <typename V>
+bool Aligned8(const V* v) {
+  return !v || reinterpret_cast<uintptr_t>(v->Data()) % 8 == 0;
+}
+bool ElementsAligned(const Header* h) {
+  if (const auto* st = h->body_as_ServerStats()) return Aligned8(st->worker_clocks()) && Aligned8(st->waiting());
+  if (const auto* js = h->body_as_JobStatus()) return Aligned8(js->waits());
+  return true;
+}
+}  // namespace
+
 Status VerifyHeader(const void* data, size_t size, const Header** out) {
   if (size == 0) return Status::BadMessage("empty header frame");
   if (size > kMaxHeaderBytes)
     return Status::TooLarge("header frame of " + std::to_string(size) + " bytes (limit " +
                             std::to_string(kMaxHeaderBytes) + ")");
-  // FlatBuffers reads the root offset as an aligned uoffset_t: the verifier
-  // checks alignment, so an unaligned frame must be realigned by the caller.
+  // FlatBuffers reads scalars as aligned loads, and its verifier checks
+  // alignment only relative to the buffer's start: an unaligned buffer
+  // would verify and then be read misaligned. ParseHeader realigns frames;
+  // anything else must pass aligned data.
+  if (reinterpret_cast<uintptr_t>(data) % 8 != 0)
+    return Status::BadMessage("header frame is not 8-byte aligned in memory (ParseHeader realigns it)");
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 16;
   opts.max_tables = 100000;
@@ -20,6 +42,9 @@ Status VerifyHeader(const void* data, size_t size, const Header** out) {
     return Status::BadMessage("header frame of " + std::to_string(size) +
                               " bytes is not a valid shardps header");
   const Header* h = GetHeader(data);
+  if (!ElementsAligned(h))
+    return Status::BadMessage("header frame of " + std::to_string(size) +
+                              " bytes has a vector of 8-byte elements at a misaligned offset");
   if (h->version() != kProtocolVersion)
     return Status::VersionMismatch("peer speaks protocol version " +
                                    std::to_string(h->version()) + ", this build speaks " +

@@ -27,8 +27,8 @@ constexpr uint16_t kProtocolVersion = static_cast<uint16_t>(Protocol::Version);
 // A header is small; anything larger is refused before verification.
 constexpr size_t kMaxHeaderBytes = 1 << 20;
 
-// Verifies `data` as a Header of this protocol version.
-// Returns BadMessage (not a valid FlatBuffer, too large, bad enum values) or
+// Verifies `data` (8-byte aligned) as a Header of this protocol version.
+// Returns BadMessage (not a valid FlatBuffer, not aligned, too large, bad enum values) or
 // VersionMismatch; on OK, *out points into `data`.
 Status VerifyHeader(const void* data, size_t size, const Header** out);
 // VerifyHeader on a received frame; a frame whose data is not 8-byte aligned

@@ -82,6 +82,7 @@ class Coordinator {
   Status Run(const std::atomic<bool>& stop);
 
  private:
+  friend class CoordinatorFuzzAccess;  // tests/fuzz/fuzz_coordinator.cc: drives Handle directly
   enum class WorkerState { kPending, kAlive, kLeft, kDead };
   // Who a process is, from its Register (for status).
   struct Identity {

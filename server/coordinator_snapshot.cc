@@ -155,7 +155,7 @@ void Coordinator::HandleSnapshotDone(const std::string& from, const wire::Header
   } else {
     op->reported.insert(static_cast<uint32_t>(rank));
     if (rep->files())
-      for (const auto* f : *rep->files()) op->files.push_back({f->server(), f->name() ? f->name()->str() : "", f->bytes()});
+      for (const auto* f : *rep->files()) op->files.push_back({f->server(), f->name() ? f->name()->str() : "", f->bytes(), f->checksum()});
     if (rep->parts())
       for (const auto* p : *rep->parts())
         op->parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum()});

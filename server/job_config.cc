@@ -26,9 +26,10 @@ template <typename T>
 Status GetInt(const toml::table& t, std::string_view key, std::string_view src, T lo, T hi, T* out) {
   const toml::node* n = t.get(key);
   if (!n) return Status::OK();
-  auto v = n->value<int64_t>();
-  if (!v || !n->is_integer())
-    return Status::InvalidArgument(Where(src, n) + ": '" + std::string(key) + "' must be an integer");
+  // is_integer() first: value<int64_t>() converts a float, out of range
+  // undefined (7e84).
+  const auto v = n->is_integer() ? n->value<int64_t>() : std::nullopt;
+  if (!v) return Status::InvalidArgument(Where(src, n) + ": '" + std::string(key) + "' must be an integer");
   if (*v < static_cast<int64_t>(lo) || static_cast<uint64_t>(*v) > static_cast<uint64_t>(hi))
     return Status::InvalidArgument(Where(src, n) + ": '" + std::string(key) + "' = " +
                                    std::to_string(*v) + " is out of range [" + std::to_string(lo) +

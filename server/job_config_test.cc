@@ -92,5 +92,19 @@ TEST(JobConfig, MissingFileIsAClearError) {
   EXPECT_NE(s.message().find("/nonexistent/job.toml"), std::string::npos);
 }
 
+// Found by fuzzing (tests/fuzz/crashes/job_config/): a float where an
+// integer belongs was converted before the type was checked, undefined
+// for one out of int64's range (UBSan: "7e+84 is outside the range of
+// representable values of type 'long'"). Refused as not an integer.
+TEST(JobConfig, HugeFloatForAnIntegerIsRefused) {
+  for (const char* text : {"[job]\nservers = 7e84\n", "[job]\nworkers = -1e300\n", "[job]\nservers = 2.0\n",
+                           "[[table]]\nname = \"w\"\nrows = 1e30\ncols = 2\n"}) {
+    CoordinatorOptions o;
+    Status s = ParseJobConfig(text, "job.toml", &o);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find("must be an integer"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace shardps

@@ -80,6 +80,7 @@ class Server {
   void set_metrics_url(std::string url) { opts_.metrics_url = std::move(url); }
 
  private:
+  friend class ServerFuzzAccess;  // tests/fuzz/fuzz_server.cc: drives HandleData directly
   struct Parked {  // a pull waiting for slower workers
     int64_t need_clock;
     int rank;
@@ -150,6 +151,7 @@ class Server {
     int64_t clock;
     std::vector<snapshot::PartEntry> parts;
     uint64_t bytes = 0;
+    uint64_t checksum = 0;  // of the whole file
     std::string error;
   };
   // A cut is copied partition by partition: between requests a few at a

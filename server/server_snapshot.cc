@@ -166,7 +166,7 @@ void Server::WriterLoop() {
     Status s = snapshot::ReadManifest(dir, &existing).ok()
                    ? Status::Conflict(dir + " is a complete snapshot already: not overwritten")
                    : snapshot::WriteServerFile(dir + "/" + snapshot::ServerFileName(rank_), rank_, job.parts, &done.parts,
-                                         &done.bytes);
+                                         &done.bytes, &done.checksum);
     if (!s.ok()) done.error = s.ToString();
     done.clock = job.clock;
     {
@@ -190,7 +190,8 @@ void Server::SendSnapshotReports() {
       LOG_ERROR << "snapshot at clock " << d.clock << " failed: " << d.error;
     fbb_.Clear();
     std::vector<flatbuffers::Offset<wire::SnapshotFile>> files;
-    files.push_back(wire::CreateSnapshotFile(fbb_, rank_, fbb_.CreateString(snapshot::ServerFileName(rank_)), d.bytes));
+    files.push_back(wire::CreateSnapshotFile(fbb_, rank_, fbb_.CreateString(snapshot::ServerFileName(rank_)), d.bytes,
+                                             d.checksum));
     std::vector<flatbuffers::Offset<wire::SnapshotPart>> parts;
     for (const auto& p : d.parts)
       parts.push_back(wire::CreateSnapshotPart(fbb_, p.table, p.partition, p.server, p.rows, p.checksum));

@@ -43,6 +43,7 @@ struct FileEntry {
   uint32_t server = 0;
   std::string name;
   uint64_t bytes = 0;
+  uint64_t checksum = 0;  // XXH3-64 of the whole file; 0: not recorded (older snapshots)
 };
 
 struct Manifest {
@@ -66,9 +67,12 @@ std::string DirName(int64_t clock);  // "snap-000000000042"
 std::string ServerFileName(uint32_t server);
 
 // Writes `parts` (sorted by table, partition, row) into `path`; fills one
-// PartEntry per partition (server = `server`) and the file's size.
+// PartEntry per partition (server = `server`), the file's size and (if
+// given) the XXH3-64 of the whole file.
 Status WriteServerFile(const std::string& path, uint32_t server, std::vector<PartitionData>& parts,
-                       std::vector<PartEntry>* entries, uint64_t* bytes);
+                       std::vector<PartEntry>* entries, uint64_t* bytes, uint64_t* file_checksum = nullptr);
+// XXH3-64 of the whole file at `path` (never 0: a 0 is recorded as 1).
+Status FileChecksum(const std::string& path, uint64_t* out);
 
 Status WriteManifest(const std::string& snap_dir, const Manifest& m);
 // NotFound-like InvalidArgument when absent ("incomplete"), BadMessage when corrupt.
@@ -79,8 +83,10 @@ Status ReadManifest(const std::string& snap_dir, Manifest* m);
 Status ForEachRow(const std::string& snap_dir, const Manifest& m, uint32_t table, uint32_t partition,
                   const std::function<void(uint64_t row, const float* values, uint32_t stride)>& fn);
 
-// Recomputes every partition checksum and RocksDB's block checksums.
-// On failure the message names the file, table and partition.
+// Checks every file's size and whole-file checksum (where the manifest
+// records one) before RocksDB reads it, then recomputes every partition
+// checksum with RocksDB's block checksums on. On failure the message names
+// the file, table and partition.
 Status Verify(const std::string& snap_dir, const Manifest& m);
 
 struct Listing {

@@ -21,7 +21,8 @@ class SnapshotTest : public ::testing::Test {
   void TearDown() override { std::system(("rm -rf '" + root_ + "'").c_str()); }
 
   // A 2-server snapshot of one dense and one sparse table at `clock`.
-  std::string Write(int64_t clock, bool with_manifest = true) {
+  // file_checksums = false: as written before manifests recorded them.
+  std::string Write(int64_t clock, bool with_manifest = true, bool file_checksums = false) {
     const std::string dir = root_ + "/" + DirName(clock);
     mkdir(dir.c_str(), 0755);
     TableSpec d;
@@ -58,9 +59,10 @@ class SnapshotTest : public ::testing::Test {
       std::vector<PartitionData> parts;
       td.Export(0, &parts);
       ts.Export(1, &parts);
-      uint64_t bytes;
-      EXPECT_TRUE(WriteServerFile(dir + "/" + ServerFileName(server), server, parts, &m.parts, &bytes).ok());
-      m.files.push_back({server, ServerFileName(server), bytes});
+      uint64_t bytes, sum = 0;
+      EXPECT_TRUE(WriteServerFile(dir + "/" + ServerFileName(server), server, parts, &m.parts, &bytes,
+                                  file_checksums ? &sum : nullptr).ok());
+      m.files.push_back({server, ServerFileName(server), bytes, sum});
     }
     if (with_manifest) EXPECT_TRUE(WriteManifest(dir, m).ok());
     return dir;
@@ -134,6 +136,52 @@ TEST_F(SnapshotTest, CorruptManifestAndMissingDirectory) {
   EXPECT_EQ(ReadManifest(dir, &m).code(), Code::kBadMessage);
   std::vector<Listing> all;
   EXPECT_FALSE(List(root_ + "/nope", &all).ok());
+}
+
+// Found by fuzzing (tests/fuzz/crashes/snapshot/rocksdb-assert): a damaged
+// SST file whose footer turns RocksDB's block checksums off made Debian's
+// RocksDB assert while opening it (`size_ >= 2 * sizeof(uint32_t)` in
+// Block::NumRestarts): the coordinator choosing a snapshot to restore
+// aborted. Manifests now record each file's XXH3-64, checked before RocksDB
+// reads a byte; and a file entry must be named server-<rank>.sst (it named
+// any path, read relative to the snapshot directory).
+TEST_F(SnapshotTest, WholeFileChecksumIsCheckedBeforeRocksDbReadsTheFile) {
+  std::string dir = Write(6, true, /*file_checksums=*/true);
+  Manifest m;
+  ASSERT_TRUE(ReadManifest(dir, &m).ok());
+  ASSERT_EQ(m.files.size(), 2u);
+  EXPECT_NE(m.files[0].checksum, 0u);
+  ASSERT_TRUE(Verify(dir, m).ok()) << Verify(dir, m).ToString();
+  const std::string file = dir + "/" + ServerFileName(0);
+  {
+    // The footer's first byte: RocksDB's checksum type.
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(0, std::ios::end);
+    const auto size = static_cast<std::streamoff>(f.tellg());
+    f.seekp(size - 53);
+    f.put(0);
+  }
+  Status s = Verify(dir, m);
+  EXPECT_EQ(s.code(), Code::kBadMessage);
+  EXPECT_NE(s.message().find("server-0.sst fails its whole-file checksum"), std::string::npos) << s.ToString();
+
+  m.files[1].name = "../" + ServerFileName(1);
+  ASSERT_TRUE(WriteManifest(dir, m).ok());
+  s = ReadManifest(dir, &m);
+  EXPECT_EQ(s.code(), Code::kBadMessage);
+  EXPECT_NE(s.message().find("is not named server-1.sst"), std::string::npos) << s.ToString();
+}
+
+// Found by fuzzing (tests/fuzz/crashes/snapshot/): an empty MANIFEST was
+// copied with memcpy from a null pointer (UBSan: "null pointer passed as
+// argument 1"); it is refused as corrupt before any copy.
+TEST_F(SnapshotTest, EmptyManifestIsCorrupt) {
+  std::string dir = Write(4);
+  std::ofstream(dir + "/MANIFEST", std::ios::trunc).flush();
+  Manifest m;
+  Status s = ReadManifest(dir, &m);
+  EXPECT_EQ(s.code(), Code::kBadMessage);
+  EXPECT_NE(s.message().find("empty"), std::string::npos) << s.message();
 }
 
 }  // namespace
