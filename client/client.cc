@@ -634,7 +634,7 @@ class ClientImpl {
   };
 
   void IoLoop() {
-    SetLogName("client");
+    SetThreadLogName("client");
     std::vector<zmq::message_t> frames;
     std::deque<Outgoing> batch;
     auto next_hb = Clock::now();
@@ -807,7 +807,7 @@ class ClientImpl {
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> clock_{0};
   std::atomic<bool> stop_requested_{false};  // a heartbeat reply said the job is stopping
-  int rank_ = -1;
+  std::atomic<int> rank_{-1};  // set by Register, read by the I/O thread's heartbeats
   uint64_t barrier_gen_ = 0;
 
   std::mutex qmu_;  // guards queue_, stopping_, seq_

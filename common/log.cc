@@ -1,5 +1,6 @@
 #include "common/log.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -8,9 +9,10 @@
 
 namespace shardps {
 namespace {
-std::string g_name = "shardps";
-LogLevel g_level = LogLevel::kInfo;
-std::mutex g_mu;
+std::mutex g_mu;                   // guards g_name and stderr
+std::string g_name = "shardps";     // the process's
+thread_local std::string t_name;    // this thread's, if set
+std::atomic<LogLevel> g_level{LogLevel::kInfo};
 const char* LevelName(LogLevel l) {
   switch (l) {
     case LogLevel::kDebug: return "D";
@@ -22,9 +24,13 @@ const char* LevelName(LogLevel l) {
 }
 }  // namespace
 
-void SetLogName(std::string_view name) { g_name = std::string(name); }
-void SetLogLevel(LogLevel level) { g_level = level; }
-LogLevel GetLogLevel() { return g_level; }
+void SetLogName(std::string_view name) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_name = std::string(name);
+}
+void SetThreadLogName(std::string_view name) { t_name = std::string(name); }
+void SetLogLevel(LogLevel level) { g_level.store(level, std::memory_order_relaxed); }
+LogLevel GetLogLevel() { return g_level.load(std::memory_order_relaxed); }
 
 bool ParseLogLevel(std::string_view s, LogLevel* out) {
   if (s == "debug") *out = LogLevel::kDebug;
@@ -46,7 +52,8 @@ LogLine::~LogLine() {
   std::strftime(ts, sizeof ts, "%H:%M:%S", &tm);
   std::string line = os_.str();
   std::lock_guard<std::mutex> lock(g_mu);
-  std::fprintf(stderr, "%s.%03d %s [%s] %s\n", ts, ms, LevelName(level_), g_name.c_str(), line.c_str());
+  std::fprintf(stderr, "%s.%03d %s [%s] %s\n", ts, ms, LevelName(level_), (t_name.empty() ? g_name : t_name).c_str(),
+               line.c_str());
 }
 
 }  // namespace shardps

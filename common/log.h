@@ -10,7 +10,8 @@ namespace shardps {
 
 enum class LogLevel { kDebug = 0, kInfo, kWarn, kError };
 
-void SetLogName(std::string_view name);
+void SetLogName(std::string_view name);        // the process's name in its log lines
+void SetThreadLogName(std::string_view name);  // this thread's, instead (e.g. a library's own thread)
 void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();
 // Parses "debug" | "info" | "warn" | "error".

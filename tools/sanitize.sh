@@ -1,22 +1,49 @@
 #!/usr/bin/env bash
-# The test suite under AddressSanitizer + UndefinedBehaviorSanitizer, in a
-# build of its own (build-asan/): every unit and integration test, the
-# launcher's included (they start the sanitized binaries). Left out: the
-# Python module (an instrumented extension would need libasan preloaded into
-# python3) and the install test (it links trainers out of tree without the
-# sanitizer runtime); CUDA off.
-#   tools/sanitize.sh            after tools/dev.sh has installed the packages
+# The test suite under the sanitizers, each in a build of its own:
+#   tools/sanitize.sh [address]  AddressSanitizer + UndefinedBehaviorSanitizer
+#                                (build-asan/): every unit and integration test,
+#                                the launcher's included (they start the
+#                                sanitized binaries). Left out: the Python
+#                                module (an instrumented extension would need
+#                                libasan preloaded into python3) and the
+#                                install test (it links trainers out of tree
+#                                without the sanitizer runtime).
+#   tools/sanitize.sh thread     ThreadSanitizer (build-tsan/): the programs
+#                                with threads of their own — servers (event
+#                                loop, snapshot writer, metrics, ZAP handler),
+#                                the coordinator, the client's I/O thread —
+#                                through the unit and integration tests that
+#                                run them; suppressions in tools/tsan.supp,
+#                                only for uninstrumented libraries.
+# CUDA off in both. Run after tools/dev.sh has installed the packages.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [[ ! -f build-asan/build.ninja ]]; then
-  meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dpython=disabled \
+mode=${1:-address}
+case "$mode" in
+  address)
+    dir=build-asan
+    setup=(-Db_sanitize=address,undefined)
+    # halt_on_error: a report fails the test that caused it. Leaks are
+    # reported at exit of each process. ZeroMQ and RocksDB are not
+    # instrumented: their own allocations are not checked, only ours.
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:halt_on_error=1:detect_stack_use_after_return=0}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    exclude=(-e embed_install -e python)
+    multiplier=3 ;;
+  thread)
+    dir=build-tsan
+    setup=(-Db_sanitize=thread)
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$PWD/tools/tsan.supp}
+    # As under ASan, but the launcher over ssh and under Slurm: the same
+    # binaries as launch_local, started elsewhere.
+    exclude=(-e embed_install -e python -e launch_ssh -e launch_slurm)
+    multiplier=5 ;;
+  *) echo "usage: tools/sanitize.sh [address|thread]" >&2; exit 2 ;;
+esac
+if [[ ! -f $dir/build.ninja ]]; then
+  meson setup "$dir" "${setup[@]}" -Db_lundef=false -Dcuda=disabled -Dpython=disabled \
     -Dbuildtype=debugoptimized >/dev/null
 fi
-ninja -C build-asan
-# halt_on_error: a report fails the test that caused it. Leaks are reported
-# at exit of each process. ZeroMQ and RocksDB are not instrumented: their
-# own allocations are not checked, only ours.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:halt_on_error=1:detect_stack_use_after_return=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-tests=$(meson test -C build-asan --list 2>/dev/null | sed -n 's/^shardps:[a-z]* \/ //p' | grep -vx -e embed_install -e python)
-exec meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3 $tests
+ninja -C "$dir"
+tests=$(meson test -C "$dir" --list 2>/dev/null | sed -n 's/^shardps:[a-z]* \/ //p' | grep -vx "${exclude[@]}")
+exec meson test -C "$dir" --print-errorlogs --num-processes 2 --timeout-multiplier $multiplier $tests

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -161,7 +162,8 @@ int main(int argc, char** argv) {
   struct Sample {
     double at, latency;
   };
-  std::vector<Sample> samples;
+  std::vector<Sample> samples;  // guarded by samples_mu (the load thread appends)
+  std::mutex samples_mu;
   std::thread load([&] {
     std::mt19937_64 rng(1);
     std::vector<float> row(256), g(256, 1e-3f);
@@ -170,6 +172,7 @@ int main(int argc, char** argv) {
       double t0 = Now();
       Request q = (rng() & 1) ? client->Pull(t, RowRange{r, r + 1}, row) : client->Push(t, RowRange{r, r + 1}, g);
       if (!q.Wait().ok()) break;
+      std::lock_guard<std::mutex> lock(samples_mu);
       samples.push_back({t0, Now() - t0});
     }
   });
@@ -190,6 +193,7 @@ int main(int argc, char** argv) {
     // The longest a request was delayed while this snapshot was taken.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     double worst = 0;
+    std::lock_guard<std::mutex> lock(samples_mu);
     for (const auto& sm : samples)
       if (sm.at + sm.latency >= t0 && sm.at <= t1) worst = std::max(worst, sm.latency);
     pauses.push_back(worst * 1000);
