@@ -598,20 +598,25 @@ class ClientImpl {
   struct Monitor {
     zmq::socket_t pair;
     int target;
+    int drops = 0;  // handshakes dropped in a row
   };
   void Secure(zmq::socket_t& s, int target) {
     if (key_) MakeCurveClient(s, *key_);
     const std::string ep = "inproc://shardps-client-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) +
                            "-" + std::to_string(monitor_seq_++);
-    monitors_.push_back({WatchHandshakes(ctx_, s, ep), target});
+    monitors_.push_back({WatchHandshakes(ctx_, s, ep), target, 0});
   }
   void OnMonitor(Monitor& m) {
-    bool failed;
     std::string why;
-    while (ReadHandshakeEvent(m.pair, key_ ? &*key_ : nullptr, &failed, &why)) {
-      if (!failed) {
+    for (Handshake h; (h = ReadHandshakeEvent(m.pair, key_ ? &*key_ : nullptr, &why)) != Handshake::kNone;) {
+      if (h == Handshake::kSucceeded) {
+        m.drops = 0;
         refused_.erase(m.target);
         continue;
+      }
+      if (h == Handshake::kDropped) {
+        if (++m.drops < kDropsToRefuse) continue;
+        why = DroppedHandshakesWhy(key_ ? &*key_ : nullptr);
       }
       const std::string msg = PeerName(m.target) + ": " + why;
       if (refused_.emplace(m.target, msg).second) LOG_WARN << msg;

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -153,6 +154,11 @@ Status SaveKeyFile(const std::string& path, const KeyFile& k) {
 }
 
 Status LoadAccessList(const std::string& path, AccessList* out) {
+  // It decides who gets in: nobody but its owner may change it.
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return Status::InvalidArgument("access list '" + path + "' may be changed by others (group/other write " +
+                                   "permission): chmod go-w it");
   std::ifstream f;
   if (Status s = OpenText(path, "access list", &f); !s.ok()) return s;
   AccessList a;
@@ -213,43 +219,61 @@ zmq::socket_t WatchHandshakes(zmq::context_t& ctx, zmq::socket_t& s, const std::
   return pair;
 }
 
-bool ReadHandshakeEvent(zmq::socket_t& monitor, const KeyFile* key, bool* failed, std::string* why) {
+Handshake ReadHandshakeEvent(zmq::socket_t& monitor, const KeyFile* key, std::string* why) {
   zmq::message_t ev, addr;
-  if (!monitor.recv(ev, zmq::recv_flags::dontwait)) return false;
+  if (!monitor.recv(ev, zmq::recv_flags::dontwait)) return Handshake::kNone;
   if (ev.more()) (void)monitor.recv(addr, zmq::recv_flags::none);
-  *failed = false;
-  if (ev.size() < 6) return true;
+  if (ev.size() < 6) return Handshake::kDropped;
   uint16_t event;
   uint32_t value;
   std::memcpy(&event, ev.data(), 2);
   std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
-  if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) return true;
-  *failed = true;
-  if (!key)
-    *why = "the handshake failed (error " + std::to_string(value) +
-           "): security is on there and this client has no key (--key, ClientOptions.key_file or $SHARDPS_KEY)";
-  else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-    *why = "it refused this " + std::string(KeyRoleName(key->role)) + " key (ZAP status " + std::to_string(value) +
-           "): the key is not on the job's access list";
-  else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
-    *why = "the CURVE handshake failed (protocol error " + std::to_string(value) +
-           "): is security on there, with this job's keys?";
-  else
-    *why = "the CURVE handshake failed: the peer does not hold the job's server key, or its security is off";
-  return true;
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%x", value);
+  switch (event) {
+    case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: return Handshake::kSucceeded;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+      *why = key ? "it refused this " + std::string(KeyRoleName(key->role)) + " key (ZAP status " +
+                       std::to_string(value) + "): the key is not on the job's access list"
+                 : "it refused this client (ZAP status " + std::to_string(value) + ")";
+      return Handshake::kRefused;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+        *why = key ? "security is off there (no CURVE), and this client has a key"
+                   : "security is on there and this client has no key (--key, ClientOptions.key_file or $SHARDPS_KEY)";
+        return Handshake::kRefused;
+      }
+      *why = std::string("the handshake failed (ZMTP protocol error ") + hex + ")" +
+             (key ? ": does the peer hold this job's server key?" : "");
+      return key ? Handshake::kRefused : Handshake::kDropped;
+    default:
+      *why = "the connection closed during the handshake";
+      return Handshake::kDropped;
+  }
 }
 
-void MakeCurveServer(zmq::socket_t& s, const KeyFile& k) {
+std::string DroppedHandshakesWhy(const KeyFile* key) {
+  return "the connection closed during the handshake " + std::to_string(kDropsToRefuse) + " times in a row: " +
+         (key ? "the peer does not hold this job's server key, or its security is off"
+              : "security may be on there, and this client has no key (--key, ClientOptions.key_file or $SHARDPS_KEY)");
+}
+
+Status MakeCurveServer(zmq::socket_t& s, const KeyFile& k) {
   s.set(zmq::sockopt::curve_server, 1);
   s.set(zmq::sockopt::curve_secretkey, k.secret_key);
   // Every connection is put to the ZAP handler (ZapHandler, started before
-  // the socket binds and alive until it closes). libzmq admits a CURVE peer
-  // when no handler is bound at all unless ZMQ_ZAP_ENFORCE_DOMAIN (93) is
-  // set; that option is a draft Debian's libzmq may lack, so it is asked for
-  // and the ordering above is what is relied on.
+  // the socket binds and alive until it closes). Without
+  // ZMQ_ZAP_ENFORCE_DOMAIN (93) libzmq would admit a CURVE peer when no
+  // handler answers, with whatever User-Id the peer's own metadata claims;
+  // with it, the handshake fails. zmq.h defines the name only for draft
+  // builds, but libzmq 4.3 accepts the option in every build: refused, the
+  // process does not start.
   s.set(zmq::sockopt::zap_domain, "shardps");
   const int on = 1;
-  (void)zmq_setsockopt(s.handle(), 93 /* ZMQ_ZAP_ENFORCE_DOMAIN */, &on, sizeof on);
+  if (zmq_setsockopt(s.handle(), 93 /* ZMQ_ZAP_ENFORCE_DOMAIN */, &on, sizeof on) != 0)
+    return Status::Internal(std::string("this libzmq does not enforce ZAP (ZMQ_ZAP_ENFORCE_DOMAIN: ") +
+                            zmq_strerror(zmq_errno()) + "); security needs libzmq 4.3 or later");
+  return Status::OK();
 }
 
 void MakeCurveClient(zmq::socket_t& s, const KeyFile& k) {

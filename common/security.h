@@ -80,11 +80,23 @@ constexpr int kHandshakeEvents = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HAN
                                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
 // Starts monitoring `s` and returns the PAIR socket its events arrive on.
 zmq::socket_t WatchHandshakes(zmq::context_t& ctx, zmq::socket_t& s, const std::string& inproc_name);
-// Reads one event (non-blocking): false if none. *failed says whether it was
-// a failed handshake, and *why (then) says why in words.
-bool ReadHandshakeEvent(zmq::socket_t& monitor, const KeyFile* key, bool* failed, std::string* why);
+// What a monitor reported about one handshake.
+enum class Handshake {
+  kNone,       // nothing to read
+  kSucceeded,
+  kRefused,    // a definite failure: a refused key, a mechanism mismatch
+  kDropped,    // the connection closed during the handshake, no reason
+               // given (libzmq says so for any drop: a peer restarting, a
+               // wrong server key, ...); refuse after kDropsToRefuse in a row
+};
+constexpr int kDropsToRefuse = 3;
+// Reads one event (non-blocking). For kRefused and kDropped, *why says what
+// it means in words.
+Handshake ReadHandshakeEvent(zmq::socket_t& monitor, const KeyFile* key, std::string* why);
+// Why kDropsToRefuse drops in a row are taken as a refusal.
+std::string DroppedHandshakesWhy(const KeyFile* key);
 
-void MakeCurveServer(zmq::socket_t& s, const KeyFile& k);
+Status MakeCurveServer(zmq::socket_t& s, const KeyFile& k);
 void MakeCurveClient(zmq::socket_t& s, const KeyFile& k);
 
 }  // namespace shardps

@@ -54,8 +54,31 @@ void ZapHandler::Refused(const std::string& what) {
 }
 
 void ZapHandler::Loop(zmq::socket_t sock) {
+  // An exception must not end the thread (std::terminate) nor leave the
+  // sockets without their handler (every handshake would then fail): log it
+  // and go on, with a fresh socket if the REP state machine was left
+  // mid-request.
+  while (!stop_.load()) {
+    try {
+      Serve(sock);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) return;
+      LOG_ERROR << "ZAP handler: " << e.what() << "; restarting it";
+      sock.close();
+      sock = zmq::socket_t(ctx_, zmq::socket_type::rep);
+      sock.set(zmq::sockopt::linger, 0);
+      try {
+        sock.bind("inproc://zeromq.zap.01");
+      } catch (const zmq::error_t& b) {
+        LOG_ERROR << "ZAP handler: cannot bind again (" << b.what() << "): every CURVE handshake now fails";
+        return;
+      }
+    }
+  }
+}
+
+void ZapHandler::Serve(zmq::socket_t& sock) {
   std::vector<zmq::message_t> req;
-  std::vector<std::pair<zmq::socket_t, std::string>> monitors;
   while (!stop_.load()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -63,14 +86,14 @@ void ZapHandler::Loop(zmq::socket_t sock) {
         zmq::socket_t pair(ctx_, zmq::socket_type::pair);
         pair.set(zmq::sockopt::linger, 0);
         pair.connect(w.endpoint);
-        monitors.emplace_back(std::move(pair), w.label);
+        monitors_.emplace_back(std::move(pair), w.label);
       }
       to_watch_.clear();
     }
     std::vector<zmq::pollitem_t> items{{sock.handle(), 0, ZMQ_POLLIN, 0}};
-    for (auto& m : monitors) items.push_back({m.first.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& m : monitors_) items.push_back({m.first.handle(), 0, ZMQ_POLLIN, 0});
     if (Poll(items.data(), items.size(), Millis(100)) <= 0) continue;
-    for (auto& [pair, label] : monitors) {
+    for (auto& [pair, label] : monitors_) {
       zmq::message_t ev, addr;
       while (pair.recv(ev, zmq::recv_flags::dontwait)) {
         if (ev.more()) (void)pair.recv(addr, zmq::recv_flags::none);
@@ -117,7 +140,7 @@ void ZapHandler::Loop(zmq::socket_t sock) {
     rep.emplace_back(text);
     rep.emplace_back(user_id);
     rep.emplace_back();  // metadata
-    (void)SendMultipart(sock, rep);
+    if (Status s = SendMultipart(sock, rep); !s.ok()) throw zmq::error_t();
   }
 }
 
@@ -185,6 +208,13 @@ std::string Who(unsigned mask) {
 }  // namespace
 
 Status Authorize(KeyRole role, wire::MsgType type, wire::Role declared) {
+  // Whatever the message, a process speaks as a worker (a rank whose clock
+  // and liveness the job tracks) or as a server only with that role's key.
+  if ((declared == wire::Role::Worker && role != KeyRole::kWorker) ||
+      (declared == wire::Role::Server && role != KeyRole::kServer))
+    return Status::PermissionDenied("a " + std::string(KeyRoleName(role)) + " key may not speak as a " +
+                                    (declared == wire::Role::Worker ? "worker" : "server") + " (" +
+                                    wire::EnumNameMsgType(type) + ")");
   const unsigned mask = Allowed(type, declared);
   if (mask & (1u << static_cast<int>(role))) return Status::OK();
   std::string what = wire::EnumNameMsgType(type);

@@ -39,6 +39,7 @@ class ZapHandler {
 
  private:
   void Loop(zmq::socket_t sock);
+  void Serve(zmq::socket_t& sock);  // until stop_ or an exception
   void Refused(const std::string& what);
 
   struct Watched {
@@ -46,6 +47,7 @@ class ZapHandler {
   };
   std::mutex mu_;
   std::vector<Watched> to_watch_;  // handed to the handler's thread
+  std::vector<std::pair<zmq::socket_t, std::string>> monitors_;  // the handler's thread only
   int watch_seq_ = 0;
   // Refusals are logged one by one up to 20 a minute, then counted
   // (handler thread only).

@@ -116,7 +116,7 @@ Status Coordinator::Bind() {
     if (opts_.security.enabled) {
       zap_ = std::make_unique<ZapHandler>(ctx_, opts_.security.access);
       if (Status s = zap_->Start(); !s.ok()) return s;
-      MakeCurveServer(sock_, opts_.security.key);
+      if (Status s = MakeCurveServer(sock_, opts_.security.key); !s.ok()) return s;
       zap_->Watch(sock_, "the coordinator");
     }
     sock_.bind(BindSpec(opts_.bind));
@@ -498,6 +498,10 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
     const auto role = PeerRole(frames[1]);
     Status a = role ? Authorize(*role, h.type(), h.role())
                     : Status::PermissionDenied("the connection carries no key role");
+    // A Register's role is in its body too (HandleRegister acts on that one).
+    if (const auto* req = h.type() == wire::MsgType::Register ? h.body_as_RegisterRequest() : nullptr;
+        a.ok() && req && req->role() != h.role())
+      a = Authorize(*role, h.type(), req->role());
     if (!a.ok()) {
       if (h.type() == wire::MsgType::Reply) return;  // nothing to answer
       return ReplyError(from, h.request_id(), a);

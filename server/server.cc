@@ -126,7 +126,7 @@ Status Server::Start() {
     if (opts_.security.enabled) {
       zap_ = std::make_unique<ZapHandler>(ctx_, opts_.security.access);
       if (Status s = zap_->Start(); !s.ok()) return s;
-      MakeCurveServer(data_, opts_.security.key);
+      if (Status s = MakeCurveServer(data_, opts_.security.key); !s.ok()) return s;
       zap_->Watch(data_, "this server");
       MakeCurveClient(coord_, opts_.security.key);
     }
@@ -174,7 +174,11 @@ Status Server::Start() {
     return fatal_;
   }
   return Status::Timeout("no answer from coordinator " + opts_.coordinator + " within " +
-                         std::to_string(opts_.register_timeout.count()) + " ms");
+                         std::to_string(opts_.register_timeout.count()) + " ms" +
+                         (opts_.security.enabled
+                              ? " (security on: does the coordinator run with this job's keys, and list this "
+                                "server.key in its access list?)"
+                              : ""));
 }
 
 bool Server::IsLive(int rank) const {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -79,7 +80,9 @@ class SecurityTest : public ::testing::Test {
 
 // A raw request to the coordinator over a CURVE DEALER holding `key`; the
 // reply's status.
-Status RawCall(const std::string& coordinator, const KeyFile& key, wire::MsgType type, wire::Role role) {
+// `body_role`: a Register's role in its body (default: the header's).
+Status RawCall(const std::string& coordinator, const KeyFile& key, wire::MsgType type, wire::Role role,
+               std::optional<wire::Role> body_role = std::nullopt) {
   zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
@@ -89,7 +92,7 @@ Status RawCall(const std::string& coordinator, const KeyFile& key, wire::MsgType
   Status st;
   if (type == wire::MsgType::Register) {
     auto host = fbb.CreateString("h");
-    auto req = wire::CreateRegisterRequest(fbb, role, 0, 0, host, 1);
+    auto req = wire::CreateRegisterRequest(fbb, body_role.value_or(role), 0, 0, host, 1);
     wire::Fields f;
     f.type = type;
     f.request_id = 7;
@@ -165,6 +168,21 @@ TEST_F(SecurityTest, AWorkerKeyCannotShutDownOrStopTheJobOrJoinAsAServer) {
   s = RawCall(cluster_.coordinator(), worker, wire::MsgType::Register, wire::Role::Server);
   EXPECT_EQ(s.code(), Code::kPermissionDenied) << s.ToString();
   s = RawCall(cluster_.coordinator(), worker, wire::MsgType::Heartbeat, wire::Role::Server);
+  EXPECT_EQ(s.code(), Code::kPermissionDenied) << s.ToString();
+  // The role a Register acts on is in its body: a header that says
+  // Observer does not let a worker or observer key join as a server.
+  KeyFile observer;
+  ASSERT_TRUE(LoadKeyFile(Key("observer"), &observer).ok());
+  s = RawCall(cluster_.coordinator(), worker, wire::MsgType::Register, wire::Role::Observer, wire::Role::Server);
+  EXPECT_EQ(s.code(), Code::kPermissionDenied) << s.ToString();
+  s = RawCall(cluster_.coordinator(), observer, wire::MsgType::Register, wire::Role::Observer, wire::Role::Worker);
+  EXPECT_EQ(s.code(), Code::kPermissionDenied) << s.ToString();
+  // Nor may any message speak as a worker (its liveness, its clock) with
+  // another role's key.
+  s = RawCall(cluster_.coordinator(), observer, wire::MsgType::GetStatus, wire::Role::Worker);
+  EXPECT_EQ(s.code(), Code::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("observer key may not speak as a worker"), std::string::npos) << s.ToString();
+  s = RawCall(cluster_.coordinator(), admin, wire::MsgType::GetCluster, wire::Role::Server);
   EXPECT_EQ(s.code(), Code::kPermissionDenied) << s.ToString();
   std::string out;
   EXPECT_NE(RunCommand({BinaryPath("SHARDPS_CTL"), "--key", Key("worker"), "stop", cluster_.coordinator(),

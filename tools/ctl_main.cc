@@ -52,7 +52,8 @@ Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec,
   zmq::socket_t monitor;
   try {
     if (g_key) MakeCurveClient(sock, *g_key);
-    monitor = WatchHandshakes(ctx, sock, "inproc://shardps-ctl-monitor");
+    static int calls = 0;
+    monitor = WatchHandshakes(ctx, sock, "inproc://shardps-ctl-monitor-" + std::to_string(calls++));
     sock.connect(coordinator);
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("cannot connect to '" + coordinator + "': " + e.what());
@@ -64,15 +65,21 @@ Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec,
   f.role = wire::Role::Observer;
   sock.send(wire::EncodeSimple(fbb, f), zmq::send_flags::none);
   const auto deadline = Clock::now() + std::chrono::seconds(timeout_sec);
+  int drops = 0;  // handshakes dropped in a row
   for (;;) {
     zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (left.count() <= 0 || Poll(items, 2, left) < 0)
       return Status::Timeout("no answer from coordinator " + coordinator + " within " + std::to_string(timeout_sec) + " s");
-    bool failed = false;
     std::string why;
-    while (ReadHandshakeEvent(monitor, g_key ? &*g_key : nullptr, &failed, &why))
-      if (failed) return Status::PermissionDenied("coordinator " + coordinator + ": " + why);
+    for (Handshake h; (h = ReadHandshakeEvent(monitor, g_key ? &*g_key : nullptr, &why)) != Handshake::kNone;) {
+      if (h == Handshake::kSucceeded) drops = 0;
+      if (h == Handshake::kDropped && ++drops >= kDropsToRefuse) {
+        h = Handshake::kRefused;
+        why = DroppedHandshakesWhy(g_key ? &*g_key : nullptr);
+      }
+      if (h == Handshake::kRefused) return Status::PermissionDenied("coordinator " + coordinator + ": " + why);
+    }
     if (items[0].revents & ZMQ_POLLIN) break;
   }
   (void)sock.recv(*reply);

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   CLI::App app{"shardps-keygen: make a job's CURVE keys: DIR/server.key, worker.key, observer.key, admin.key and DIR/access"};
   std::string dir;
   std::vector<std::string> extra;
-  app.add_option("DIR", dir, "directory to create (must not exist, or be empty)")->required();
+  app.add_option("DIR", dir, "directory to create (mode 700), or an existing one without keys in it")->required();
   app.add_option("--extra", extra,
                  "also make DIR/NAME.key of ROLE and list it, e.g. --extra host3:worker (repeatable): one key per host lets a host be struck from the access list alone");
   CLI11_PARSE(app, argc, argv);

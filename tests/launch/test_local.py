@@ -272,8 +272,10 @@ def test_every_example_job_file_parses():
 
 def test_security_every_process_gets_its_key_and_others_are_refused(run_dir, tmp_path):
     keys = make_keys(str(tmp_path / "keys"))
+    # A $SHARDPS_KEY in the launcher's environment (an operator's admin key)
+    # is not passed on: every process gets the key of its role.
     launch = Launch(["--servers", "2", "--workers", "2", "--keys", keys, "--", *small_mlp(epochs=500)], run_dir,
-                    env={"SHARDPS_KEY": ""})
+                    env={"SHARDPS_KEY": os.path.join(keys, "admin.key")})
     coordinator = launch.coordinator(120)
     launch.wait_for_line(r"worker 1 \| epoch \d+ step", 120)
     # Without a key, or with a worker's, the tools are refused; an observer
@@ -299,3 +301,11 @@ def test_security_missing_keys_are_named_before_anything_starts(run_dir, tmp_pat
                         "--", *small_mlp()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert p.returncode == 2, p.stdout
     assert "security: cannot read" in p.stdout and "shardps-keygen" in p.stdout, p.stdout
+
+
+def test_an_operators_key_in_the_environment_does_not_reach_a_plaintext_job(run_dir, tmp_path):
+    keys = make_keys(str(tmp_path / "keys"))
+    launch = Launch(["--servers", "1", "--workers", "1", "--", *small_mlp(epochs=1)], run_dir,
+                    env={"SHARDPS_KEY": os.path.join(keys, "admin.key")})
+    assert launch.wait(240) == 0, launch.output()
+    wait_none_left(run_dir)
