@@ -67,8 +67,14 @@ pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log)
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "SHARDPS_DIE_WITH_PARENT=", 24) != 0) env.push_back(*e);
+  char die[] = "SHARDPS_DIE_WITH_PARENT=1";
+  env.push_back(die);
+  env.push_back(nullptr);
   pid_t pid = -1;
-  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) pid = -1;
+  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), env.data()) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&fa);
   if (pid > 0) Remember(pid);
   return pid;

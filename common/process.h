@@ -13,6 +13,11 @@ namespace shardps {
 // Starts argv[0] with `argv`, stdout and stderr into `log` (truncated).
 // Returns the pid, or -1 if it could not be started. The pid is remembered
 // (up to 256 at a time) for StopSpawnedOnSignal until ReapSpawned.
+// The child gets SHARDPS_DIE_WITH_PARENT=1: a shardps binary then ends when
+// this process dies, however it dies (a test aborted by a sanitizer, a
+// SIGKILL), so nothing it started is left behind. Call it from the thread
+// that lives as long as the child should (PR_SET_PDEATHSIG follows the
+// spawning thread).
 pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log);
 // SIGTERMs a spawned process (if `term`), waits for it and forgets it.
 void ReapSpawned(pid_t pid, bool term = true);

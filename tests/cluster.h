@@ -44,6 +44,8 @@ class LocalCluster {
   void DumpLogs() const;
   // The text of a process's log ("coordinator", "server0", ...).
   std::string Log(const std::string& name) const;
+  // The coordinator's pid, then the servers' in rank order.
+  const std::vector<pid_t>& pids() const { return pids_; }
   // Sends `sig` to server `rank` (e.g. SIGKILL) and reaps it.
   void KillServer(int rank, int sig);
 

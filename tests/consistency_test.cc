@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -581,6 +582,45 @@ TEST_F(ClusterTest, ARequestToAStoppedServerTimesOutNamingIt) {
   // Rows on the live server are still served.
   std::vector<float> first(10);
   EXPECT_TRUE(c->Pull(w, RowRange{0, 10}, first).Wait(30s).ok());
+}
+
+// A test process that dies without its destructors (a sanitizer's abort, a
+// SIGKILL) leaves no coordinator or server behind: they die with it.
+TEST(ProcessLifetime, AKilledParentLeavesNoServerBehind) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    testing::LocalCluster c;
+    ClusterOptions o;
+    o.servers = 2;
+    o.workers = 0;
+    if (!c.Start(o).ok()) _exit(1);
+    (void)!write(fds[1], c.pids().data(), c.pids().size() * sizeof(pid_t));
+    close(fds[1]);
+    raise(SIGKILL);  // no destructor runs
+  }
+  close(fds[1]);
+  std::vector<pid_t> pids(3);
+  const ssize_t n = read(fds[0], pids.data(), pids.size() * sizeof(pid_t));
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(n, static_cast<ssize_t>(pids.size() * sizeof(pid_t))) << "the child could not start its cluster";
+  // Gone, or a zombie waiting for init to reap it.
+  auto gone = [](pid_t p) {
+    if (kill(p, 0) != 0) return true;
+    std::ifstream f("/proc/" + std::to_string(p) + "/stat");
+    std::string pid, comm, state;
+    f >> pid >> comm >> state;
+    return state == "Z";
+  };
+  for (pid_t p : pids) {
+    EXPECT_TRUE(testing::WaitFor([&] { return gone(p); }, 30s)) << "process " << p << " outlived its parent";
+    if (!gone(p)) kill(p, SIGKILL);
+  }
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 
 #include "common/net.h"
 #include "common/process.h"
+#include "common/signals.h"
 #include "common/security.h"
 #include "server/table.h"
 #include "shardps/client.h"
@@ -293,7 +294,10 @@ int main(int argc, char** argv) {
   app.add_option("--raw-sink", raw_sink, "(internal) run as the raw ZeroMQ sink, writing its endpoint here");
   CLI11_PARSE(app, argc, argv);
   StopSpawnedOnSignal();  // Ctrl-C leaves no helper processes behind
-  if (!raw_sink.empty()) return RawSink(raw_sink, server_cpus);
+  if (!raw_sink.empty()) {
+    DieWithParentIfAsked();  // the sink ends with the benchmark, however it ends
+    return RawSink(raw_sink, server_cpus);
+  }
   if (!server_cpus.empty()) {
     // Checked here, so that a bad list is refused before anything starts.
     cpu_set_t mine;
