@@ -700,6 +700,13 @@ class NetnsHosts:
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"shardps-{name}",
                   "-f", os.path.join(d, name)])
         shutil.copy(os.path.join(d, "userkey.pub"), os.path.join(d, "authorized_keys"))
+        # Every remote command's shell complains first, as real login shells
+        # do (a ~/.bashrc whose pyenv rehash races a parallel session printed
+        # "rm: cannot remove ..." to stderr on a CI machine and broke the
+        # launcher's probe): the launcher must read through such lines.
+        with open(os.path.join(d, "noisy-shell"), "w") as f:
+            f.write("echo 'noisy-shell: a login shell complaining on stderr' >&2\n"
+                    "echo 'noisy-shell: and chatting on stdout'\n")
         self.ssh_options = [
             "-F", "/dev/null",
             "-i", os.path.join(d, "userkey"),
@@ -734,6 +741,7 @@ class NetnsHosts:
             "-o", "MaxStartups=200",
             "-o", "MaxSessions=100",
             "-o", "LogLevel=INFO",
+            "-o", f"SetEnv=BASH_ENV={d}/noisy-shell",
         ]
         try:
             self._sshd[h] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
