@@ -25,6 +25,29 @@
 namespace shardps {
 namespace detail {
 
+constexpr uint64_t kNoVersion = ~0ull;
+
+// Per table, the versions of the latest-issued pull a caller waited on: what
+// a Push without an explicit stamp was computed on.
+struct StampBook {
+  std::mutex mu;
+  struct Entry {
+    uint64_t issued = 0;
+    std::shared_ptr<const std::vector<uint64_t>> versions;
+  };
+  std::unordered_map<uint32_t, Entry> latest;
+  void Offer(uint32_t table, uint64_t issued, std::shared_ptr<const std::vector<uint64_t>> v) {
+    std::lock_guard<std::mutex> lock(mu);
+    Entry& e = latest[table];
+    if (issued >= e.issued) e = {issued, std::move(v)};
+  }
+  std::shared_ptr<const std::vector<uint64_t>> Get(uint32_t table) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = latest.find(table);
+    return it == latest.end() ? nullptr : it->second.versions;
+  }
+};
+
 // The shared state of one request: how many server replies (parts) and
 // borrowed frames are still outstanding, and the outcome.
 struct Call {
@@ -38,11 +61,23 @@ struct Call {
   zmq::message_t reply;  // control requests: the reply header
   const char* op = "";
   std::chrono::milliseconds default_timeout{0};
+  // Pulls: the version of the rows each server sent (kNoVersion: none), and
+  // where a successful Wait() records them as the table's latest pull.
+  std::vector<uint64_t> versions;
+  uint64_t staleness = 0;  // pushes: the largest a server reported
+  uint32_t table = 0;
+  uint64_t issued = 0;
+  std::weak_ptr<StampBook> book;
+  bool stamped = false;
 
   bool DoneLocked() const { return parts_left == 0 && (frees_left == 0 || !status.ok()); }
-  void PartDone(const Status& s, bool clocks, int64_t minc, int64_t maxc) {
+  void PartDone(const Status& s, bool clocks, int64_t minc, int64_t maxc, int server = -1,
+                uint64_t version = 0) {
     std::lock_guard<std::mutex> lock(mu);
     if (!s.ok() && status.ok()) status = s;
+    if (s.ok() && versions.empty()) staleness = std::max(staleness, version);
+    if (clocks && server >= 0 && static_cast<size_t>(server) < versions.size())
+      versions[server] = versions[server] == kNoVersion ? version : std::max(versions[server], version);
     if (clocks) {
       min_clock = std::min(min_clock, minc);
       max_clock = std::max(max_clock, maxc);
@@ -324,19 +359,61 @@ class ClientImpl {
 
   // Checks that `t` is a table of this job; copies the shard map out.
   // (The map is shared, not copied: it can hold a million partitions.)
-  Status Resolve(const Table& t, std::shared_ptr<const ShardMap>* map) {
+  Status Resolve(const Table& t, std::shared_ptr<const ShardMap>* map, uint32_t* servers = nullptr) {
     std::lock_guard<std::mutex> lock(vmu_);
     if (t.id >= view_.tables.size() || view_.tables[t.id].name != t.spec.name)
       return Status::UnknownTable("table '" + t.spec.name + "' (id " + std::to_string(t.id) +
                                   ") is not a table of this job");
     *map = map_;
+    if (servers) *servers = view_.num_servers;
     return Status::OK();
   }
 
+  // A pull's call records the versions each server read, for stamps.
+  std::shared_ptr<Call> NewDataCall(bool push, const Table& t, uint32_t servers) {
+    auto call = std::make_shared<Call>();
+    call->op = push ? "push" : "pull";
+    call->default_timeout = opts_.request_timeout;
+    if (!push) {
+      call->versions.assign(servers, kNoVersion);
+      call->table = t.id;
+      call->issued = pulls_issued_.fetch_add(1, std::memory_order_relaxed) + 1;
+      call->book = book_;
+    }
+    return call;
+  }
+
+  // The versions each step's gradient was computed on: its stamp, or (none
+  // given) the latest pull of the table a caller waited on.
+  std::vector<std::shared_ptr<const std::vector<uint64_t>>> StepBases(const Table& t, const PushStep* steps,
+                                                                      uint32_t nsteps) {
+    std::vector<std::shared_ptr<const std::vector<uint64_t>>> out(std::max<uint32_t>(1, nsteps));
+    if (opts_.role != ClientRole::kWorker) return out;  // only workers' staleness is weighed
+    if (!steps) {
+      out[0] = book_->Get(t.id);
+      return out;
+    }
+    for (uint32_t j = 0; j < nsteps; ++j)
+      if (steps[j].based_on.table_ == t.id) out[j] = steps[j].based_on.versions_;
+    return out;
+  }
+  // Server `sv`'s base version per step, or empty when one is unknown.
+  static std::vector<uint64_t> BasesFor(const std::vector<std::shared_ptr<const std::vector<uint64_t>>>& bases,
+                                        uint32_t sv) {
+    std::vector<uint64_t> out;
+    for (const auto& b : bases) {
+      if (!b || sv >= b->size() || (*b)[sv] == kNoVersion) return {};
+      out.push_back((*b)[sv]);
+    }
+    return out;
+  }
+
   shardps::Request RangeRequest(bool push, const Table& t, RowRange r, float* data, uint64_t floats,
-                               int64_t clock_ahead = 0, std::shared_ptr<PulledFrames> view = nullptr) {
+                               int64_t clock_ahead = 0, std::shared_ptr<PulledFrames> view = nullptr,
+                               const PushStep* steps = nullptr, uint32_t nsteps = 0) {
     std::shared_ptr<const ShardMap> map_ref;
-    Status s = Resolve(t, &map_ref);
+    uint32_t servers = 0;
+    Status s = Resolve(t, &map_ref, &servers);
     if (!s.ok()) return shardps::Request(FailedCall(s));
     const ShardMap& map = *map_ref;
     if (t.spec.kind != TableKind::kDense)
@@ -370,10 +447,9 @@ class ClientImpl {
         segs.push_back({map.owner[p], row, stop});
       row = stop;
     }
-    auto call = std::make_shared<Call>();
+    auto call = NewDataCall(push, t, servers);
     call->parts_left = static_cast<int>(segs.size());
-    call->op = push ? "push" : "pull";
-    call->default_timeout = opts_.request_timeout;
+    const auto bases = push ? StepBases(t, steps, nsteps) : decltype(StepBases(t, steps, nsteps)){};
     thread_local flatbuffers::FlatBufferBuilder fbb;
     for (const auto& sg : segs) {
       Outgoing o;
@@ -390,6 +466,20 @@ class ClientImpl {
       f.clock = clock_.load(std::memory_order_relaxed) + clock_ahead;
       f.row_begin = sg.begin;
       f.row_end = sg.end;
+      std::vector<uint64_t> seg_bases;
+      if (push) {
+        seg_bases = BasesFor(bases, sg.server);
+        f.base_versions = seg_bases;
+      }
+      if (push && steps) {
+        // One frame per step: each step's rows of this segment.
+        f.steps = nsteps;
+        std::vector<zmq::message_t> extra;
+        for (uint32_t j = 0; j < nsteps; ++j)
+          extra.push_back(Borrow(steps[j].grads.data() + (sg.begin - r.begin) * cols, seg_floats * 4, call));
+        EnqueueFrames(std::move(o), f, std::move(extra), true, fbb);
+        continue;
+      }
       if (!push) {
         o.dest.out = seg_data;
         o.dest.floats = seg_floats;
@@ -405,10 +495,24 @@ class ClientImpl {
     return shardps::Request(call);
   }
 
+  shardps::Request PushSteps(const Table& t, RowRange rows, std::span<const PushStep> steps) {
+    if (steps.empty() || steps.size() > kMaxPushSteps)
+      return shardps::Request(FailedCall(Status::InvalidArgument(
+          "PushSteps takes 1 to " + std::to_string(kMaxPushSteps) + " steps, got " + std::to_string(steps.size()))));
+    for (size_t j = 1; j < steps.size(); ++j)
+      if (steps[j].grads.size() != steps[0].grads.size())
+        return shardps::Request(FailedCall(Status::SizeMismatch(
+            "step " + std::to_string(j) + " has " + std::to_string(steps[j].grads.size()) + " floats, step 0 " +
+            std::to_string(steps[0].grads.size()))));
+    return RangeRequest(true, t, rows, const_cast<float*>(steps[0].grads.data()), steps[0].grads.size(), 0, nullptr,
+                        steps.data(), static_cast<uint32_t>(steps.size()));
+  }
+
   shardps::Request KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* data,
                                uint64_t floats) {
     std::shared_ptr<const ShardMap> map_ref;
-    Status s = Resolve(t, &map_ref);
+    uint32_t servers = 0;
+    Status s = Resolve(t, &map_ref, &servers);
     if (!s.ok()) return shardps::Request(FailedCall(s));
     const ShardMap& map = *map_ref;
     const uint64_t cols = t.spec.cols, n = keys.size();
@@ -417,10 +521,9 @@ class ClientImpl {
           std::string(push ? "gradient" : "output") + " array has " + std::to_string(floats) +
           " floats, " + std::to_string(n) + " keys x " + std::to_string(cols) + " cols need " +
           std::to_string(n * cols))));
-    auto call = std::make_shared<Call>();
-    call->op = push ? "push" : "pull";
-    call->default_timeout = opts_.request_timeout;
+    auto call = NewDataCall(push, t, servers);
     if (n == 0) return shardps::Request(call);
+    const auto bases = push ? StepBases(t, nullptr, 0) : decltype(StepBases(t, nullptr, 0)){};
     const uint32_t P = map.partitions();
     const bool dense = t.spec.kind == TableKind::kDense;
     std::vector<uint32_t> server(n);
@@ -432,8 +535,13 @@ class ClientImpl {
       server[i] = map.owner[dense ? PartitionOfRow(keys[i], t.spec.rows, P) : PartitionOfId(keys[i], P)];
     }
     thread_local flatbuffers::FlatBufferBuilder fbb;
-    auto make_fields = [&](uint64_t count) {
+    std::vector<uint64_t> seg_bases;
+    auto make_fields = [&](uint64_t count, uint32_t sv) {
       wire::Fields f;
+      if (push) {
+        seg_bases = BasesFor(bases, sv);
+        f.base_versions = seg_bases;
+      }
       f.type = push ? wire::MsgType::Push : wire::MsgType::Pull;
       f.role = role_wire();
       f.rank = rank_;
@@ -453,7 +561,7 @@ class ClientImpl {
         o.dest.floats = floats;
         o.dest.clocks = true;
       }
-      EnqueueData(std::move(o), make_fields(n), push ? data : nullptr, floats * 4, keys.data(), n * 8, fbb);
+      EnqueueData(std::move(o), make_fields(n, server[0]), push ? data : nullptr, floats * 4, keys.data(), n * 8, fbb);
       return shardps::Request(call);
     }
     // Group by server: gather keys (and gradients) into per-server frames.
@@ -486,7 +594,7 @@ class ClientImpl {
         o.dest.cols = static_cast<uint32_t>(cols);
         o.dest.clocks = true;
       }
-      EnqueueFrames(std::move(o), make_fields(m), std::move(extra), push, fbb);
+      EnqueueFrames(std::move(o), make_fields(m, sv), std::move(extra), push, fbb);
     }
     return shardps::Request(call);
   }
@@ -801,7 +909,8 @@ class ClientImpl {
       }
     }
     if (p.dest.keep_reply) p.call->reply = std::move(frames[0]);
-    p.call->PartDone(s, p.dest.clocks && s.ok(), h->min_clock(), h->max_clock());
+    p.call->PartDone(s, p.dest.clocks && s.ok(), h->min_clock(), h->max_clock(), from,
+                     p.dest.clocks ? h->table_version() : h->staleness());
   }
 
   ClientOptions opts_;
@@ -814,6 +923,9 @@ class ClientImpl {
   std::atomic<bool> stop_requested_{false};  // a heartbeat reply said the job is stopping
   std::atomic<int> rank_{-1};  // set by Register, read by the I/O thread's heartbeats
   uint64_t barrier_gen_ = 0;
+
+  std::shared_ptr<StampBook> book_ = std::make_shared<StampBook>();
+  std::atomic<uint64_t> pulls_issued_{0};
 
   std::mutex qmu_;  // guards queue_, stopping_, seq_
   std::deque<Outgoing> queue_;
@@ -849,7 +961,30 @@ Status Request::Wait(std::chrono::milliseconds timeout) {
   if (!call_->cv.wait_for(lock, timeout, [&] { return call_->DoneLocked(); }))
     return Status::Timeout(std::string(call_->op) + " not answered within " + std::to_string(timeout.count()) +
                            " ms (" + std::to_string(call_->parts_left) + " server replies outstanding)");
+  if (call_->status.ok() && !call_->stamped && !call_->versions.empty()) {
+    // The caller now reads these values: later pushes of the table are
+    // computed on them (unless a later-issued pull was waited on already).
+    call_->stamped = true;
+    if (auto book = call_->book.lock())
+      book->Offer(call_->table, call_->issued, std::make_shared<const std::vector<uint64_t>>(call_->versions));
+  }
   return call_->status;
+}
+
+uint64_t Request::staleness() const {
+  if (!call_) return 0;
+  std::lock_guard<std::mutex> lock(call_->mu);
+  return call_->staleness;
+}
+
+PullStamp Request::stamp() const {
+  PullStamp s;
+  if (!call_) return s;
+  std::lock_guard<std::mutex> lock(call_->mu);
+  if (!call_->DoneLocked() || !call_->status.ok() || call_->versions.empty()) return s;
+  s.table_ = call_->table;
+  s.versions_ = std::make_shared<const std::vector<uint64_t>>(call_->versions);
+  return s;
 }
 
 Status Request::Wait() {
@@ -911,6 +1046,12 @@ Request Client::Push(const Table& t, RowRange rows, std::span<const float> grads
 }
 Request Client::Push(const Table& t, std::span<const uint64_t> keys, std::span<const float> grads) {
   return impl_->KeysRequest(true, t, keys, const_cast<float*>(grads.data()), grads.size());
+}
+Request Client::PushSteps(const Table& t, std::span<const PushStep> steps) {
+  return PushSteps(t, RowRange{0, t.spec.rows}, steps);
+}
+Request Client::PushSteps(const Table& t, RowRange rows, std::span<const PushStep> steps) {
+  return impl_->PushSteps(t, rows, steps);
 }
 Request Client::Pull(const Table& t, std::span<float> out) { return Pull(t, RowRange{0, t.spec.rows}, out); }
 Request Client::Prefetch(const Table& t, std::span<float> out) {

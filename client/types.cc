@@ -22,6 +22,7 @@ const char* const kKinds[] = {"dense", "sparse"};
 const char* const kInits[] = {"zeros", "constant", "uniform", "normal"};
 const char* const kOpts[] = {"sgd", "momentum", "adagrad", "adam"};
 const char* const kCons[] = {"sync", "bounded", "async"};
+const char* const kRules[] = {"default", "none", "scale-lr"};
 }  // namespace
 
 std::string_view ToString(TableKind k) { return kKinds[static_cast<int>(k)]; }
@@ -32,6 +33,8 @@ Status Parse(std::string_view s, TableKind* out) { return ParseName(s, kKinds, o
 Status Parse(std::string_view s, InitKind* out) { return ParseName(s, kInits, out, "initializer"); }
 Status Parse(std::string_view s, OptimizerKind* out) { return ParseName(s, kOpts, out, "optimizer"); }
 Status Parse(std::string_view s, Consistency* out) { return ParseName(s, kCons, out, "consistency"); }
+std::string_view ToString(StalenessRule r) { return kRules[static_cast<int>(r)]; }
+Status Parse(std::string_view s, StalenessRule* out) { return ParseName(s, kRules, out, "staleness rule"); }
 
 Status TableSpec::Validate() const {
   auto bad = [&](const std::string& what) {
@@ -54,6 +57,7 @@ Status TableSpec::Validate() const {
   if (init == InitKind::kUniform && !(init_a < init_b)) return bad("uniform initializer needs low < high");
   if (init == InitKind::kNormal && !(init_b >= 0)) return bad("normal initializer needs stddev >= 0");
   if (static_cast<int>(optimizer) > 3) return bad("unknown optimizer");
+  if (static_cast<int>(staleness_rule) > 2) return bad("unknown staleness rule");
   if (!std::isfinite(lr) || lr < 0) return bad("lr must be finite and >= 0");
   if (!(momentum >= 0 && momentum < 1)) return bad("momentum must be in [0, 1)");
   if (!(beta1 >= 0 && beta1 < 1)) return bad("beta1 must be in [0, 1)");
@@ -69,7 +73,8 @@ bool TableSpec::SameShape(const TableSpec& o) const {
          cols == o.cols && init == o.init && init_a == o.init_a && init_b == o.init_b &&
          seed == o.seed && optimizer == o.optimizer && lr == o.lr && momentum == o.momentum &&
          beta1 == o.beta1 && beta2 == o.beta2 && eps == o.eps &&
-         initial_accumulator == o.initial_accumulator;  // max_rows aside: a limit, not the model
+         initial_accumulator == o.initial_accumulator &&
+         staleness_rule == o.staleness_rule;  // max_rows aside: a limit, not the model
 }
 
 }  // namespace shardps

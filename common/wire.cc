@@ -10,12 +10,14 @@ namespace {
 // crafted message a vector of 8-byte scalars or structs can sit at 4 mod 8
 // and every accessor then loads misaligned. Our builder always aligns them;
 // these are the header's only such vectors (keep this list in step with
-// schema/shardps.fbs).
+// schema/shardps.fbs). An empty vector has nothing to misread (and the
+// builder does not align one: its data may sit at 4 mod 8).
 template <typename V>
 bool Aligned8(const V* v) {
-  return !v || reinterpret_cast<uintptr_t>(v->Data()) % 8 == 0;
+  return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % 8 == 0;
 }
 bool ElementsAligned(const Header* h) {
+  if (!Aligned8(h->base_versions())) return false;
   if (const auto* st = h->body_as_ServerStats()) return Aligned8(st->worker_clocks()) && Aligned8(st->waiting());
   if (const auto* js = h->body_as_JobStatus()) return Aligned8(js->waits());
   return true;
@@ -71,6 +73,8 @@ zmq::message_t Encode(flatbuffers::FlatBufferBuilder& fbb, const Fields& f, Body
                       flatbuffers::Offset<void> body) {
   flatbuffers::Offset<flatbuffers::String> msg;
   if (!f.message.empty()) msg = fbb.CreateString(f.message.data(), f.message.size());
+  flatbuffers::Offset<flatbuffers::Vector<uint64_t>> bases;
+  if (!f.base_versions.empty()) bases = fbb.CreateVector(f.base_versions.data(), f.base_versions.size());
   HeaderBuilder b(fbb);
   b.add_version(kProtocolVersion);
   b.add_type(f.type);
@@ -89,6 +93,10 @@ zmq::message_t Encode(flatbuffers::FlatBufferBuilder& fbb, const Fields& f, Body
   b.add_min_clock(f.min_clock);
   b.add_max_clock(f.max_clock);
   if (f.stopping) b.add_stopping(true);
+  if (f.steps > 1) b.add_steps(f.steps);
+  if (!f.base_versions.empty()) b.add_base_versions(bases);
+  if (f.table_version) b.add_table_version(f.table_version);
+  if (f.staleness) b.add_staleness(f.staleness);
   if (body_type != Body::NONE) {
     b.add_body_type(body_type);
     b.add_body(body);
@@ -144,14 +152,15 @@ flatbuffers::Offset<wire::TableSpec> BuildTableSpec(flatbuffers::FlatBufferBuild
   b.add_eps(t.eps);
   b.add_initial_accumulator(t.initial_accumulator);
   b.add_max_rows(t.max_rows);
+  b.add_staleness_rule(static_cast<wire::StalenessRule>(t.staleness_rule));
   return b.Finish();
 }
 
 Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   if (!in) return Status::BadMessage("missing table spec");
   if (in->kind() > wire::TableKind::MAX || in->init() > wire::InitKind::MAX ||
-      in->optimizer() > wire::OptimizerKind::MAX)
-    return Status::BadMessage("table spec with an unknown kind, initializer or optimizer");
+      in->optimizer() > wire::OptimizerKind::MAX || in->staleness_rule() > wire::StalenessRule::MAX)
+    return Status::BadMessage("table spec with an unknown kind, initializer, optimizer or staleness rule");
   shardps::TableSpec t;
   t.id = in->id();
   t.name = in->name() ? in->name()->str() : "";
@@ -170,6 +179,7 @@ Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   t.eps = in->eps();
   t.initial_accumulator = in->initial_accumulator();
   t.max_rows = in->max_rows();
+  t.staleness_rule = static_cast<shardps::StalenessRule>(in->staleness_rule());
   Status s = t.Validate();
   if (!s.ok()) return Status::BadMessage("invalid table spec: " + s.message());
   *out = std::move(t);

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct Fields {
   int64_t min_clock = 0;
   int64_t max_clock = 0;
   bool stopping = false;
+  uint32_t steps = 0;
+  std::span<const uint64_t> base_versions;
+  uint64_t table_version = 0;
+  uint64_t staleness = 0;
 };
 
 // Finishes `fbb` (which may already hold the body) into a header message.

@@ -44,7 +44,7 @@ void Adagrad(float* __restrict w, float* __restrict a, const float* __restrict g
 }
 
 void AdamRow(const TableSpec& s, float* __restrict w, float* __restrict st,
-             const float* __restrict g, float scale) {
+             const float* __restrict g, float scale, float lr_scale) {
   const uint32_t n = s.cols;
   float* __restrict m = st;
   float* __restrict v = st + n;
@@ -52,7 +52,7 @@ void AdamRow(const TableSpec& s, float* __restrict w, float* __restrict st,
   t += 1.0f;
   const float bc1 = 1.0f - std::pow(s.beta1, t);
   const float bc2 = 1.0f - std::pow(s.beta2, t);
-  const float b1 = s.beta1, b2 = s.beta2, lr = s.lr, eps = s.eps;
+  const float b1 = s.beta1, b2 = s.beta2, lr = s.lr * lr_scale, eps = s.eps;
   const float inv_bc1 = 1.0f / bc1, inv_bc2 = 1.0f / bc2;
   for (uint32_t i = 0; i < n; ++i) {
     float gi = scale * g[i];
@@ -65,25 +65,34 @@ void AdamRow(const TableSpec& s, float* __restrict w, float* __restrict st,
 }  // namespace
 
 void ApplyOptimizer(const TableSpec& spec, float* __restrict w, float* __restrict state,
-                    const float* __restrict g, size_t rows, float scale) {
+                    const float* __restrict g, size_t rows, float scale, float lr_scale) {
   const size_t n = rows * spec.cols;
   switch (spec.optimizer) {
     case OptimizerKind::kSGD:
-      Sgd(w, g, n, spec.lr * scale);
+      Sgd(w, g, n, spec.lr * scale * lr_scale);
       return;
     case OptimizerKind::kMomentum:
-      Momentum(w, state, g, n, spec.lr, spec.momentum, scale);
+      Momentum(w, state, g, n, spec.lr, spec.momentum, scale * lr_scale);
       return;
     case OptimizerKind::kAdagrad:
-      Adagrad(w, state, g, n, spec.lr, spec.eps, scale);
+      Adagrad(w, state, g, n, spec.lr * lr_scale, spec.eps, scale);
       return;
     case OptimizerKind::kAdam: {
       const size_t sw = OptimizerStateWidth(spec);
       for (size_t r = 0; r < rows; ++r)
-        AdamRow(spec, w + r * spec.cols, state + r * sw, g + r * spec.cols, scale);
+        AdamRow(spec, w + r * spec.cols, state + r * sw, g + r * spec.cols, scale, lr_scale);
       return;
     }
   }
+}
+
+StalenessRule EffectiveStalenessRule(const TableSpec& spec) {
+  return spec.staleness_rule == StalenessRule::kDefault ? StalenessRule::kScaleLr : spec.staleness_rule;
+}
+
+float StalenessLrScale(StalenessRule rule, uint64_t staleness) {
+  if (rule != StalenessRule::kScaleLr || staleness <= 1) return 1.0f;
+  return 1.0f / static_cast<float>(staleness);
 }
 
 }  // namespace shardps

@@ -94,5 +94,49 @@ TEST(Optimizer, MultiRowAdamKeepsRowsApart) {
   EXPECT_EQ(st[9], 1.0f);
 }
 
+// A stale gradient under kScaleLr (server/optimizer.h): lr * lr_scale for
+// SGD, Adagrad and Adam; momentum takes the gradient into its velocity at
+// lr_scale, leaving what earlier gradients built.
+TEST(Optimizer, StalenessScalesTheStepHandComputed) {
+  EXPECT_EQ(StalenessLrScale(StalenessRule::kScaleLr, 0), 1.0f);
+  EXPECT_EQ(StalenessLrScale(StalenessRule::kScaleLr, 1), 1.0f);
+  EXPECT_EQ(StalenessLrScale(StalenessRule::kScaleLr, 4), 0.25f);
+  EXPECT_EQ(StalenessLrScale(StalenessRule::kNone, 4), 1.0f);
+  TableSpec d = Spec(OptimizerKind::kSGD);
+  EXPECT_EQ(EffectiveStalenessRule(d), StalenessRule::kScaleLr);
+  d.staleness_rule = StalenessRule::kNone;
+  EXPECT_EQ(EffectiveStalenessRule(d), StalenessRule::kNone);
+
+  TableSpec s = Spec(OptimizerKind::kSGD);
+  std::vector<float> w = {1.0f, 1.0f}, g = {1.0f, -2.0f};
+  ApplyOptimizer(s, w.data(), nullptr, g.data(), 1, 1.0f, 0.25f);
+  EXPECT_FLOAT_EQ(w[0], 1.0f - 0.025f);
+  EXPECT_FLOAT_EQ(w[1], 1.0f + 0.05f);
+
+  TableSpec m = Spec(OptimizerKind::kMomentum);
+  std::vector<float> mw = {0.0f, 0.0f}, v(2), mg = {1.0f, 1.0f};
+  InitOptimizerState(m, v.data(), 1);
+  ApplyOptimizer(m, mw.data(), v.data(), mg.data(), 1, 1.0f);        // v = 1, w = -0.1
+  ApplyOptimizer(m, mw.data(), v.data(), mg.data(), 1, 1.0f, 0.5f);  // v = 0.5 + 0.5, w = -0.2
+  EXPECT_FLOAT_EQ(v[0], 1.0f);
+  EXPECT_FLOAT_EQ(mw[0], -0.2f);
+
+  TableSpec a = Spec(OptimizerKind::kAdagrad);
+  std::vector<float> aw = {0.0f, 0.0f}, acc(2), ag = {2.0f, 0.0f};
+  InitOptimizerState(a, acc.data(), 1);
+  ApplyOptimizer(a, aw.data(), acc.data(), ag.data(), 1, 1.0f, 0.5f);
+  EXPECT_FLOAT_EQ(acc[0], 4.1f);  // the whole gradient in the accumulator
+  EXPECT_NEAR(aw[0], -0.05 * 2.0 / std::sqrt(4.1), 1e-7);
+
+  TableSpec adam = Spec(OptimizerKind::kAdam);
+  std::vector<float> dw = {1.0f, 1.0f}, st(5), dg = {0.5f, -0.25f};
+  InitOptimizerState(adam, st.data(), 1);
+  ApplyOptimizer(adam, dw.data(), st.data(), dg.data(), 1, 1.0f, 0.5f);
+  // Step 1 of Adam moves lr * sign(g); at half the rate, 0.05.
+  EXPECT_NEAR(dw[0], 0.95, 1e-6);
+  EXPECT_NEAR(dw[1], 1.05, 1e-6);
+  EXPECT_FLOAT_EQ(st[4], 1.0f);
+}
+
 }  // namespace
 }  // namespace shardps

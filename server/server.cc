@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/wire.h"
+#include "server/optimizer.h"
 
 namespace shardps {
 
@@ -294,6 +295,7 @@ void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const Sta
 
 Status Server::CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push,
                             ServerTable** t, const uint64_t** keys, const float** values) {
+  // values: kMaxPushSteps pointers for a push (one per step), unused for a pull.
   if (!view_.complete()) return Status::NotReady("server has no shard map yet");
   if (refused_tables_.count(h.table()))
     return Status::TooLarge("table id " + std::to_string(h.table()) + " is not held by server " +
@@ -304,11 +306,20 @@ Status Server::CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& 
   ServerTable* table = tables_[h.table()].get();
   const TableSpec& spec = table->spec();
   const bool by_keys = h.key_count() > 0;
-  const size_t want_frames = 2 + (by_keys ? 1 : 0) + (push ? 1 : 0);
+  const uint32_t steps = push ? std::max<uint32_t>(1, h.steps()) : 0;
+  if (!push && (h.steps() > 1 || h.base_versions()))
+    return Status::BadMessage("a pull carries no steps or base versions");
+  if (steps > kMaxPushSteps)
+    return Status::TooLarge("a push of " + std::to_string(steps) + " steps (at most " +
+                            std::to_string(kMaxPushSteps) + " gradients per push)");
+  if (h.base_versions() && h.base_versions()->size() != steps)
+    return Status::BadMessage("a push of " + std::to_string(steps) + " steps with " +
+                              std::to_string(h.base_versions()->size()) + " base versions");
+  const size_t want_frames = 2 + (by_keys ? 1 : 0) + steps;
   if (frames.size() != want_frames)
     return Status::BadMessage(std::string(push ? "push" : "pull") + " by " +
-                              (by_keys ? "keys" : "row range") + " takes " +
-                              std::to_string(want_frames - 1) + " frames, got " +
+                              (by_keys ? "keys" : "row range") + (steps > 1 ? " of " + std::to_string(steps) + " steps" : "") +
+                              " takes " + std::to_string(want_frames - 1) + " frames, got " +
                               std::to_string(frames.size() - 1));
   uint64_t rows;
   const uint64_t max_rows = opts_.max_request_bytes / 4 / spec.cols;
@@ -340,9 +351,13 @@ Status Server::CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& 
     if (!s.ok()) return s;
   }
   if (push) {
-    Status s = wire::CheckFrameSize("values", frames.back().size(), rows * spec.cols * 4);
-    if (!s.ok()) return s;
-    *values = wire::ArrayView<float>(frames.back(), value_scratch_);
+    if (step_scratch_.size() < steps) step_scratch_.resize(steps);
+    const size_t first = frames.size() - steps;
+    for (uint32_t j = 0; j < steps; ++j) {
+      Status s = wire::CheckFrameSize("values", frames[first + j].size(), rows * spec.cols * 4);
+      if (!s.ok()) return s;
+      values[j] = wire::ArrayView<float>(frames[first + j], step_scratch_[j]);
+    }
   }
   *t = table;
   return Status::OK();
@@ -351,8 +366,8 @@ Status Server::CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& 
 void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   ServerTable* t;
   const uint64_t* keys;
-  const float* values;
-  Status s = CheckRequest(h, frames, true, &t, &keys, &values);
+  const float* values[kMaxPushSteps];
+  Status s = CheckRequest(h, frames, true, &t, &keys, values);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   const bool worker = h.role() == wire::Role::Worker;
   const int rank = h.rank();
@@ -368,7 +383,14 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     }
     last_seq_[rank] = h.seq();
   }
+  const uint32_t steps = std::max<uint32_t>(1, h.steps());
   if (worker && view_.consistency == Consistency::kSync) {
+    if (steps > 1)
+      return ReplyError(frames[0], h.request_id(),
+                        Status::InvalidArgument("a push of " + std::to_string(steps) +
+                                                " steps under sync: a synchronous clock is one step of the "
+                                                "workers' averaged gradients (several steps per push are for "
+                                                "bounded staleness and async)"));
     if (h.clock() < 0 || h.clock() > clocks_[rank] + 2)
       return ReplyError(frames[0], h.request_id(),
                         Status::InvalidArgument("push for clock " + std::to_string(h.clock()) + " but worker " +
@@ -395,13 +417,32 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     return;
   }
   m_.pushes.SingleWriterInc();
-  m_.push_bytes.SingleWriterAdd(frames.back().size());
-  if (keys) {
+  m_.push_bytes.SingleWriterAdd(frames.back().size() * steps);
+  m_.push_steps.SingleWriterAdd(steps);
+  if (keys)
     EnsureCopiedKeys(h.table(), keys, h.key_count());
-    t->ApplyKeys(keys, h.key_count(), values, 1.0f);
-  } else {
+  else
     EnsureCopiedRange(h.table(), h.row_begin(), h.row_end());
-    t->ApplyRange(h.row_begin(), h.row_end(), values, 1.0f);
+  // Each gradient is one optimizer step, in order. A worker's push says on
+  // which version of these rows each was computed: its staleness is the
+  // updates applied since (this push's earlier steps included), and the
+  // table's rule weighs it (docs/consistency.md, "Stale gradients").
+  const auto* bases = worker ? h.base_versions() : nullptr;
+  const StalenessRule rule = EffectiveStalenessRule(t->spec());
+  for (uint32_t j = 0; j < steps; ++j) {
+    float lr_scale = 1.0f;
+    if (bases) {
+      const uint64_t now = keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end());
+      const uint64_t base = bases->Get(j);
+      const uint64_t tau = now > base ? now - base : 0;  // a base from before a restart: fresh
+      m_.staleness.SingleWriterObserve(static_cast<double>(tau));
+      ok.staleness = std::max(ok.staleness, tau);
+      lr_scale = StalenessLrScale(rule, tau);
+    }
+    if (keys)
+      t->ApplyKeys(keys, h.key_count(), values[j], 1.0f, lr_scale);
+    else
+      t->ApplyRange(h.row_begin(), h.row_end(), values[j], 1.0f, lr_scale);
   }
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
 }
@@ -437,6 +478,7 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   f.request_id = h.request_id();
   f.min_clock = MinClock();
   f.max_clock = MaxClock();
+  f.table_version = keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end());
   std::vector<zmq::message_t> out;
   out.emplace_back(frames[0].data(), frames[0].size());
   out.push_back(wire::EncodeSimple(fbb_, f));
@@ -628,6 +670,13 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
   }
 }
 
+namespace {
+std::span<const double> StalenessBuckets() {
+  static const double b[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256};
+  return b;
+}
+}  // namespace
+
 Server::Metrics::Metrics(metrics::Registry& r)
     : pushes(r.GetCounter("shardps_push_requests_total", "Push requests applied or buffered")),
       pulls(r.GetCounter("shardps_pull_requests_total", "Pull requests answered")),
@@ -635,6 +684,8 @@ Server::Metrics::Metrics(metrics::Registry& r)
       pull_bytes(r.GetCounter("shardps_pull_bytes_total", "Parameter bytes sent in pull replies")),
       ticks(r.GetCounter("shardps_ticks_total", "Clock ticks received from workers")),
       errors(r.GetCounter("shardps_request_errors_total", "Requests answered with an error")),
+      push_steps(r.GetCounter("shardps_push_steps_total",
+                              "Optimizer steps applied from pushes (a push may carry several batches' gradients)")),
       push_seconds(r.GetHistogram("shardps_push_duration_seconds",
                                   "Time from receiving a push to its reply (applying it, or buffering it under sync)",
                                   metrics::LatencyBuckets())),
@@ -644,6 +695,10 @@ Server::Metrics::Metrics(metrics::Registry& r)
       wait_seconds(r.GetHistogram("shardps_consistency_wait_seconds",
                                   "Time pulls were held for slower workers (sync, bounded staleness)",
                                   metrics::LatencyBuckets())),
+      staleness(r.GetHistogram("shardps_push_staleness",
+                               "Per applied step of a worker's push (bounded staleness, async): updates its rows took "
+                               "between the pull its gradient was computed on and the push",
+                               StalenessBuckets())),
       parked(r.GetGauge("shardps_parked_pulls", "Pulls waiting for slower workers now")),
       buffered(r.GetGauge("shardps_buffered_pushes", "Synchronous pushes waiting for the end of their clock")),
       applied_clock(r.GetGauge("shardps_applied_clock", "Sync: clocks below this one are applied")),
@@ -717,14 +772,16 @@ Status Server::Run(const std::atomic<bool>& stop) {
     zmq::pollitem_t items[] = {{data_.handle(), 0, ZMQ_POLLIN, 0}, {coord_.handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, cut_active_ ? Millis(0) : std::max(wait, Millis(1)));
     while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);  // cluster updates first
-    // A request has at most 4 frames (identity, header, keys, values): more
-    // are dropped as they are read, and the request refused.
+    // A request has at most 3 + kMaxPushSteps frames (identity, header, keys,
+    // one values frame per step): more are dropped as they are read, and the
+    // request refused.
     size_t dropped = 0;
-    for (int i = 0; i < 256 && RecvMultipart(data_, &frames, true, 4, &dropped); ++i) {
+    for (int i = 0; i < 256 && RecvMultipart(data_, &frames, true, 3 + kMaxPushSteps, &dropped); ++i) {
       if (dropped && frames.size() >= 2) {
         const wire::Header* h = nullptr;
         const uint64_t id = wire::ParseHeader(frames[1], header_scratch_, &h).ok() ? h->request_id() : 0;
-        ReplyError(frames[0], id, Status::BadMessage("a request has at most 3 frames (header, keys, values), got " +
+        ReplyError(frames[0], id, Status::BadMessage("a request has at most " + std::to_string(2 + kMaxPushSteps) +
+                                                     " frames (header, keys, a push's values per step), got " +
                                                      std::to_string(frames.size() - 1 + dropped)));
         continue;
       }

@@ -103,8 +103,8 @@ class Server {
   // Everything the server counts, in registry_ (docs/operations.md).
   struct Metrics {
     explicit Metrics(metrics::Registry& r);
-    metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors;
-    metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds;
+    metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors, &push_steps;
+    metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds, &staleness;
     metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;
   };
   void UpdateGauges();
@@ -119,8 +119,10 @@ class Server {
   void HandleData(std::vector<zmq::message_t>& frames);
   void HandleCoordinator(std::vector<zmq::message_t>& frames);
   void ApplyCluster(const ClusterView& v);
+  // A push carries at most this many gradients (optimizer steps).
+  static constexpr uint32_t kMaxPushSteps = 64;
   // Validates a push/pull; on success *t is its table and keys/values point
-  // at its frames (values null for pulls).
+  // at its frames (values: one per step of a push, kMaxPushSteps slots).
   Status CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push,
                       ServerTable** t, const uint64_t** keys, const float** values);
   void Push(const wire::Header& h, std::vector<zmq::message_t>& frames);
@@ -187,6 +189,7 @@ class Server {
   std::vector<uint64_t> header_scratch_;
   std::vector<uint64_t> key_scratch_;
   std::vector<float> value_scratch_;
+  std::vector<std::vector<float>> step_scratch_;  // a push's gradients, when a frame is misaligned
   bool shutdown_ = false;
   Status fatal_;  // why the server stopped on its own (restore failure)
   uint64_t next_request_id_ = 1;

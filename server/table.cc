@@ -14,7 +14,8 @@ namespace shardps {
 
 ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
                          const std::vector<uint32_t>& owned, bool initialize)
-    : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)) {
+    : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)),
+      versions_(partitions, 0), counted_in_(partitions, 0) {
   chunk_rows_ = static_cast<uint32_t>(std::clamp<uint64_t>((1u << 20) / row_bytes(), 1, 1024));
   if (spec_.kind == TableKind::kDense) bytes_ = DenseBytes(spec_, partitions, owned);
   if (spec_.kind == TableKind::kDense) {
@@ -174,13 +175,47 @@ void ServerTable::ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq:
   }
 }
 
-void ServerTable::ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale) {
+void ServerTable::ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale, float lr_scale) {
   const size_t c = spec_.cols, sw = state_width_;
   ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
     Own(part);
     ApplyOptimizer(spec_, part.w() + first * c, part.state.data() + first * sw,
-                   g + off * c, n, scale);
+                   g + off * c, n, scale, lr_scale);
   });
+  for (uint32_t p = PartitionOfRow(begin, spec_.rows, partitions_),
+                last = PartitionOfRow(end - 1, spec_.rows, partitions_);
+       p <= last; ++p)
+    ++versions_[p];
+}
+
+uint64_t ServerTable::RangeVersion(uint64_t begin, uint64_t end) const {
+  uint64_t v = 0;
+  for (uint32_t p = PartitionOfRow(begin, spec_.rows, partitions_),
+                last = PartitionOfRow(end - 1, spec_.rows, partitions_);
+       p <= last; ++p)
+    v = std::max(v, versions_[p]);
+  return v;
+}
+
+uint32_t ServerTable::PartitionOfKey(uint64_t key) const {
+  return spec_.kind == TableKind::kDense ? PartitionOfRow(key, spec_.rows, partitions_) : PartitionOfId(key, partitions_);
+}
+
+uint64_t ServerTable::KeysVersion(const uint64_t* keys, size_t n) const {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v = std::max(v, versions_[PartitionOfKey(keys[i])]);
+  return v;
+}
+
+void ServerTable::CountKeys(const uint64_t* keys, size_t n) {
+  ++calls_;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t p = PartitionOfKey(keys[i]);
+    if (counted_in_[p] != calls_) {
+      counted_in_[p] = calls_;
+      ++versions_[p];
+    }
+  }
 }
 
 void ServerTable::AccumulateRange(uint64_t begin, uint64_t end, const float* g) {
@@ -273,7 +308,8 @@ uint64_t ServerTable::DenseBytes(const TableSpec& spec, uint32_t partitions, con
   return rows * (spec.cols + OptimizerStateWidth(spec)) * sizeof(float);
 }
 
-void ServerTable::ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale) {
+void ServerTable::ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale) {
+  CountKeys(keys, n);
   const size_t c = spec_.cols;
   for (size_t i = 0; i < n; ++i) {
     float* state;
@@ -284,7 +320,7 @@ void ServerTable::ApplyKeys(const uint64_t* keys, size_t n, const float* g, floa
       w = SparseRow(keys[i]);
       state = w + c;
     }
-    ApplyOptimizer(spec_, w, state, g + i * c, 1, scale);
+    ApplyOptimizer(spec_, w, state, g + i * c, 1, scale, lr_scale);
   }
 }
 
@@ -311,11 +347,14 @@ void ServerTable::ApplyAccumulated(float scale) {
       DensePart& part = *pp;
       const uint64_t rows = part.end - part.begin;
       uint64_t r = 0;
+      bool counted = false;
       while (r < rows) {
         if (!part.touched[r]) {
           ++r;
           continue;
         }
+        if (!counted) ++versions_[PartitionOfRow(part.begin, spec_.rows, partitions_)];
+        counted = true;
         uint64_t s = r;
         while (r < rows && part.touched[r]) part.touched[r++] = 0;
         Own(part);

@@ -83,10 +83,21 @@ class ServerTable {
   // Dense bytes a server holding `owned` partitions needs for `spec`.
   static uint64_t DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
 
-  // Applies the optimizer to the rows, gradient scaled by `scale`.
-  // A key repeated within one call is applied once per occurrence.
-  void ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale);
-  void ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale);
+  // Applies the optimizer to the rows, gradient scaled by `scale`, this
+  // step's learning rate by `lr_scale` (server/optimizer.h). A key repeated
+  // within one call is applied once per occurrence. Each call is one update
+  // of every partition it touches (see RangeVersion).
+  void ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale, float lr_scale = 1.0f);
+  void ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale = 1.0f);
+
+  // Versions, for staleness (docs/consistency.md, "Stale gradients"): each
+  // partition counts the updates applied to it since this table was made
+  // on this server (an Apply* call or an ApplyAccumulated touching it is
+  // one). The version of some rows is the largest count among the
+  // partitions they lie in: a pull reports it, and a push's staleness is
+  // the version now minus the version its gradient was computed on.
+  uint64_t RangeVersion(uint64_t begin, uint64_t end) const;
+  uint64_t KeysVersion(const uint64_t* keys, size_t n) const;
 
   // Synchronous mode: sum gradients into the accumulator (in call order),
   // then apply the sum once, scaled by `scale`, and reset the accumulator.
@@ -160,6 +171,13 @@ class ServerTable {
   std::vector<uint64_t> acc_keys_;
   std::vector<float> acc_;
   bool dense_acc_dirty_ = false;
+  // Updates per partition (RangeVersion); for ApplyKeys, the call in which
+  // each partition was last counted, so a call counts a partition once.
+  std::vector<uint64_t> versions_;
+  std::vector<uint64_t> counted_in_;
+  uint64_t calls_ = 0;
+  void CountKeys(const uint64_t* keys, size_t n);
+  uint32_t PartitionOfKey(uint64_t key) const;
 };
 
 }  // namespace shardps

@@ -133,6 +133,38 @@ TEST(ServerTable, AccumulateSumsInCallOrderThenAppliesOnce) {
   EXPECT_FLOAT_EQ(v[0], -0.5f);
 }
 
+// Versions (staleness): each update counts once for every partition it
+// touches; the version of some rows is the largest count among their
+// partitions.
+TEST(ServerTable, VersionsCountUpdatesPerPartition) {
+  TableSpec s = Dense(100, 2);  // 4 partitions of 25 rows
+  ServerTable t(s, 4, All(4));
+  std::vector<float> g(100 * 2, 0.1f);
+  EXPECT_EQ(t.RangeVersion(0, 100), 0u);
+  t.ApplyRange(0, 100, g.data(), 1.0f);  // every partition: 1
+  t.ApplyRange(0, 30, g.data(), 1.0f);   // partitions 0, 1: 2
+  t.ApplyRange(10, 20, g.data(), 1.0f);  // partition 0: 3
+  EXPECT_EQ(t.RangeVersion(0, 25), 3u);
+  EXPECT_EQ(t.RangeVersion(25, 50), 2u);
+  EXPECT_EQ(t.RangeVersion(50, 100), 1u);
+  EXPECT_EQ(t.RangeVersion(20, 60), 3u);
+  // A call by keys counts each partition it touches once, however many keys.
+  uint64_t keys[] = {60, 61, 62, 99};
+  t.ApplyKeys(keys, 4, g.data(), 1.0f);
+  EXPECT_EQ(t.RangeVersion(50, 75), 2u);
+  EXPECT_EQ(t.RangeVersion(75, 100), 2u);
+  uint64_t k50[] = {51};
+  EXPECT_EQ(t.KeysVersion(k50, 1), 2u);
+  uint64_t k0[] = {0, 99};
+  EXPECT_EQ(t.KeysVersion(k0, 2), 3u);
+  // A synchronous clock is one update of the partitions it touched.
+  t.AccumulateRange(30, 40, g.data());
+  t.AccumulateRange(30, 40, g.data());
+  t.ApplyAccumulated(0.5f);
+  EXPECT_EQ(t.RangeVersion(25, 50), 3u);
+  EXPECT_EQ(t.RangeVersion(75, 100), 2u);
+}
+
 TEST(ServerTable, SparseAccumulate) {
   TableSpec s = Dense(0, 1);
   s.kind = TableKind::kSparse;

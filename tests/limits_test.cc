@@ -215,10 +215,33 @@ TEST_F(LimitsTest, FarFuturePullsAndHeldPushFloodsAreRefused) {
   f.clock = 0;
   frames.clear();
   frames.push_back(wire::EncodeSimple(fbb, f));
-  for (int i = 0; i < 50; ++i) frames.emplace_back(1024);
+  for (int i = 0; i < 100; ++i) frames.emplace_back(1024);
   s = exchange(std::move(frames));
   EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
-  EXPECT_NE(s.message().find("at most 3 frames"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("at most 66 frames"), std::string::npos) << s.ToString();
+  // Pushes of several steps that do not add up (raw: the client never sends them).
+  auto push_of = [&](uint32_t steps, size_t value_frames, std::vector<uint64_t> bases) {
+    wire::Fields p = f;
+    p.type = wire::MsgType::Push;
+    p.steps = steps;
+    p.base_versions = bases;
+    std::vector<zmq::message_t> fr;
+    fr.push_back(wire::EncodeSimple(fbb, p));
+    for (size_t i = 0; i < value_frames; ++i) fr.emplace_back(t.cols() * 4);
+    return exchange(std::move(fr));
+  };
+  s = push_of(3, 3, {1, 2});
+  EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
+  EXPECT_NE(s.message().find("a push of 3 steps with 2 base versions"), std::string::npos) << s.ToString();
+  s = push_of(3, 2, {});
+  EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
+  EXPECT_NE(s.message().find("of 3 steps takes 4 frames, got 3"), std::string::npos) << s.ToString();
+  s = push_of(65, 1, {});
+  EXPECT_EQ(s.code(), Code::kTooLarge) << s.ToString();
+  EXPECT_NE(s.message().find("a push of 65 steps (at most 64"), std::string::npos) << s.ToString();
+  s = push_of(2, 2, {});  // well formed, but this job is synchronous
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("a push of 2 steps under sync"), std::string::npos) << s.ToString();
 
   // Within the bound a pull ahead is held until the others catch up.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(w0->ClockAsync().Wait().ok());

@@ -56,6 +56,7 @@ struct Options {
   bool static_shards = false;  // bounded/async: own shard instead of the shared pool
   int work_chunk = 8;          // batches per claim from the pool
   int max_fill = 2;            // batches per clock trained while the next parameters are on their way
+  std::string staleness_rule = "default";
   // sparse-lr
   uint64_t examples = 1'000'000, id_space = 10'000'000;
   int ids_per_example = 20, eval_examples = 20000;
@@ -159,20 +160,6 @@ class EpochBatches {
   WorkRange grant_;
 };
 
-// acc += g
-void AddTo(std::vector<float>& acc, const float* g) {
-  float* a = acc.data();
-  for (size_t i = 0, n = acc.size(); i < n; ++i) a[i] += g[i];
-}
-// g += acc; acc = 0
-void TakeFrom(std::vector<float>& acc, float* g) {
-  float* a = acc.data();
-  for (size_t i = 0, n = acc.size(); i < n; ++i) {
-    g[i] += a[i];
-    a[i] = 0.0f;
-  }
-}
-
 std::vector<int> ParseHidden(const std::string& s) {
   std::vector<int> out;
   std::stringstream ss(s);
@@ -206,6 +193,8 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
 
   OptimizerKind opt;
   CHECK_OK(Parse(o.optimizer, &opt));
+  StalenessRule rule;
+  CHECK_OK(Parse(o.staleness_rule, &rule));
   std::vector<Table> wt(L), bt(L);
   for (int l = 0; l < L; ++l) {
     TableSpec w;
@@ -217,6 +206,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
     w.seed = o.seed * 100 + static_cast<uint64_t>(l);
     w.optimizer = opt;
     w.lr = o.lr;
+    w.staleness_rule = rule;
     TableSpec b = w;
     b.name = o.model + ".b" + std::to_string(l);
     b.rows = 1;
@@ -255,6 +245,24 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       if (min_clock) *min_clock = std::min(*min_clock, r.min_clock());
     }
   };
+  // Staleness of the pushes as the servers measured it (updates).
+  uint64_t push_stale_max = 0, push_stale_sum = 0, push_stale_n = 0;
+  auto drain_pushes = [&] {
+    for (auto& r : pushes) {
+      CHECK_OK(r.Wait());
+      const uint64_t st = r.staleness();
+      push_stale_max = std::max(push_stale_max, st);
+      push_stale_sum += st;
+      ++push_stale_n;
+    }
+    pushes.clear();
+  };
+  // The versions of the parameters on the device (per table: w0, b0, w1, ...),
+  // what the gradients computed on them are based on.
+  std::vector<PullStamp> on_device(2 * L);
+  auto use_pulls = [&] {
+    for (size_t i = 0; i < pulls.size(); ++i) on_device[i] = pulls[i].stamp();
+  };
 
   // Where the batches come from. Sync: rank i of N takes every N-th example
   // of the epoch's permutation (its own shard; the N batches of step t are
@@ -290,29 +298,42 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   size_t wait_i = 0;
   long filled = 0;
   int fills_this_clock = 0;
-  // Gradients of the batches trained while held back, not pushed yet, and
-  // where they are downloaded to (the push buffers may still be on the wire).
-  std::vector<std::vector<float>> accw(L), accb(L);
-  std::vector<HostBuffer> sw, sb;
-  for (int l = 0; l < L; ++l) {
-    sw.emplace_back(&dev, mlp.weight_size(l));
-    sb.emplace_back(&dev, mlp.bias_size(l));
-    accw[l].assign(mlp.weight_size(l), 0.0f);
-    accb[l].assign(mlp.bias_size(l), 0.0f);
-  }
+  // Gradients of the batches trained while held back (fill_w[f][l], ...),
+  // not pushed yet, and the parameters' versions each was computed on: they
+  // go out with the next step's gradients as one push of several optimizer
+  // steps (Client::PushSteps).
+  const int max_fill = std::max(0, o.max_fill);
+  std::vector<std::vector<HostBuffer>> fill_w(max_fill), fill_b(max_fill);
+  std::vector<std::vector<PullStamp>> fill_based(max_fill);
+  for (int f = 0; f < max_fill; ++f)
+    for (int l = 0; l < L; ++l) {
+      fill_w[f].emplace_back(&dev, mlp.weight_size(l));
+      fill_b[f].emplace_back(&dev, mlp.bias_size(l));
+    }
   int acc_batches = 0;
+  // Layer l's push: the fills' gradients, then `gw`/`gb` (unless null).
+  auto push_layer = [&](int l, const float* gwl, const float* gbl) {
+    if (acc_batches == 0) {
+      pushes.push_back(ps.Push(wt[l], std::span<const float>(gwl, gw[l].size())));
+      pushes.push_back(ps.Push(bt[l], std::span<const float>(gbl, gb[l].size())));
+      return;
+    }
+    std::vector<PushStep> sw, sb;
+    for (int f = 0; f < acc_batches; ++f) {
+      sw.push_back({std::span<const float>(fill_w[f][l].data(), fill_w[f][l].size()), fill_based[f][2 * l]});
+      sb.push_back({std::span<const float>(fill_b[f][l].data(), fill_b[f][l].size()), fill_based[f][2 * l + 1]});
+    }
+    if (gwl) {
+      sw.push_back({std::span<const float>(gwl, gw[l].size()), on_device[2 * l]});
+      sb.push_back({std::span<const float>(gbl, gb[l].size()), on_device[2 * l + 1]});
+    }
+    pushes.push_back(ps.PushSteps(wt[l], sw));
+    pushes.push_back(ps.PushSteps(bt[l], sb));
+  };
   auto flush_acc = [&] {
     if (acc_batches == 0) return;
-    wait_all(pushes, nullptr);
-    pushes.clear();
-    for (int l = 0; l < L; ++l) {
-      std::fill_n(gw[l].data(), gw[l].size(), 0.0f);
-      std::fill_n(gb[l].data(), gb[l].size(), 0.0f);
-      TakeFrom(accw[l], gw[l].data());
-      TakeFrom(accb[l], gb[l].data());
-      pushes.push_back(ps.Push(wt[l], std::span<const float>(gw[l].data(), gw[l].size())));
-      pushes.push_back(ps.Push(bt[l], std::span<const float>(gb[l].data(), gb[l].size())));
-    }
+    drain_pushes();
+    for (int l = 0; l < L; ++l) push_layer(l, nullptr, nullptr);
     acc_batches = 0;
   };
   bool have_params = false;
@@ -352,12 +373,14 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       if (fill) {
         ++fills_this_clock;
         ++filled;
+        // The fill buffers of the previous clock's push must be free.
+        drain_pushes();
+        const int f = acc_batches;
+        fill_based[f] = on_device;
         mlp.Forward(dx.data(), B);
         mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
-          dev.Download(sw[l].data(), mlp.grad_weight(l).data(), sw[l].size());
-          dev.Download(sb[l].data(), mlp.grad_bias(l).data(), sb[l].size());
-          AddTo(accw[l], sw[l].data());
-          AddTo(accb[l], sb[l].data());
+          dev.Download(fill_w[f][l].data(), mlp.grad_weight(l).data(), fill_w[f][l].size());
+          dev.Download(fill_b[f][l].data(), mlp.grad_bias(l).data(), fill_b[f][l].size());
         });
         ++acc_batches;
       } else {
@@ -368,6 +391,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
         recent_waits[wait_i++ % recent_waits.size()] = waited;
         stale = std::max<int64_t>(0, ps.clock() - min_clock);
         last_min_clock = min_clock;
+        use_pulls();
         for (int l = 0; l < L; ++l) {
           dev.Upload(mlp.weight(l).data(), pw[l].data(), pw[l].size());
           dev.Upload(mlp.bias(l).data(), pb[l].data(), pb[l].size());
@@ -382,17 +406,11 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
           dev.Sync();
           issue_pulls(true);
         }
-        wait_all(pushes, nullptr);  // the previous step's gradient buffers are free again
-        pushes.clear();
+        drain_pushes();  // the previous step's gradient buffers are free again
         mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
           dev.Download(gw[l].data(), mlp.grad_weight(l).data(), gw[l].size());
           dev.Download(gb[l].data(), mlp.grad_bias(l).data(), gb[l].size());
-          if (acc_batches > 0) {
-            TakeFrom(accw[l], gw[l].data());
-            TakeFrom(accb[l], gb[l].data());
-          }
-          pushes.push_back(ps.Push(wt[l], std::span<const float>(gw[l].data(), gw[l].size())));
-          pushes.push_back(ps.Push(bt[l], std::span<const float>(gb[l].data(), gb[l].size())));
+          push_layer(l, gw[l].data(), gb[l].data());
         });
         acc_batches = 0;
         CHECK_OK(tick.Wait());  // the previous tick (long answered)
@@ -424,8 +442,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       if (pooled) {
         // The outstanding prefetch may predate this worker's last pushes:
         // read the end-of-epoch model afresh.
-        wait_all(pushes, nullptr);
-        pushes.clear();
+        drain_pushes();
         int64_t ignored = INT64_MAX;
         wait_all(pulls, &ignored);
         issue_pulls(false);
@@ -460,14 +477,16 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       issue_pulls(false);
     }
   }
-  wait_all(pushes, nullptr);
+  drain_pushes();
   CHECK_OK(tick.Wait());
   int64_t mc = INT64_MAX;
   wait_all(pulls, &mc);
   const double secs = Now() - t_start;
   std::printf("worker %d | finished %d epochs in %.1f s | %ld batches (%ld while the next parameters were held back) | "
-              "%.0f samples/s\n",
-              rank, epochs_done, secs, progress.samples / B, filled, static_cast<double>(progress.samples) / secs);
+              "%.0f samples/s | push staleness mean %.2f max %llu updates\n",
+              rank, epochs_done, secs, progress.samples / B, filled, static_cast<double>(progress.samples) / secs,
+              static_cast<double>(push_stale_sum) / std::max<uint64_t>(1, push_stale_n),
+              static_cast<unsigned long long>(push_stale_max));
   if (!o.save_params.empty() && rank == o.eval_rank) {
     std::ofstream f(o.save_params, std::ios::binary | std::ios::trunc);
     for (int l = 0; l < L; ++l) {
@@ -640,7 +659,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", o.max_steps, "at most this many steps per epoch (per worker)")->check(CLI::NonNegativeNumber);
   app.add_flag("--static-shards", o.static_shards, "bounded/async: train only this rank's shard, not batches claimed from the epoch's shared pool");
   app.add_option("--work-chunk", o.work_chunk, "bounded/async: batches claimed from the pool at a time")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  app.add_option("--max-fill", o.max_fill, "bounded/async: batches per clock trained on the current parameters while the next ones are held back (0: wait)")->check(CLI::Range(0, 1000))->capture_default_str();
+  app.add_option("--staleness-rule", o.staleness_rule, "bounded/async: how the servers weigh a stale gradient: default, none, scale-lr (docs/consistency.md)")->capture_default_str();
+  app.add_option("--max-fill", o.max_fill, "bounded/async: batches per clock trained on the current parameters while the next ones are held back (0: wait); each is its own optimizer step, pushed with the next step's gradients")->check(CLI::Range(0, 63))->capture_default_str();
   app.add_option("--examples", o.examples, "sparse-lr: training examples")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--id-space", o.id_space, "sparse-lr: feature ids")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--ids-per-example", o.ids_per_example, "sparse-lr: features per example")->check(CLI::Range(1, 10000))->capture_default_str();

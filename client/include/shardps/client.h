@@ -130,6 +130,32 @@ class SHARDPS_EXPORT PulledRows {
   std::shared_ptr<detail::PulledFrames> frames_;
 };
 
+// Which version of a table's rows a pull read (each server's, see
+// docs/consistency.md, "Stale gradients"): what a gradient computed on those
+// values is based on. A push names it so the servers know how stale the
+// gradient is. Empty: unknown (the gradient is taken as fresh).
+class SHARDPS_EXPORT PullStamp {
+ public:
+  PullStamp() = default;
+  bool empty() const { return !versions_; }
+
+ private:
+  friend class Request;
+  friend class detail::ClientImpl;
+  uint32_t table_ = 0;
+  std::shared_ptr<const std::vector<uint64_t>> versions_;
+};
+
+// One optimizer step of a PushSteps: the gradient of one batch (same shape
+// as a Push of the rows), and the pull its parameters came from.
+struct PushStep {
+  std::span<const float> grads;
+  PullStamp based_on;
+};
+
+// The most steps one PushSteps may carry.
+inline constexpr size_t kMaxPushSteps = 64;
+
 // An outstanding push, pull or tick. A default-constructed Request is
 // complete and OK.
 class SHARDPS_EXPORT Request {
@@ -146,6 +172,15 @@ class SHARDPS_EXPORT Request {
   // smallest over the servers that answered); max_clock() is the fastest.
   int64_t min_clock() const;
   int64_t max_clock() const;
+  // For a pull whose Wait() returned OK: the versions of the rows it read,
+  // for PushSteps. (Waiting on a pull also makes it the table's latest:
+  // a plain Push is based on the latest-issued pull of its table that a
+  // caller waited on.)
+  PullStamp stamp() const;
+  // For a push (bounded staleness, async): the largest staleness among its
+  // steps as the servers measured it (updates its rows took between the
+  // pull it was based on and the push; 0: fresh or not known).
+  uint64_t staleness() const;
 
  private:
   friend class detail::ClientImpl;
@@ -172,6 +207,12 @@ class SHARDPS_EXPORT Client {
   Request Push(const Table& t, std::span<const float> grads);
   Request Push(const Table& t, RowRange rows, std::span<const float> grads);
   Request Push(const Table& t, std::span<const uint64_t> keys, std::span<const float> grads);
+  // Several batches' gradients in one push (bounded staleness and async),
+  // each applied as its own optimizer step, in order: what k Pushes would
+  // do, in one message per server. Each step names the pull it was computed
+  // on. Under sync, InvalidArgument (a clock is one step).
+  Request PushSteps(const Table& t, std::span<const PushStep> steps);
+  Request PushSteps(const Table& t, RowRange rows, std::span<const PushStep> steps);
   // Parameters into `out`, same shapes as Push.
   Request Pull(const Table& t, std::span<float> out);
   Request Pull(const Table& t, RowRange rows, std::span<float> out);

@@ -16,6 +16,14 @@ enum class OptimizerKind : uint8_t { kSGD = 0, kMomentum, kAdagrad, kAdam };
 // kSync: bulk-synchronous (BSP); kBounded: stale synchronous (SSP, staleness
 // s); kAsync: never waits. See docs/consistency.md.
 enum class Consistency : uint8_t { kSync = 0, kBounded, kAsync };
+// How a server weighs a stale gradient under bounded staleness and async
+// (docs/consistency.md, "Stale gradients"); sync gradients are never stale.
+//  kDefault: the rule measured best (today kScaleLr);
+//  kNone:    every gradient at the table's lr;
+//  kScaleLr: lr / max(1, staleness), staleness = updates the rows took
+//            between the pull a gradient was computed on and its push
+//            (Zhang et al., "Staleness-aware Async-SGD", IJCAI 2016).
+enum class StalenessRule : uint8_t { kDefault = 0, kNone, kScaleLr };
 
 // A model table. Parameters are float32, `cols` per row.
 //  - dense: `rows` x `cols`, rows split into contiguous ranges;
@@ -45,6 +53,7 @@ struct SHARDPS_EXPORT TableSpec {
   // by its share of the partitions); 0: only the servers' memory budgets
   // limit it. A request that would create more gets TooLarge.
   uint64_t max_rows = 0;
+  StalenessRule staleness_rule = StalenessRule::kDefault;
 
   // OK, or InvalidArgument naming the first field that is wrong.
   Status Validate() const;
@@ -56,10 +65,12 @@ SHARDPS_EXPORT std::string_view ToString(TableKind k);
 SHARDPS_EXPORT std::string_view ToString(InitKind k);
 SHARDPS_EXPORT std::string_view ToString(OptimizerKind k);
 SHARDPS_EXPORT std::string_view ToString(Consistency c);
+SHARDPS_EXPORT std::string_view ToString(StalenessRule r);
 // Parse the names above ("dense", "sgd", "adam", "sync", "bounded", ...).
 SHARDPS_EXPORT Status Parse(std::string_view s, TableKind* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, InitKind* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, OptimizerKind* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, Consistency* out);
+SHARDPS_EXPORT Status Parse(std::string_view s, StalenessRule* out);
 
 }  // namespace shardps

@@ -1,0 +1,233 @@
+// Per-batch optimizer steps and staleness-aware updates (docs/consistency.md,
+// "Stale gradients"), against a real coordinator and real servers on
+// loopback: a push of k gradients is k optimizer steps, exactly; a stale
+// gradient is weighed by its staleness as the table's rule says, and each
+// server reports the staleness it saw in /metrics.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "shardps/client.h"
+#include "tests/cluster.h"
+
+namespace shardps {
+namespace {
+
+using testing::ClusterOptions;
+using testing::LocalCluster;
+
+TableSpec Spec(const std::string& name, OptimizerKind opt) {
+  TableSpec t;
+  t.name = name;
+  t.rows = 300;
+  t.cols = 3;
+  t.init = InitKind::kConstant;  // the same start for tables of other names
+  t.init_a = 0.05f;
+  t.optimizer = opt;
+  t.lr = opt == OptimizerKind::kSGD ? 0.1f : 0.01f;
+  t.momentum = 0.9f;
+  return t;
+}
+
+std::vector<float> Gradient(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> g(n);
+  for (auto& x : g) x = d(rng);
+  return g;
+}
+
+// GET http://HOST:PORT/metrics: the body, or "" on any failure.
+std::string HttpGet(const std::string& host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string out;
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1 &&
+      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+// The /metrics text of server 0, found through `shardps-ctl status --json`.
+std::string ServerMetrics(const LocalCluster& c) {
+  std::string out;
+  int rc = testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "status", c.coordinator(), "--json"}, &out);
+  if (rc != 0) {
+    ADD_FAILURE() << "shardps-ctl status: " << out;
+    return "";
+  }
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"("role": ?"server"[^}]*"metrics_url": ?"http://([0-9.]+):(\d+))"))) {
+    ADD_FAILURE() << "no server metrics_url in: " << out;
+    return "";
+  }
+  return HttpGet(m[1], std::stoi(m[2]));
+}
+
+double Sample(const std::string& metrics, const std::string& series) {
+  std::smatch m;
+  if (!std::regex_search(metrics, m, std::regex("\n" + series + " ([0-9.e+-]+)"))) return -1;
+  return std::stod(m[1]);
+}
+
+class StalenessTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (HasFailure()) cluster_.DumpLogs();
+  }
+  LocalCluster cluster_;
+};
+
+// k gradients pushed as one PushSteps are k single pushes applied in order,
+// bit for bit, for every optimizer; both based on the same pull, so each
+// step has the same staleness (0, 1, 2, ...: the earlier steps) either way.
+TEST_F(StalenessTest, APushOfKStepsEqualsKPushesInOrderForEveryOptimizer) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 1;
+  o.consistency = "async";
+  o.partitions = 8;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w = testing::ConnectClient(cluster_, ClientRole::kWorker);
+  ASSERT_TRUE(w);
+  for (OptimizerKind opt : {OptimizerKind::kSGD, OptimizerKind::kMomentum, OptimizerKind::kAdagrad,
+                            OptimizerKind::kAdam}) {
+    SCOPED_TRACE(std::string(ToString(opt)));
+    Table a, b, sum;
+    ASSERT_TRUE(w->CreateTable(Spec("a." + std::string(ToString(opt)), opt), &a).ok());
+    ASSERT_TRUE(w->CreateTable(Spec("b." + std::string(ToString(opt)), opt), &b).ok());
+    ASSERT_TRUE(w->CreateTable(Spec("sum." + std::string(ToString(opt)), opt), &sum).ok());
+    const size_t n = a.size();
+    std::vector<std::vector<float>> g = {Gradient(n, 1), Gradient(n, 2), Gradient(n, 3)};
+    std::vector<float> pa(n), pb(n), ps(n);
+    for (int round = 0; round < 2; ++round) {
+      // a: one push of 3 steps, each based on the pull just read.
+      Request pull = w->Pull(a, pa);
+      ASSERT_TRUE(pull.Wait().ok());
+      std::vector<PushStep> steps;
+      for (const auto& gi : g) steps.push_back({gi, pull.stamp()});
+      Request push = w->PushSteps(a, steps);
+      ASSERT_TRUE(push.Wait().ok());
+      EXPECT_EQ(push.staleness(), 2u);  // the third step came after two updates
+      // b: the same as three pushes (each based on the latest pull waited on).
+      ASSERT_TRUE(w->Pull(b, pb).Wait().ok());
+      for (size_t j = 0; j < g.size(); ++j) {
+        Request r = w->Push(b, g[j]);
+        ASSERT_TRUE(r.Wait().ok());
+        EXPECT_EQ(r.staleness(), j);
+      }
+    }
+    // sum: the old way, the three gradients summed into one step.
+    std::vector<float> total(n, 0.0f);
+    for (const auto& gi : g)
+      for (size_t i = 0; i < n; ++i) total[i] += gi[i];
+    ASSERT_TRUE(w->Pull(sum, ps).Wait().ok());
+    ASSERT_TRUE(w->Push(sum, total).Wait().ok());
+    ASSERT_TRUE(w->Push(sum, total).Wait().ok());
+    ASSERT_TRUE(w->Pull(a, pa).Wait().ok());
+    ASSERT_TRUE(w->Pull(b, pb).Wait().ok());
+    ASSERT_TRUE(w->Pull(sum, ps).Wait().ok());
+    EXPECT_EQ(std::memcmp(pa.data(), pb.data(), n * sizeof(float)), 0);
+    // Not the same as one step of the sum (SGD at lr/staleness included).
+    EXPECT_NE(std::memcmp(pa.data(), ps.data(), n * sizeof(float)), 0);
+  }
+  // Steps must agree in size.
+  Table a;
+  ASSERT_TRUE(w->GetTable("a.sgd", &a).ok());
+  std::vector<float> big(a.size()), small(a.size() - 3);
+  std::vector<PushStep> bad = {{big, {}}, {small, {}}};
+  Status s = w->PushSteps(a, bad).Wait();
+  EXPECT_EQ(s.code(), Code::kSizeMismatch) << s.ToString();
+  EXPECT_EQ(w->PushSteps(a, std::span<const PushStep>()).Wait().code(), Code::kInvalidArgument);
+}
+
+// Worker 1 reads the table, worker 0 then updates it three times, worker 1
+// pushes a gradient computed on what it read: 3 updates stale. Under
+// scale-lr it is applied at lr / 3; under none at lr. The server counts it in
+// shardps_push_staleness, and the push's reply says 3.
+TEST_F(StalenessTest, AStaleGradientIsWeighedByItsStalenessAndReported) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 2;
+  o.consistency = "async";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  auto w1 = testing::ConnectClient(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(w0 && w1);
+  for (StalenessRule rule : {StalenessRule::kScaleLr, StalenessRule::kNone, StalenessRule::kDefault}) {
+    SCOPED_TRACE(std::string(ToString(rule)));
+    TableSpec spec;
+    spec.name = "x." + std::string(ToString(rule));
+    spec.rows = 1;
+    spec.cols = 1;
+    spec.optimizer = OptimizerKind::kSGD;
+    spec.lr = 1.0f;
+    spec.staleness_rule = rule;
+    Table t;
+    ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+    ASSERT_TRUE(w1->GetTable(spec.name, &t).ok());
+    std::vector<float> one = {1.0f}, out(1);
+    ASSERT_TRUE(w1->Pull(t, out).Wait().ok());
+    ASSERT_EQ(out[0], 0.0f);
+    for (int i = 0; i < 3; ++i) {
+      Request r = w0->Push(t, one);  // w0 never pulled: its gradients' base is unknown, taken as fresh
+      ASSERT_TRUE(r.Wait().ok());
+      EXPECT_EQ(r.staleness(), 0u);
+    }
+    Request stale = w1->Push(t, one);
+    ASSERT_TRUE(stale.Wait().ok());
+    EXPECT_EQ(stale.staleness(), 3u);
+    ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+    const float expect = rule == StalenessRule::kNone ? -4.0f : -3.0f - 1.0f / 3.0f;
+    EXPECT_FLOAT_EQ(out[0], expect);
+  }
+  // Three stale pushes of 3 (and nine of unknown base, not counted).
+  const std::string m = ServerMetrics(cluster_);
+  EXPECT_EQ(Sample(m, "shardps_push_staleness_count"), 3) << m;
+  EXPECT_EQ(Sample(m, "shardps_push_staleness_sum"), 9) << m;
+  EXPECT_EQ(Sample(m, "shardps_push_staleness_bucket\\{le=\"2\"\\}"), 0) << m;
+  EXPECT_EQ(Sample(m, "shardps_push_staleness_bucket\\{le=\"3\"\\}"), 3) << m;
+  EXPECT_EQ(Sample(m, "shardps_push_steps_total"), 12) << m;
+}
+
+// Under sync a clock is one step of the averaged gradients: several steps in
+// one push are refused, saying why.
+TEST_F(StalenessTest, PushStepsUnderSyncIsRefused) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 1;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w = testing::ConnectClient(cluster_, ClientRole::kWorker);
+  ASSERT_TRUE(w);
+  Table t;
+  ASSERT_TRUE(w->CreateTable(Spec("s", OptimizerKind::kSGD), &t).ok());
+  std::vector<float> g(t.size(), 1.0f);
+  std::vector<PushStep> steps = {{g, {}}, {g, {}}};
+  Status s = w->PushSteps(t, steps).Wait();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("under sync"), std::string::npos) << s.ToString();
+  std::vector<PushStep> one = {{g, {}}};
+  EXPECT_TRUE(w->PushSteps(t, one).Wait().ok());  // one step is a plain push
+}
+
+}  // namespace
+}  // namespace shardps
