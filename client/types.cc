@@ -22,7 +22,7 @@ const char* const kKinds[] = {"dense", "sparse"};
 const char* const kInits[] = {"zeros", "constant", "uniform", "normal"};
 const char* const kOpts[] = {"sgd", "momentum", "adagrad", "adam"};
 const char* const kCons[] = {"sync", "bounded", "async"};
-const char* const kRules[] = {"default", "none", "scale-lr"};
+const char* const kRules[] = {"default", "none", "scale-lr", "dc"};
 }  // namespace
 
 std::string_view ToString(TableKind k) { return kKinds[static_cast<int>(k)]; }
@@ -57,7 +57,8 @@ Status TableSpec::Validate() const {
   if (init == InitKind::kUniform && !(init_a < init_b)) return bad("uniform initializer needs low < high");
   if (init == InitKind::kNormal && !(init_b >= 0)) return bad("normal initializer needs stddev >= 0");
   if (static_cast<int>(optimizer) > 3) return bad("unknown optimizer");
-  if (static_cast<int>(staleness_rule) > 2) return bad("unknown staleness rule");
+  if (static_cast<int>(staleness_rule) > 3) return bad("unknown staleness rule");
+  if (!(dc_lambda >= 0) || !std::isfinite(dc_lambda)) return bad("dc_lambda must be finite and >= 0");
   if (!std::isfinite(lr) || lr < 0) return bad("lr must be finite and >= 0");
   if (!(momentum >= 0 && momentum < 1)) return bad("momentum must be in [0, 1)");
   if (!(beta1 >= 0 && beta1 < 1)) return bad("beta1 must be in [0, 1)");
@@ -74,7 +75,7 @@ bool TableSpec::SameShape(const TableSpec& o) const {
          seed == o.seed && optimizer == o.optimizer && lr == o.lr && momentum == o.momentum &&
          beta1 == o.beta1 && beta2 == o.beta2 && eps == o.eps &&
          initial_accumulator == o.initial_accumulator &&
-         staleness_rule == o.staleness_rule;  // max_rows aside: a limit, not the model
+         staleness_rule == o.staleness_rule && dc_lambda == o.dc_lambda;  // max_rows aside: a limit, not the model
 }
 
 }  // namespace shardps

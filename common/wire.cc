@@ -153,6 +153,7 @@ flatbuffers::Offset<wire::TableSpec> BuildTableSpec(flatbuffers::FlatBufferBuild
   b.add_initial_accumulator(t.initial_accumulator);
   b.add_max_rows(t.max_rows);
   b.add_staleness_rule(static_cast<wire::StalenessRule>(t.staleness_rule));
+  b.add_dc_lambda(t.dc_lambda);
   return b.Finish();
 }
 
@@ -180,6 +181,7 @@ Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   t.initial_accumulator = in->initial_accumulator();
   t.max_rows = in->max_rows();
   t.staleness_rule = static_cast<shardps::StalenessRule>(in->staleness_rule());
+  t.dc_lambda = in->dc_lambda();
   Status s = t.Validate();
   if (!s.ok()) return Status::BadMessage("invalid table spec: " + s.message());
   *out = std::move(t);

@@ -117,7 +117,7 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   RETURN_IF_ERROR(CheckKeys(t, src, "table",
                             {"name", "kind", "rows", "cols", "init", "value", "low", "high", "mean",
                              "stddev", "seed", "optimizer", "lr", "momentum", "beta1", "beta2", "eps",
-                             "initial_accumulator", "max_rows", "staleness_rule"}));
+                             "initial_accumulator", "max_rows", "staleness_rule", "dc_lambda"}));
   auto name = t["name"].value<std::string>();
   if (!name) return Status::InvalidArgument(std::string(src) + ": a [[table]] has no name");
   spec->name = *name;
@@ -147,6 +147,7 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   RETURN_IF_ERROR(GetFloat(t, "initial_accumulator", src, &spec->initial_accumulator));
   RETURN_IF_ERROR(GetInt<uint64_t>(t, "max_rows", src, 0, ~0ull >> 1, &spec->max_rows));
   RETURN_IF_ERROR(GetEnum(t, "staleness_rule", src, &spec->staleness_rule));
+  RETURN_IF_ERROR(GetFloat(t, "dc_lambda", src, &spec->dc_lambda));
   Status s = spec->Validate();
   if (!s.ok()) return Status::InvalidArgument(Where(src, &t) + ": " + s.message());
   return Status::OK();

@@ -23,6 +23,8 @@ low = -0.5
 high = 0.5
 optimizer = "adam"
 lr = 0.01
+staleness_rule = "dc"
+dc_lambda = 0.5
 
 [[table]]
 name = "emb"
@@ -42,6 +44,9 @@ optimizer = "adagrad"
   EXPECT_EQ(o.tables[0].init, InitKind::kUniform);
   EXPECT_FLOAT_EQ(o.tables[0].init_a, -0.5f);
   EXPECT_EQ(o.tables[0].optimizer, OptimizerKind::kAdam);
+  EXPECT_EQ(o.tables[0].staleness_rule, StalenessRule::kDelayCompensation);
+  EXPECT_FLOAT_EQ(o.tables[0].dc_lambda, 0.5f);
+  EXPECT_EQ(o.tables[1].staleness_rule, StalenessRule::kDefault);
   EXPECT_EQ(o.tables[1].kind, TableKind::kSparse);
   EXPECT_FLOAT_EQ(o.tables[1].init_b, 0.1f);
   EXPECT_TRUE(o.Validate().ok());
@@ -58,6 +63,8 @@ TEST(JobConfig, ErrorsNameTheProblem) {
       {"[[table]]\nrows = 3\n", "no name"},
       {"[[table]]\nname = \"w\"\nrows = 0\n", "rows > 0"},
       {"[[table]]\nname = \"w\"\nrows = 4\noptimizer = \"lbfgs\"\n", "lbfgs"},
+      {"[[table]]\nname = \"w\"\nrows = 4\nstaleness_rule = \"1/t\"\n", "unknown staleness rule '1/t' (valid: default, none, scale-lr, dc)"},
+      {"[[table]]\nname = \"w\"\nrows = 4\ndc_lambda = -1.0\n", "dc_lambda must be finite and >= 0"},
       {"[[table]]\nname = \"w\"\nrows = 4\ncols = \"x\"\n", "cols"},
       {"[job\n", "job.toml:"},
   };

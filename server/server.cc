@@ -431,6 +431,7 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   const StalenessRule rule = EffectiveStalenessRule(t->spec());
   for (uint32_t j = 0; j < steps; ++j) {
     float lr_scale = 1.0f;
+    const float* g = values[j];
     if (bases) {
       const uint64_t now = keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end());
       const uint64_t base = bases->Get(j);
@@ -438,13 +439,49 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
       m_.staleness.SingleWriterObserve(static_cast<double>(tau));
       ok.staleness = std::max(ok.staleness, tau);
       lr_scale = StalenessLrScale(rule, tau);
+      if (rule == StalenessRule::kDelayCompensation && tau > 0) {
+        const float* dc = keys ? nullptr : DcCompensate(rank, h.table(), *t, h.row_begin(), h.row_end(), base, g);
+        if (dc)
+          g = dc;
+        else
+          m_.dc_uncompensated.SingleWriterInc();
+      }
     }
     if (keys)
-      t->ApplyKeys(keys, h.key_count(), values[j], 1.0f, lr_scale);
+      t->ApplyKeys(keys, h.key_count(), g, 1.0f, lr_scale);
     else
-      t->ApplyRange(h.row_begin(), h.row_end(), values[j], 1.0f, lr_scale);
+      t->ApplyRange(h.row_begin(), h.row_end(), g, 1.0f, lr_scale);
   }
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+}
+
+void Server::DcKeep(int rank, uint32_t table, const ServerTable& t, uint64_t begin, uint64_t end,
+                    uint64_t version) {
+  DcRing& ring = dc_kept_[{rank, table, begin}];
+  DcSlot& slot = ring.slots[ring.next++ % kDcKept];
+  slot.used = true;
+  slot.version = version;
+  slot.end = end;
+  slot.w.resize((end - begin) * t.spec().cols);
+  t.ReadRange(begin, end, slot.w.data());
+}
+
+const float* Server::DcCompensate(int rank, uint32_t table, const ServerTable& t, uint64_t begin, uint64_t end,
+                                  uint64_t base, const float* g) {
+  auto it = dc_kept_.find({rank, table, begin});
+  if (it == dc_kept_.end()) return nullptr;
+  for (const DcSlot& slot : it->second.slots) {
+    if (!slot.used || slot.version != base || slot.end != end) continue;
+    // Zheng et al. 2017: g + lambda * g (.) g (.) (w_now - w_then).
+    const size_t n = slot.w.size();
+    dc_now_.resize(n);
+    dc_grad_.resize(n);
+    t.ReadRange(begin, end, dc_now_.data());
+    const float lambda = t.spec().dc_lambda;
+    for (size_t i = 0; i < n; ++i) dc_grad_[i] = g[i] + lambda * g[i] * g[i] * (dc_now_[i] - slot.w[i]);
+    return dc_grad_.data();
+  }
+  return nullptr;
 }
 
 void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Clock::time_point arrived,
@@ -492,6 +529,9 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   } else {
     // Rows straight from the table, one frame per partition segment.
     t->ReadRangeFrames(h.row_begin(), h.row_end(), &out);
+    if (h.role() == wire::Role::Worker && IsLive(h.rank()) &&
+        EffectiveStalenessRule(t->spec()) == StalenessRule::kDelayCompensation)
+      DcKeep(h.rank(), h.table(), *t, h.row_begin(), h.row_end(), f.table_version);
   }
   const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
   m_.pulls.SingleWriterInc();
@@ -686,6 +726,9 @@ Server::Metrics::Metrics(metrics::Registry& r)
       errors(r.GetCounter("shardps_request_errors_total", "Requests answered with an error")),
       push_steps(r.GetCounter("shardps_push_steps_total",
                               "Optimizer steps applied from pushes (a push may carry several batches' gradients)")),
+      dc_uncompensated(r.GetCounter("shardps_push_dc_uncompensated_total",
+                                    "Steps of delay-compensated tables applied as they came: the values their "
+                                    "gradient was computed on were no longer kept")),
       push_seconds(r.GetHistogram("shardps_push_duration_seconds",
                                   "Time from receiving a push to its reply (applying it, or buffering it under sync)",
                                   metrics::LatencyBuckets())),

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <flatbuffers/flatbuffers.h>
@@ -103,7 +104,7 @@ class Server {
   // Everything the server counts, in registry_ (docs/operations.md).
   struct Metrics {
     explicit Metrics(metrics::Registry& r);
-    metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors, &push_steps;
+    metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors, &push_steps, &dc_uncompensated;
     metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds, &staleness;
     metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;
   };
@@ -190,6 +191,26 @@ class Server {
   std::vector<uint64_t> key_scratch_;
   std::vector<float> value_scratch_;
   std::vector<std::vector<float>> step_scratch_;  // a push's gradients, when a frame is misaligned
+  // Delay compensation (StalenessRule::kDelayCompensation): the values each
+  // worker's last kDcKept pulls of a dense row range read, with their
+  // version, so a push based on one of them knows w_then.
+  static constexpr size_t kDcKept = 3;
+  struct DcSlot {
+    bool used = false;
+    uint64_t version = 0, end = 0;
+    std::vector<float> w;
+  };
+  struct DcRing {
+    DcSlot slots[kDcKept];
+    size_t next = 0;
+  };
+  std::map<std::tuple<int, uint32_t, uint64_t>, DcRing> dc_kept_;  // (worker, table, first row)
+  std::vector<float> dc_now_, dc_grad_;
+  void DcKeep(int rank, uint32_t table, const ServerTable& t, uint64_t begin, uint64_t end, uint64_t version);
+  // g compensated for the rows' change since `base` (into dc_grad_), or null
+  // when that pull's values are no longer kept.
+  const float* DcCompensate(int rank, uint32_t table, const ServerTable& t, uint64_t begin, uint64_t end,
+                            uint64_t base, const float* g);
   bool shutdown_ = false;
   Status fatal_;  // why the server stopped on its own (restore failure)
   uint64_t next_request_id_ = 1;

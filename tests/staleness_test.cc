@@ -209,6 +209,61 @@ TEST_F(StalenessTest, AStaleGradientIsWeighedByItsStalenessAndReported) {
   EXPECT_EQ(Sample(m, "shardps_push_steps_total"), 12) << m;
 }
 
+// Delay compensation, by hand: worker 1 reads w = 0; worker 0 takes w to -3;
+// worker 1's gradient 1 becomes 1 + lambda * 1 * 1 * (-3 - 0) = -0.5 with
+// lambda 0.5, and SGD at lr 1 makes w = -3 + 0.5. A push based on a pull the
+// server no longer keeps (each worker's last 3 per row range) is applied as
+// it came, and counted.
+TEST_F(StalenessTest, DelayCompensationUsesTheValuesTheGradientWasComputedOn) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 2;
+  o.consistency = "async";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  auto w1 = testing::ConnectClient(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(w0 && w1);
+  TableSpec spec;
+  spec.name = "dc";
+  spec.rows = 1;
+  spec.cols = 2;
+  spec.optimizer = OptimizerKind::kSGD;
+  spec.lr = 1.0f;
+  spec.staleness_rule = StalenessRule::kDelayCompensation;
+  spec.dc_lambda = 0.5f;
+  Table t;
+  ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w1->GetTable("dc", &t).ok());
+  std::vector<float> one = {1.0f, 2.0f}, out(2);
+  Request first = w1->Pull(t, out);
+  ASSERT_TRUE(first.Wait().ok());
+  const PullStamp then = first.stamp();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w0->Push(t, one).Wait().ok());  // w = (-3, -6)
+  Request r = w1->Push(t, one);
+  ASSERT_TRUE(r.Wait().ok());
+  EXPECT_EQ(r.staleness(), 3u);
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  // col 0: g' = 1 + 0.5 * 1 * (-3 - 0) = -0.5; col 1: g' = 2 + 0.5 * 4 * (-6 - 0) = -10.
+  EXPECT_FLOAT_EQ(out[0], -3.0f + 0.5f);
+  EXPECT_FLOAT_EQ(out[1], -6.0f + 10.0f);
+  // Four more pulls, each after an update: the first one's values are gone.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(w0->Push(t, one).Wait().ok());
+    ASSERT_TRUE(w1->Pull(t, out).Wait().ok());
+  }
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  const std::vector<float> before = out;
+  const PushStep old[] = {{one, then}};
+  r = w1->PushSteps(t, old);
+  ASSERT_TRUE(r.Wait().ok());
+  EXPECT_GT(r.staleness(), 4u);
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], before[0] - 1.0f);  // as it came
+  EXPECT_FLOAT_EQ(out[1], before[1] - 2.0f);
+  const std::string m = ServerMetrics(cluster_);
+  EXPECT_EQ(Sample(m, "shardps_push_dc_uncompensated_total"), 1) << m;
+}
+
 // Under sync a clock is one step of the averaged gradients: several steps in
 // one push are refused, saying why.
 TEST_F(StalenessTest, PushStepsUnderSyncIsRefused) {

@@ -57,6 +57,7 @@ struct Options {
   int work_chunk = 8;          // batches per claim from the pool
   int max_fill = 2;            // batches per clock trained while the next parameters are on their way
   std::string staleness_rule = "default";
+  std::string fill_push = "at-once";  // or "with-next"
   // sparse-lr
   uint64_t examples = 1'000'000, id_space = 10'000'000;
   int ids_per_example = 20, eval_examples = 20000;
@@ -311,6 +312,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
       fill_b[f].emplace_back(&dev, mlp.bias_size(l));
     }
   int acc_batches = 0;
+  const bool fill_at_once = o.fill_push == "at-once";
   // Layer l's push: the fills' gradients, then `gw`/`gb` (unless null).
   auto push_layer = [&](int l, const float* gwl, const float* gbl) {
     if (acc_batches == 0) {
@@ -375,14 +377,20 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
         ++filled;
         // The fill buffers of the previous clock's push must be free.
         drain_pushes();
-        const int f = acc_batches;
+        const int f = fills_this_clock - 1;
         fill_based[f] = on_device;
         mlp.Forward(dx.data(), B);
         mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
           dev.Download(fill_w[f][l].data(), mlp.grad_weight(l).data(), fill_w[f][l].size());
           dev.Download(fill_b[f][l].data(), mlp.grad_bias(l).data(), fill_b[f][l].size());
+          if (fill_at_once) {
+            const PushStep sw[] = {{std::span<const float>(fill_w[f][l].data(), fill_w[f][l].size()), on_device[2 * l]}};
+            const PushStep sb[] = {{std::span<const float>(fill_b[f][l].data(), fill_b[f][l].size()), on_device[2 * l + 1]}};
+            pushes.push_back(ps.PushSteps(wt[l], sw));
+            pushes.push_back(ps.PushSteps(bt[l], sb));
+          }
         });
-        ++acc_batches;
+        if (!fill_at_once) ++acc_batches;
       } else {
         int64_t min_clock = INT64_MAX;
         const double w0 = Now();
@@ -660,6 +668,7 @@ int main(int argc, char** argv) {
   app.add_flag("--static-shards", o.static_shards, "bounded/async: train only this rank's shard, not batches claimed from the epoch's shared pool");
   app.add_option("--work-chunk", o.work_chunk, "bounded/async: batches claimed from the pool at a time")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--staleness-rule", o.staleness_rule, "bounded/async: how the servers weigh a stale gradient: default, none, scale-lr (docs/consistency.md)")->capture_default_str();
+  app.add_option("--fill-push", o.fill_push, "bounded: a batch trained while held back is pushed at once, or with the next step's gradients (as steps of one push)")->check(CLI::IsMember({"at-once", "with-next"}))->capture_default_str();
   app.add_option("--max-fill", o.max_fill, "bounded/async: batches per clock trained on the current parameters while the next ones are held back (0: wait); each is its own optimizer step, pushed with the next step's gradients")->check(CLI::Range(0, 63))->capture_default_str();
   app.add_option("--examples", o.examples, "sparse-lr: training examples")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--id-space", o.id_space, "sparse-lr: feature ids")->check(CLI::PositiveNumber)->capture_default_str();

@@ -303,6 +303,9 @@ PYBIND11_MODULE(_shardps, m) {
   py::enum_<OptimizerKind>(m, "OptimizerKind")
       .value("sgd", OptimizerKind::kSGD).value("momentum", OptimizerKind::kMomentum)
       .value("adagrad", OptimizerKind::kAdagrad).value("adam", OptimizerKind::kAdam);
+  py::enum_<StalenessRule>(m, "StalenessRule")
+      .value("default", StalenessRule::kDefault).value("none", StalenessRule::kNone)
+      .value("scale_lr", StalenessRule::kScaleLr).value("dc", StalenessRule::kDelayCompensation);
 
   py::class_<TableSpec>(m, "TableSpec")
       .def(py::init<>())
@@ -315,6 +318,8 @@ PYBIND11_MODULE(_shardps, m) {
       .def_readwrite("beta2", &TableSpec::beta2).def_readwrite("eps", &TableSpec::eps)
       .def_readwrite("initial_accumulator", &TableSpec::initial_accumulator)
       .def_readwrite("max_rows", &TableSpec::max_rows)
+      .def_readwrite("staleness_rule", &TableSpec::staleness_rule)
+      .def_readwrite("dc_lambda", &TableSpec::dc_lambda)
       .def("validate", [](const TableSpec& s) { Check(s.Validate()); });
 
   py::class_<Table>(m, "Table")

@@ -44,6 +44,20 @@ def test_sparse_round_trip(cluster_factory):
         np.testing.assert_allclose(ps.pull(e, ids=ids), -0.5 * g)
 
 
+def test_staleness_rule_weighs_a_stale_push(cluster_factory):
+    c = cluster_factory(servers=1, consistency="async")
+    with shardps.connect(c.endpoint) as ps:
+        with pytest.raises(ValueError, match="staleness_rule must be one of default, none, scale-lr, dc"):
+            ps.create_table("bad", rows=1, staleness_rule="sometimes")
+        w = ps.create_table("w", rows=1, cols=1, optimizer="sgd", lr=1.0, staleness_rule="scale-lr")
+        ps.pull(w)  # the push below is based on this pull: version 0
+        g = np.ones((1, 1), np.float32)
+        for _ in range(2):
+            ps.push(w, g)  # staleness 0, then 1: full steps
+        ps.push(w, g)  # 2 updates stale: half a step
+        np.testing.assert_allclose(ps.pull(w), [[-2.5]])
+
+
 def test_arrays_are_refused_with_a_reason(cluster_factory):
     c = cluster_factory(servers=1, consistency="async")
     with shardps.connect(c.endpoint) as ps:

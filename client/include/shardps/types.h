@@ -22,8 +22,13 @@ enum class Consistency : uint8_t { kSync = 0, kBounded, kAsync };
 //  kNone:    every gradient at the table's lr;
 //  kScaleLr: lr / max(1, staleness), staleness = updates the rows took
 //            between the pull a gradient was computed on and its push
-//            (Zhang et al., "Staleness-aware Async-SGD", IJCAI 2016).
-enum class StalenessRule : uint8_t { kDefault = 0, kNone, kScaleLr };
+//            (Zhang et al., "Staleness-aware Async-SGD", IJCAI 2016);
+//  kDelayCompensation: g + dc_lambda * g * g * (w_now - w_then) (Zheng et
+//            al., "Asynchronous SGD with Delay Compensation", ICML 2017),
+//            w_then kept by the server from the worker's pull (dense row
+//            ranges; costs a copy of what each worker pulled, see
+//            docs/consistency.md).
+enum class StalenessRule : uint8_t { kDefault = 0, kNone, kScaleLr, kDelayCompensation };
 
 // A model table. Parameters are float32, `cols` per row.
 //  - dense: `rows` x `cols`, rows split into contiguous ranges;
@@ -54,6 +59,7 @@ struct SHARDPS_EXPORT TableSpec {
   // limit it. A request that would create more gets TooLarge.
   uint64_t max_rows = 0;
   StalenessRule staleness_rule = StalenessRule::kDefault;
+  float dc_lambda = 0.04f;  // kDelayCompensation's lambda
 
   // OK, or InvalidArgument naming the first field that is wrong.
   Status Validate() const;

@@ -42,6 +42,8 @@ _INITS = {"zeros": _ext.InitKind.zeros, "constant": _ext.InitKind.constant, "uni
           "normal": _ext.InitKind.normal}
 _OPTIMIZERS = {"sgd": _ext.OptimizerKind.sgd, "momentum": _ext.OptimizerKind.momentum,
                "adagrad": _ext.OptimizerKind.adagrad, "adam": _ext.OptimizerKind.adam}
+_RULES = {"default": _ext.StalenessRule.default, "none": _ext.StalenessRule.none,
+          "scale-lr": _ext.StalenessRule.scale_lr, "dc": _ext.StalenessRule.dc}
 
 
 def _choice(what, value, table):
@@ -81,12 +83,13 @@ class Client:
     def create_table(self, name, rows=0, cols=1, kind="dense", init="zeros", init_a=0.0, init_b=0.0, seed=0,
                      optimizer="sgd", lr=0.01, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
                      initial_accumulator=0.0, max_rows=0, *, value=None, low=None, high=None, mean=None,
-                     stddev=None):
+                     stddev=None, staleness_rule="default", dc_lambda=0.04):
         """Defines a table (every worker may call it with the same spec and
         gets the same table; another shape raises ConflictError) and returns
         it once every server holds it. Fields as in the C++ TableSpec;
         `value` (constant), `low`/`high` (uniform), `mean`/`stddev` (normal)
-        name init_a/init_b."""
+        name init_a/init_b; `staleness_rule` ("default", "none", "scale-lr",
+        "dc") and `dc_lambda` weigh stale gradients (docs/consistency.md)."""
         s = _ext.TableSpec()
         s.name, s.rows, s.cols = name, int(rows), int(cols)
         s.kind = _choice("kind", kind, _KINDS)
@@ -100,6 +103,8 @@ class Client:
         s.lr, s.momentum, s.beta1, s.beta2, s.eps = float(lr), float(momentum), float(beta1), float(beta2), float(eps)
         s.initial_accumulator = float(initial_accumulator)
         s.max_rows = int(max_rows)
+        s.staleness_rule = _choice("staleness_rule", staleness_rule, _RULES)
+        s.dc_lambda = float(dc_lambda)
         s.validate()
         return self._c.create_table(s)
 
