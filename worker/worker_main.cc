@@ -57,6 +57,7 @@ struct Options {
   int work_chunk = 8;          // batches per claim from the pool
   int max_fill = 2;            // batches per clock trained while the next parameters are on their way
   std::string staleness_rule = "default";
+  float dc_lambda = 0.04f;
   std::string fill_push = "at-once";  // or "with-next"
   // sparse-lr
   uint64_t examples = 1'000'000, id_space = 10'000'000;
@@ -208,6 +209,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
     w.optimizer = opt;
     w.lr = o.lr;
     w.staleness_rule = rule;
+    w.dc_lambda = o.dc_lambda;
     TableSpec b = w;
     b.name = o.model + ".b" + std::to_string(l);
     b.rows = 1;
@@ -668,6 +670,7 @@ int main(int argc, char** argv) {
   app.add_flag("--static-shards", o.static_shards, "bounded/async: train only this rank's shard, not batches claimed from the epoch's shared pool");
   app.add_option("--work-chunk", o.work_chunk, "bounded/async: batches claimed from the pool at a time")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--staleness-rule", o.staleness_rule, "bounded/async: how the servers weigh a stale gradient: default, none, scale-lr (docs/consistency.md)")->capture_default_str();
+  app.add_option("--dc-lambda", o.dc_lambda, "--staleness-rule dc: lambda of the delay compensation")->check(CLI::Range(0.0f, 1e6f))->capture_default_str();
   app.add_option("--fill-push", o.fill_push, "bounded: a batch trained while held back is pushed at once, or with the next step's gradients (as steps of one push)")->check(CLI::IsMember({"at-once", "with-next"}))->capture_default_str();
   app.add_option("--max-fill", o.max_fill, "bounded/async: batches per clock trained on the current parameters while the next ones are held back (0: wait); each is its own optimizer step, pushed with the next step's gradients")->check(CLI::Range(0, 63))->capture_default_str();
   app.add_option("--examples", o.examples, "sparse-lr: training examples")->check(CLI::PositiveNumber)->capture_default_str();
