@@ -110,6 +110,32 @@ TEST_F(TrainingTest, BoundedStalenessSharesEachEpochsBatchesWithAStraggler) {
   EXPECT_GT(batches[1], 0);
 }
 
+// Async with a delayed worker: its gradients arrive stale, the servers
+// measure that (the workers report what their push replies said) and weigh
+// them by the default rule, and the model still learns.
+TEST_F(TrainingTest, AsyncWithADelayedWorkerWeighsStaleGradientsAndLearns) {
+  std::string out;
+  int rc = Launch(2, "async",
+                  {"--model", "mlp", "--hidden", "32", "--epochs", "2", "--train-limit", "12800", "--test-limit", "1000",
+                   "--batch", "64", "--slowdown", "3", "--slow-rank", "1", "--min-accuracy", "0.6"},
+                  &out, 2);
+  ASSERT_EQ(rc, 0) << out;
+  std::regex line(R"(worker (\d) \| finished .* push staleness mean ([0-9.]+) max (\d+) updates)");
+  std::map<int, double> mean;
+  std::map<int, long> max;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+    mean[std::stoi((*it)[1])] = std::stod((*it)[2]);
+    max[std::stoi((*it)[1])] = std::stol((*it)[3]);
+  }
+  ASSERT_EQ(mean.size(), 2u) << out;
+  // Nearly every push of a prefetching worker misses at least its own
+  // previous one (not the first after a pull that was not a prefetch).
+  EXPECT_GT(mean[0], 0.5) << out;
+  EXPECT_GT(mean[1], 0.5) << out;
+  // The slow worker's gradients miss the fast one's many updates.
+  EXPECT_GT(max[1], 1) << out;
+}
+
 TEST_F(TrainingTest, SparseLogisticRegressionLearnsTheClickModel) {
   std::string out;
   int rc = Launch(2, "async",
