@@ -23,12 +23,12 @@
 #include "worker/data.h"
 #include "worker/device.h"
 #include "worker/mlp.h"
+#include "worker/trainer.h"
 
 namespace shardps::worker {
 namespace {
 
-using Sec = std::chrono::duration<double>;
-double Now() { return Sec(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() { return NowSeconds(); }
 
 struct Options {
   std::string coordinator;
@@ -93,74 +93,12 @@ class CsvLog {
   std::ofstream f_;
 };
 
-// Progress line every `interval` seconds.
-struct Progress {
-  double interval, last = Now(), start = Now();
-  long samples = 0, since_samples = 0;
-  double loss_sum = 0;
-  long loss_n = 0;
-  int64_t max_stale = 0;
-  void Step(int rank, int epoch, int step, int steps, long n, double loss, int64_t stale) {
-    samples += n;
-    since_samples += n;
-    loss_sum += loss;
-    loss_n += 1;
-    max_stale = std::max(max_stale, stale);
-    double now = Now();
-    if (now - last >= interval) {
-      std::printf("worker %d | epoch %d step %5d/%d | loss %.4f | %7.0f samples/s | staleness %lld\n", rank, epoch,
-                  step, steps, loss_sum / std::max(1L, loss_n), since_samples / (now - last),
-                  static_cast<long long>(max_stale));
-      std::fflush(stdout);
-      last = now;
-      since_samples = 0;
-      loss_sum = 0;
-      loss_n = 0;
-      max_stale = 0;
-    }
-  }
-};
-
 // Bounded and async workers share each epoch's batches through a work pool
 // (docs/worker.md, "Stragglers"); sync keeps fixed shards, which its exact
 // equivalence to one process needs.
 bool SharesBatches(const Options& o, const Client& ps) {
   return ps.consistency() != Consistency::kSync && !o.static_shards;
 }
-
-// The batches this worker trains in one epoch, by their position in it:
-// all `steps` of its own shard, or (pooled) those it claims from the
-// epoch's pool of `steps` batches, `chunk` at a time.
-class EpochBatches {
- public:
-  EpochBatches(Client& ps, bool pooled, int steps, int chunk)
-      : ps_(ps), pooled_(pooled), steps_(steps), chunk_(chunk) {}
-  void Start(int epoch) {
-    epoch_ = epoch;
-    next_ = 0;
-    grant_ = WorkRange{};
-  }
-  // The next batch of the epoch, or -1 when the epoch is done or the job
-  // was asked to stop (stopped() says which).
-  int Next() {
-    if (ps_.StopRequested()) return -1;
-    if (!pooled_) return next_ < steps_ ? next_++ : -1;
-    if (grant_.empty()) {
-      CHECK_OK(ps_.ClaimWork(static_cast<uint64_t>(epoch_), static_cast<uint64_t>(steps_),
-                             static_cast<uint32_t>(chunk_), &grant_));
-      if (grant_.empty()) return -1;
-    }
-    return static_cast<int>(grant_.begin++);
-  }
-  bool stopped() const { return ps_.StopRequested(); }
-
- private:
-  Client& ps_;
-  const bool pooled_;
-  const int steps_, chunk_;
-  int epoch_ = 0, next_ = 0;
-  WorkRange grant_;
-};
 
 std::vector<int> ParseHidden(const std::string& s) {
   std::vector<int> out;
@@ -218,298 +156,37 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
     CHECK_OK(ps.CreateTable(b, &bt[l]));
   }
 
-  // Host buffers: pulled parameters, gradients (borrowed by pushes until
-  // they complete), the batch.
-  // (Page-locked on a GPU, so uploads run asynchronously on the stream.)
-  std::vector<HostBuffer> pw, pb, gw, gb;
-  for (int l = 0; l < L; ++l) {
-    pw.emplace_back(&dev, mlp.weight_size(l));
-    pb.emplace_back(&dev, mlp.bias_size(l));
-    gw.emplace_back(&dev, mlp.weight_size(l));
-    gb.emplace_back(&dev, mlp.bias_size(l));
+  TrainerOptions to;
+  to.epochs = o.epochs;
+  to.batch = o.batch;
+  to.max_steps = o.max_steps;
+  to.shuffle = !o.no_shuffle;
+  to.seed = o.seed;
+  to.static_shards = o.static_shards;
+  to.work_chunk = o.work_chunk;
+  to.max_fill = o.max_fill;
+  to.fill_at_once = o.fill_push == "at-once";
+  to.late_prefetch = o.late_prefetch;
+  to.slowdown = (o.slow_rank < 0 || o.slow_rank == rank) ? o.slowdown : 1.0;
+  to.progress_sec = o.progress_sec;
+  to.evaluator = evaluator;
+  to.csv = evaluator ? o.csv : "";
+  MlpTrainer trainer(ps, dev, mlp, wt, bt, train, evaluator ? &test : nullptr, to);
+  TrainResult r;
+  Status s = trainer.Run(&r);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return s.code() == Code::kInvalidArgument ? 2 : 1;
   }
-  const int B = o.batch;
-  HostBuffer hx(&dev, static_cast<size_t>(B) * train.cols), hy(&dev, B);
-  DeviceBuffer dx(&dev, hx.size()), dy(&dev, B), dstats(&dev, 2);
-
-  std::vector<Request> pulls, pushes;
-  // ahead: for the next clock, issued before this clock's pushes.
-  auto issue_pulls = [&](bool ahead) {
-    pulls.clear();
-    for (int l = 0; l < L; ++l) {
-      std::span<float> w(pw[l].data(), pw[l].size()), b(pb[l].data(), pb[l].size());
-      pulls.push_back(ahead ? ps.Prefetch(wt[l], w) : ps.Pull(wt[l], w));
-      pulls.push_back(ahead ? ps.Prefetch(bt[l], b) : ps.Pull(bt[l], b));
-    }
-  };
-  auto wait_all = [&](std::vector<Request>& rs, int64_t* min_clock) {
-    for (auto& r : rs) {
-      CHECK_OK(r.Wait());
-      if (min_clock) *min_clock = std::min(*min_clock, r.min_clock());
-    }
-  };
-  // Staleness of the pushes as the servers measured it (updates).
-  uint64_t push_stale_max = 0, push_stale_sum = 0, push_stale_n = 0;
-  auto drain_pushes = [&] {
-    for (auto& r : pushes) {
-      CHECK_OK(r.Wait());
-      const uint64_t st = r.staleness();
-      push_stale_max = std::max(push_stale_max, st);
-      push_stale_sum += st;
-      ++push_stale_n;
-    }
-    pushes.clear();
-  };
-  // The versions of the parameters on the device (per table: w0, b0, w1, ...),
-  // what the gradients computed on them are based on.
-  std::vector<PullStamp> on_device(2 * L);
-  auto use_pulls = [&] {
-    for (size_t i = 0; i < pulls.size(); ++i) on_device[i] = pulls[i].stamp();
-  };
-
-  // Where the batches come from. Sync: rank i of N takes every N-th example
-  // of the epoch's permutation (its own shard; the N batches of step t are
-  // the one batch of a single process, which sync relies on). Bounded and
-  // async: the batches of the whole epoch form a work pool shared through
-  // the coordinator, claimed a few at a time, so a fast worker trains more
-  // of the epoch than a slow one (docs/worker.md, "Stragglers").
-  const bool pooled = SharesBatches(o, ps);
-  const uint32_t shard = static_cast<uint32_t>(pooled ? train.rows : train.rows / world);
-  int steps = static_cast<int>(shard / B);
-  if (o.max_steps > 0) steps = std::min(steps, o.max_steps * (pooled ? world : 1));
-  if (steps == 0) {
-    std::fprintf(stderr, "error: %u examples per worker is less than one batch of %d\n", shard, B);
-    return 2;
-  }
-  EpochBatches epoch_batches(ps, pooled, steps, o.work_chunk);
-  std::vector<uint32_t> order;
-
-  CsvLog csv(evaluator ? o.csv : "");
-  Progress progress{o.progress_sec};
-  const double t_start = Now();
-  double final_acc = -1;
-  // Under bounded staleness (s >= 1) and async the next step's pull may be
-  // sent before this step's pushes (Client::Prefetch); under sync it would
-  // only be parked, and the evaluator wants the end-of-epoch model.
-  const bool prefetch_early = !o.late_prefetch && (ps.consistency() == Consistency::kAsync ||
-                                                   (ps.consistency() == Consistency::kBounded && ps.staleness() >= 1));
-  // A straggler (--slowdown k): every step takes k times as long as this
-  // worker's own share of it: its compute and pushes plus the quickest pull
-  // it saw lately (what a pull costs when nobody holds it back).
-  const bool slowed = o.slowdown > 1.0 && (o.slow_rank < 0 || o.slow_rank == rank);
-  std::vector<double> recent_waits(32, 1e9);
-  size_t wait_i = 0;
-  long filled = 0;
-  int fills_this_clock = 0;
-  // Gradients of the batches trained while held back (fill_w[f][l], ...),
-  // not pushed yet, and the parameters' versions each was computed on: they
-  // go out with the next step's gradients as one push of several optimizer
-  // steps (Client::PushSteps).
-  const int max_fill = std::max(0, o.max_fill);
-  std::vector<std::vector<HostBuffer>> fill_w(max_fill), fill_b(max_fill);
-  std::vector<std::vector<PullStamp>> fill_based(max_fill);
-  for (int f = 0; f < max_fill; ++f)
-    for (int l = 0; l < L; ++l) {
-      fill_w[f].emplace_back(&dev, mlp.weight_size(l));
-      fill_b[f].emplace_back(&dev, mlp.bias_size(l));
-    }
-  int acc_batches = 0;
-  const bool fill_at_once = o.fill_push == "at-once";
-  // Layer l's push: the fills' gradients, then `gw`/`gb` (unless null).
-  auto push_layer = [&](int l, const float* gwl, const float* gbl) {
-    if (acc_batches == 0) {
-      pushes.push_back(ps.Push(wt[l], std::span<const float>(gwl, gw[l].size())));
-      pushes.push_back(ps.Push(bt[l], std::span<const float>(gbl, gb[l].size())));
-      return;
-    }
-    std::vector<PushStep> sw, sb;
-    for (int f = 0; f < acc_batches; ++f) {
-      sw.push_back({std::span<const float>(fill_w[f][l].data(), fill_w[f][l].size()), fill_based[f][2 * l]});
-      sb.push_back({std::span<const float>(fill_b[f][l].data(), fill_b[f][l].size()), fill_based[f][2 * l + 1]});
-    }
-    if (gwl) {
-      sw.push_back({std::span<const float>(gwl, gw[l].size()), on_device[2 * l]});
-      sb.push_back({std::span<const float>(gbl, gb[l].size()), on_device[2 * l + 1]});
-    }
-    pushes.push_back(ps.PushSteps(wt[l], sw));
-    pushes.push_back(ps.PushSteps(bt[l], sb));
-  };
-  auto flush_acc = [&] {
-    if (acc_batches == 0) return;
-    drain_pushes();
-    for (int l = 0; l < L; ++l) push_layer(l, nullptr, nullptr);
-    acc_batches = 0;
-  };
-  bool have_params = false;
-  int64_t stale = 0, last_min_clock = 0;
-  Request tick;
-  issue_pulls(false);
-  int epochs_done = 0;
-  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
-    order = EpochShard(static_cast<uint32_t>(train.rows), pooled ? 0 : rank, pooled ? 1 : world, o.seed, epoch,
-                       !o.no_shuffle);
-    epoch_batches.Start(epoch);
-    double epoch_loss = 0;
-    int trained = 0;  // batches of this epoch
-    for (int step; (step = epoch_batches.Next()) >= 0;) {
-      const double t0 = Now();
-      for (int i = 0; i < B; ++i) {
-        const uint32_t ex = order[static_cast<size_t>(step) * B + i];
-        std::copy_n(&train.x[static_cast<size_t>(ex) * train.cols], train.cols, &hx[static_cast<size_t>(i) * train.cols]);
-        hy[i] = train.y[ex];
-      }
-      dev.Upload(dx.data(), hx.data(), hx.size());
-      dev.Upload(dy.data(), hy.data(), B);
-      dev.Zero(dstats.data(), 2);
-      // Pooled: rather than idle while the staleness bound holds the next
-      // clock's parameters back (as of the last pull, the slowest worker was
-      // too far behind for this clock's pull to go through), train this
-      // batch on the parameters at hand, which the bound allowed for this
-      // clock. Its gradients are added to the next step's push: for SGD the
-      // same update as pushing them now, without the traffic and the
-      // server's work. Each such batch is one the slower workers do not have
-      // to train.
-      const bool held_back = ps.consistency() == Consistency::kBounded &&
-                             ps.clock() - static_cast<int64_t>(ps.staleness()) > last_min_clock;
-      const bool fill = pooled && have_params && held_back && fills_this_clock < o.max_fill &&
-                        std::any_of(pulls.begin(), pulls.end(), [](const Request& r) { return !r.Done(); });
-      double waited = 0;
-      if (fill) {
-        ++fills_this_clock;
-        ++filled;
-        // The fill buffers of the previous clock's push must be free.
-        drain_pushes();
-        const int f = fills_this_clock - 1;
-        fill_based[f] = on_device;
-        mlp.Forward(dx.data(), B);
-        mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
-          dev.Download(fill_w[f][l].data(), mlp.grad_weight(l).data(), fill_w[f][l].size());
-          dev.Download(fill_b[f][l].data(), mlp.grad_bias(l).data(), fill_b[f][l].size());
-          if (fill_at_once) {
-            const PushStep sw[] = {{std::span<const float>(fill_w[f][l].data(), fill_w[f][l].size()), on_device[2 * l]}};
-            const PushStep sb[] = {{std::span<const float>(fill_b[f][l].data(), fill_b[f][l].size()), on_device[2 * l + 1]}};
-            pushes.push_back(ps.PushSteps(wt[l], sw));
-            pushes.push_back(ps.PushSteps(bt[l], sb));
-          }
-        });
-        if (!fill_at_once) ++acc_batches;
-      } else {
-        int64_t min_clock = INT64_MAX;
-        const double w0 = Now();
-        wait_all(pulls, &min_clock);
-        waited = Now() - w0;
-        recent_waits[wait_i++ % recent_waits.size()] = waited;
-        stale = std::max<int64_t>(0, ps.clock() - min_clock);
-        last_min_clock = min_clock;
-        use_pulls();
-        for (int l = 0; l < L; ++l) {
-          dev.Upload(mlp.weight(l).data(), pw[l].data(), pw[l].size());
-          dev.Upload(mlp.bias(l).data(), pb[l].data(), pb[l].size());
-        }
-        have_params = true;
-        fills_this_clock = 0;
-        mlp.Forward(dx.data(), B);
-        const bool last_of_epoch = !pooled && step + 1 == steps;
-        if (prefetch_early && !(evaluator && last_of_epoch)) {
-          // The parameters are on the device: fetch the next step's now, so
-          // they travel while backward runs and the gradients are pushed.
-          dev.Sync();
-          issue_pulls(true);
-        }
-        drain_pushes();  // the previous step's gradient buffers are free again
-        mlp.Backward(dx.data(), dy.data(), B, dstats.data(), [&](int l) {
-          dev.Download(gw[l].data(), mlp.grad_weight(l).data(), gw[l].size());
-          dev.Download(gb[l].data(), mlp.grad_bias(l).data(), gb[l].size());
-          push_layer(l, gw[l].data(), gb[l].data());
-        });
-        acc_batches = 0;
-        CHECK_OK(tick.Wait());  // the previous tick (long answered)
-        tick = ps.ClockAsync();
-        // Otherwise fetch now, after this step's pushes and tick: the servers
-        // answer when the model allows.
-        if (!prefetch_early || (evaluator && last_of_epoch)) issue_pulls(false);
-      }
-      float stats[2];
-      dev.Download(stats, dstats.data(), 2);
-      const double loss = stats[0] / B;
-      epoch_loss += loss;
-      ++trained;
-      if (slowed) {
-        const double own = Now() - t0 - waited;
-        // (recent_waits holds this step's wait too.)
-        const double pull = fill ? 0.0 : *std::min_element(recent_waits.begin(), recent_waits.end());
-        std::this_thread::sleep_for(Sec((own + pull) * (o.slowdown - 1.0)));
-      }
-      progress.Step(rank, epoch, step + 1, steps, B, loss, stale);
-    }
-    flush_acc();
-    if (epoch_batches.stopped()) {
-      std::printf("worker %d | stopped on request in epoch %d after %d batches of it\n", rank, epoch, trained);
-      break;
-    }
-    epochs_done = epoch;
-    if (evaluator) {
-      if (pooled) {
-        // The outstanding prefetch may predate this worker's last pushes:
-        // read the end-of-epoch model afresh.
-        drain_pushes();
-        int64_t ignored = INT64_MAX;
-        wait_all(pulls, &ignored);
-        issue_pulls(false);
-      }
-      // Evaluate with the parameters of the prefetched pull: the model as of
-      // the end of this epoch.
-      int64_t mc = INT64_MAX;
-      wait_all(pulls, &mc);
-      for (int l = 0; l < L; ++l) {
-        dev.Upload(mlp.weight(l).data(), pw[l].data(), pw[l].size());
-        dev.Upload(mlp.bias(l).data(), pb[l].data(), pb[l].size());
-      }
-      const int EB = 1000;
-      DeviceBuffer ex(&dev, static_cast<size_t>(EB) * test.cols), ey(&dev, EB), es(&dev, 2);
-      dev.Zero(es.data(), 2);
-      for (int first = 0; first < test.rows; first += EB) {
-        const int n = std::min(EB, test.rows - first);
-        dev.Upload(ex.data(), &test.x[static_cast<size_t>(first) * test.cols], static_cast<size_t>(n) * test.cols);
-        dev.Upload(ey.data(), &test.y[first], n);
-        mlp.Evaluate(ex.data(), ey.data(), n, es.data());
-      }
-      float st[2];
-      dev.Download(st, es.data(), 2);
-      final_acc = st[1] / test.rows;
-      const double mean_loss = epoch_loss / std::max(1, trained);
-      std::printf("worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% | %.1f s\n", rank, epoch,
-                  mean_loss, 100.0 * final_acc, Now() - t_start);
-      std::fflush(stdout);
-      csv.Row(Now() - t_start, epoch, mean_loss, final_acc);
-      // The pulls were consumed: fetch again for the next step. (The model
-      // on the device is the one just evaluated: a fill batch may use it.)
-      issue_pulls(false);
-    }
-  }
-  drain_pushes();
-  CHECK_OK(tick.Wait());
-  int64_t mc = INT64_MAX;
-  wait_all(pulls, &mc);
-  const double secs = Now() - t_start;
-  std::printf("worker %d | finished %d epochs in %.1f s | %ld batches (%ld while the next parameters were held back) | "
-              "%.0f samples/s | push staleness mean %.2f max %llu updates\n",
-              rank, epochs_done, secs, progress.samples / B, filled, static_cast<double>(progress.samples) / secs,
-              static_cast<double>(push_stale_sum) / std::max<uint64_t>(1, push_stale_n),
-              static_cast<unsigned long long>(push_stale_max));
-  if (!o.save_params.empty() && rank == o.eval_rank) {
-    std::ofstream f(o.save_params, std::ios::binary | std::ios::trunc);
-    for (int l = 0; l < L; ++l) {
-      f.write(reinterpret_cast<const char*>(pw[l].data()), static_cast<std::streamsize>(pw[l].size() * 4));
-      f.write(reinterpret_cast<const char*>(pb[l].data()), static_cast<std::streamsize>(pb[l].size() * 4));
-    }
-    if (!f) {
-      std::fprintf(stderr, "error: cannot write --save-params '%s'\n", o.save_params.c_str());
+  if (!o.save_params.empty() && evaluator) {
+    s = trainer.SaveParams(o.save_params);
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.message().c_str());
       return 1;
     }
   }
-  if (evaluator && o.min_accuracy >= 0 && final_acc < o.min_accuracy && !ps.StopRequested()) {
-    std::fprintf(stderr, "error: test accuracy %.4f is below --min-accuracy %.4f\n", final_acc, o.min_accuracy);
+  if (evaluator && o.min_accuracy >= 0 && r.final_accuracy < o.min_accuracy && !ps.StopRequested()) {
+    std::fprintf(stderr, "error: test accuracy %.4f is below --min-accuracy %.4f\n", r.final_accuracy, o.min_accuracy);
     return 3;
   }
   return 0;
@@ -544,8 +221,10 @@ int RunSparseLr(const Options& o, Client& ps) {
   const uint64_t mine = (o.examples - static_cast<uint64_t>(rank) + world - 1) / world;
   int steps = static_cast<int>(pooled ? o.examples / o.batch : std::min<uint64_t>(o.examples / world, mine) / o.batch);
   if (o.max_steps > 0) steps = std::min(steps, o.max_steps * (pooled ? world : 1));
-  EpochBatches epoch_batches(ps, pooled, steps, o.work_chunk);
-  Progress progress{o.progress_sec};
+  EpochBatches epoch_batches(
+      [&ps](uint64_t pool, uint64_t total, uint32_t max, WorkRange* out) { return ps.ClaimWork(pool, total, max, out); },
+      [&ps] { return ps.StopRequested(); }, pooled, steps, o.work_chunk);
+  Progress progress(o.progress_sec);
   CsvLog csv(rank == o.eval_rank ? o.csv : "");
   const double t_start = Now();
   std::vector<uint64_t> keys;
@@ -557,7 +236,10 @@ int RunSparseLr(const Options& o, Client& ps) {
     double epoch_loss = 0;
     int trained = 0;  // batches of this epoch
     epoch_batches.Start(epoch);
-    for (int step; (step = epoch_batches.Next()) >= 0;) {
+    for (;;) {
+      int step;
+      CHECK_OK(epoch_batches.Next(&step));
+      if (step < 0) break;
       ++trained;
       batch.offsets.assign(1, 0);
       batch.ids.clear();
@@ -626,8 +308,8 @@ int RunSparseLr(const Options& o, Client& ps) {
     }
   }
   const double secs = Now() - t_start;
-  std::printf("worker %d | finished in %.1f s | %ld batches | %.0f samples/s\n", rank, secs, progress.samples / o.batch,
-              progress.samples / secs);
+  std::printf("worker %d | finished in %.1f s | %ld batches | %.0f samples/s\n", rank, secs, progress.samples() / o.batch,
+              progress.samples() / secs);
   if (rank == o.eval_rank && o.min_accuracy >= 0 && final_acc < o.min_accuracy && !ps.StopRequested()) {
     std::fprintf(stderr, "error: test accuracy %.4f is below --min-accuracy %.4f\n", final_acc, o.min_accuracy);
     return 3;

@@ -1,0 +1,408 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace shardps::worker {
+
+#define RETURN_IF_ERROR(expr)  \
+  do {                         \
+    Status _s = (expr);        \
+    if (!_s.ok()) return _s;   \
+  } while (0)
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool HeldBack(Consistency c, int64_t clock, uint32_t staleness, int64_t last_min_clock) {
+  return c == Consistency::kBounded && clock - static_cast<int64_t>(staleness) > last_min_clock;
+}
+
+double StragglerSleep(double own, double quickest_pull, double slowdown) {
+  if (slowdown <= 1.0) return 0.0;
+  return std::max(0.0, own + quickest_pull) * (slowdown - 1.0);
+}
+
+// ---- EpochBatches
+
+void EpochBatches::Start(int epoch) {
+  epoch_ = epoch;
+  next_ = 0;
+  grant_ = WorkRange{};
+}
+
+Status EpochBatches::Next(int* step) {
+  *step = -1;
+  if (stop_()) return Status::OK();
+  if (!pooled_) {
+    if (next_ < steps_) *step = next_++;
+    return Status::OK();
+  }
+  if (grant_.empty()) {
+    RETURN_IF_ERROR(claim_(static_cast<uint64_t>(epoch_), static_cast<uint64_t>(steps_),
+                           static_cast<uint32_t>(chunk_), &grant_));
+    if (grant_.empty()) return Status::OK();
+  }
+  *step = static_cast<int>(grant_.begin++);
+  return Status::OK();
+}
+
+// ---- Progress
+
+void Progress::Step(int rank, int epoch, int step, int steps, long n, double loss, int64_t stale) {
+  samples_ += n;
+  since_samples_ += n;
+  loss_sum_ += loss;
+  loss_n_ += 1;
+  max_stale_ = std::max(max_stale_, stale);
+  const double now = NowSeconds();
+  if (now - last_ < interval_) return;
+  std::fprintf(out_, "worker %d | epoch %d step %5d/%d | loss %.4f | %7.0f samples/s | staleness %lld\n", rank, epoch,
+               step, steps, loss_sum_ / std::max(1L, loss_n_), since_samples_ / std::max(1e-9, now - last_),
+               static_cast<long long>(max_stale_));
+  std::fflush(out_);
+  last_ = now;
+  since_samples_ = 0;
+  loss_sum_ = 0;
+  loss_n_ = 0;
+  max_stale_ = 0;
+}
+
+// ---- MlpTrainer
+
+MlpTrainer::MlpTrainer(Client& ps, Device& dev, Mlp& mlp, std::vector<Table> wt, std::vector<Table> bt,
+                       const Dataset& train, const Dataset* test, const TrainerOptions& o)
+    : ps_(ps),
+      dev_(dev),
+      mlp_(mlp),
+      wt_(std::move(wt)),
+      bt_(std::move(bt)),
+      train_(train),
+      test_(test),
+      o_(o),
+      L_(mlp.num_layers()),
+      B_(o.batch),
+      rank_(ps.rank()),
+      hx_(&dev, static_cast<size_t>(o.batch) * train.cols),
+      hy_(&dev, o.batch),
+      dx_(&dev, static_cast<size_t>(o.batch) * train.cols),
+      dy_(&dev, o.batch),
+      dstats_(&dev, 2),
+      on_device_(2 * mlp.num_layers()),
+      recent_waits_(32, 1e9) {
+  // Host buffers (page-locked on a GPU, so uploads run asynchronously).
+  for (int l = 0; l < L_; ++l) {
+    pw_.emplace_back(&dev, mlp.weight_size(l));
+    pb_.emplace_back(&dev, mlp.bias_size(l));
+    gw_.emplace_back(&dev, mlp.weight_size(l));
+    gb_.emplace_back(&dev, mlp.bias_size(l));
+  }
+  const int max_fill = std::max(0, o.max_fill);
+  fill_w_.resize(max_fill);
+  fill_b_.resize(max_fill);
+  fill_based_.resize(max_fill);
+  for (int f = 0; f < max_fill; ++f)
+    for (int l = 0; l < L_; ++l) {
+      fill_w_[f].emplace_back(&dev, mlp.weight_size(l));
+      fill_b_[f].emplace_back(&dev, mlp.bias_size(l));
+    }
+}
+
+Status MlpTrainer::IssuePulls(bool ahead) {
+  pulls_.clear();
+  for (int l = 0; l < L_; ++l) {
+    std::span<float> w(pw_[l].data(), pw_[l].size()), b(pb_[l].data(), pb_[l].size());
+    pulls_.push_back(ahead ? ps_.Prefetch(wt_[l], w) : ps_.Pull(wt_[l], w));
+    pulls_.push_back(ahead ? ps_.Prefetch(bt_[l], b) : ps_.Pull(bt_[l], b));
+  }
+  return Status::OK();
+}
+
+Status MlpTrainer::WaitPulls(int64_t* min_clock) {
+  for (auto& r : pulls_) {
+    RETURN_IF_ERROR(r.Wait());
+    if (min_clock) *min_clock = std::min(*min_clock, r.min_clock());
+  }
+  return Status::OK();
+}
+
+Status MlpTrainer::DrainPushes() {
+  for (auto& r : pushes_) {
+    RETURN_IF_ERROR(r.Wait());
+    const uint64_t st = r.staleness();
+    stale_max_ = std::max(stale_max_, st);
+    stale_sum_ += st;
+    ++stale_n_;
+  }
+  pushes_.clear();
+  return Status::OK();
+}
+
+void MlpTrainer::LoadBatch(int step) {
+  const int cols = train_.cols;
+  for (int i = 0; i < B_; ++i) {
+    const uint32_t ex = order_[static_cast<size_t>(step) * B_ + i];
+    std::copy_n(&train_.x[static_cast<size_t>(ex) * cols], cols, &hx_[static_cast<size_t>(i) * cols]);
+    hy_[i] = train_.y[ex];
+  }
+  dev_.Upload(dx_.data(), hx_.data(), hx_.size());
+  dev_.Upload(dy_.data(), hy_.data(), B_);
+  dev_.Zero(dstats_.data(), 2);
+}
+
+void MlpTrainer::UploadPulled() {
+  for (int l = 0; l < L_; ++l) {
+    dev_.Upload(mlp_.weight(l).data(), pw_[l].data(), pw_[l].size());
+    dev_.Upload(mlp_.bias(l).data(), pb_[l].data(), pb_[l].size());
+  }
+}
+
+// Layer l's push: the fills not pushed yet (with-next), then gw/gb (unless
+// null), each an optimizer step based on the parameters it was computed on.
+void MlpTrainer::PushLayer(int l, const float* gwl, const float* gbl) {
+  if (pending_fills_ == 0) {
+    pushes_.push_back(ps_.Push(wt_[l], std::span<const float>(gwl, gw_[l].size())));
+    pushes_.push_back(ps_.Push(bt_[l], std::span<const float>(gbl, gb_[l].size())));
+    return;
+  }
+  std::vector<PushStep> sw, sb;
+  for (int f = 0; f < pending_fills_; ++f) {
+    sw.push_back({std::span<const float>(fill_w_[f][l].data(), fill_w_[f][l].size()), fill_based_[f][2 * l]});
+    sb.push_back({std::span<const float>(fill_b_[f][l].data(), fill_b_[f][l].size()), fill_based_[f][2 * l + 1]});
+  }
+  if (gwl) {
+    sw.push_back({std::span<const float>(gwl, gw_[l].size()), on_device_[2 * l]});
+    sb.push_back({std::span<const float>(gbl, gb_[l].size()), on_device_[2 * l + 1]});
+  }
+  pushes_.push_back(ps_.PushSteps(wt_[l], sw));
+  pushes_.push_back(ps_.PushSteps(bt_[l], sb));
+}
+
+Status MlpTrainer::FlushFills() {
+  if (pending_fills_ == 0) return Status::OK();
+  RETURN_IF_ERROR(DrainPushes());
+  for (int l = 0; l < L_; ++l) PushLayer(l, nullptr, nullptr);
+  pending_fills_ = 0;
+  return Status::OK();
+}
+
+// Pooled, held back: rather than idle while the bound holds the next
+// clock's parameters back, train this batch on the parameters at hand (the
+// ones the bound allowed for this clock). It is an optimizer step of its
+// own, based on the pull those parameters came from; each such batch is one
+// the slower workers do not have to train.
+Status MlpTrainer::FillStep() {
+  ++fills_this_clock_;
+  ++filled_;
+  RETURN_IF_ERROR(DrainPushes());  // the fill buffers of earlier pushes must be free
+  const int f = fills_this_clock_ - 1;
+  fill_based_[f] = on_device_;
+  mlp_.Forward(dx_.data(), B_);
+  mlp_.Backward(dx_.data(), dy_.data(), B_, dstats_.data(), [&](int l) {
+    dev_.Download(fill_w_[f][l].data(), mlp_.grad_weight(l).data(), fill_w_[f][l].size());
+    dev_.Download(fill_b_[f][l].data(), mlp_.grad_bias(l).data(), fill_b_[f][l].size());
+    if (o_.fill_at_once) {
+      const PushStep sw[] = {{std::span<const float>(fill_w_[f][l].data(), fill_w_[f][l].size()), on_device_[2 * l]}};
+      const PushStep sb[] = {
+          {std::span<const float>(fill_b_[f][l].data(), fill_b_[f][l].size()), on_device_[2 * l + 1]}};
+      pushes_.push_back(ps_.PushSteps(wt_[l], sw));
+      pushes_.push_back(ps_.PushSteps(bt_[l], sb));
+    }
+  });
+  if (!o_.fill_at_once) ++pending_fills_;
+  return Status::OK();
+}
+
+// A step on fresh parameters: wait for the pull, forward, (prefetch the
+// next step's parameters), backward with each layer pushed as it is ready,
+// tick.
+Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
+  int64_t min_clock = INT64_MAX;
+  const double w0 = NowSeconds();
+  RETURN_IF_ERROR(WaitPulls(&min_clock));
+  *waited = NowSeconds() - w0;
+  recent_waits_[wait_i_++ % recent_waits_.size()] = *waited;
+  stale_ = std::max<int64_t>(0, ps_.clock() - min_clock);
+  last_min_clock_ = min_clock;
+  for (size_t i = 0; i < pulls_.size(); ++i) on_device_[i] = pulls_[i].stamp();
+  UploadPulled();
+  have_params_ = true;
+  fills_this_clock_ = 0;
+  mlp_.Forward(dx_.data(), B_);
+  const bool fetch_now = prefetch_early_ && !(o_.evaluator && last_of_epoch);
+  if (fetch_now) {
+    // The parameters are on the device: fetch the next step's now, so they
+    // travel while backward runs and the gradients are pushed.
+    dev_.Sync();
+    RETURN_IF_ERROR(IssuePulls(true));
+  }
+  RETURN_IF_ERROR(DrainPushes());  // the previous step's gradient buffers are free again
+  mlp_.Backward(dx_.data(), dy_.data(), B_, dstats_.data(), [&](int l) {
+    dev_.Download(gw_[l].data(), mlp_.grad_weight(l).data(), gw_[l].size());
+    dev_.Download(gb_[l].data(), mlp_.grad_bias(l).data(), gb_[l].size());
+    PushLayer(l, gw_[l].data(), gb_[l].data());
+  });
+  pending_fills_ = 0;
+  RETURN_IF_ERROR(tick_.Wait());  // the previous tick (long answered)
+  tick_ = ps_.ClockAsync();
+  // Otherwise fetch now, after this step's pushes and tick: the servers
+  // answer when the model allows.
+  if (!fetch_now) RETURN_IF_ERROR(IssuePulls(false));
+  return Status::OK();
+}
+
+double MlpTrainer::Evaluate() {
+  const Dataset& test = *test_;
+  const int EB = 1000;
+  DeviceBuffer ex(&dev_, static_cast<size_t>(EB) * test.cols), ey(&dev_, EB), es(&dev_, 2);
+  dev_.Zero(es.data(), 2);
+  for (int first = 0; first < test.rows; first += EB) {
+    const int n = std::min(EB, test.rows - first);
+    dev_.Upload(ex.data(), &test.x[static_cast<size_t>(first) * test.cols], static_cast<size_t>(n) * test.cols);
+    dev_.Upload(ey.data(), &test.y[first], n);
+    mlp_.Evaluate(ex.data(), ey.data(), n, es.data());
+  }
+  float st[2];
+  dev_.Download(st, es.data(), 2);
+  return static_cast<double>(st[1]) / test.rows;
+}
+
+Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, TrainResult* r) {
+  if (!o_.evaluator) return Status::OK();
+  if (pooled_) {
+    // The outstanding prefetch may predate this worker's last pushes: read
+    // the end-of-epoch model afresh.
+    RETURN_IF_ERROR(DrainPushes());
+    int64_t ignored = INT64_MAX;
+    RETURN_IF_ERROR(WaitPulls(&ignored));
+    RETURN_IF_ERROR(IssuePulls(false));
+  }
+  // Evaluate with the parameters of the pull issued after this worker's
+  // last step: the model as of the end of this epoch.
+  int64_t mc = INT64_MAX;
+  RETURN_IF_ERROR(WaitPulls(&mc));
+  UploadPulled();
+  r->final_accuracy = Evaluate();
+  const double mean_loss = epoch_loss / std::max(1, trained);
+  std::fprintf(o_.out, "worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% | %.1f s\n", rank_, epoch,
+               mean_loss, 100.0 * r->final_accuracy, NowSeconds() - t_start_);
+  std::fflush(o_.out);
+  if (csv_.is_open())
+    csv_ << NowSeconds() - t_start_ << "," << epoch << "," << mean_loss << "," << r->final_accuracy << std::endl;
+  // The pulls were consumed: fetch again for the next step. (The model on
+  // the device is the one just evaluated: a fill batch may use it.)
+  return IssuePulls(false);
+}
+
+Status MlpTrainer::Run(TrainResult* result) {
+  TrainResult r;
+  const int world = static_cast<int>(ps_.num_workers());
+  if (o_.evaluator && !test_) return Status::InvalidArgument("the evaluating worker needs the test set");
+  // Where the batches come from. Sync: rank i of N takes every N-th example
+  // of the epoch's permutation (its own shard; the N batches of step t are
+  // the one batch of a single process, which sync relies on). Bounded and
+  // async: the batches of the whole epoch form a work pool shared through
+  // the coordinator, claimed a few at a time, so a fast worker trains more
+  // of the epoch than a slow one (docs/worker.md, "Stragglers").
+  pooled_ = ps_.consistency() != Consistency::kSync && !o_.static_shards;
+  const uint32_t shard = static_cast<uint32_t>(pooled_ ? train_.rows : train_.rows / world);
+  steps_ = static_cast<int>(shard / B_);
+  if (o_.max_steps > 0) steps_ = std::min(steps_, o_.max_steps * (pooled_ ? world : 1));
+  if (steps_ == 0)
+    return Status::InvalidArgument(std::to_string(shard) + " examples per worker is less than one batch of " +
+                                   std::to_string(B_));
+  if (o_.evaluator && !o_.csv.empty()) {
+    csv_.open(o_.csv, std::ios::trunc);
+    if (!csv_) return Status::InvalidArgument("cannot write --csv '" + o_.csv + "'");
+    csv_ << "time_s,epoch,loss,test_accuracy\n";
+  }
+  // Under bounded staleness (s >= 1) and async the next step's pull may be
+  // sent before this step's pushes (Client::Prefetch); under sync it would
+  // only be parked, and the evaluator wants the end-of-epoch model.
+  prefetch_early_ = !o_.late_prefetch && (ps_.consistency() == Consistency::kAsync ||
+                                          (ps_.consistency() == Consistency::kBounded && ps_.staleness() >= 1));
+  EpochBatches batches(
+      [this](uint64_t pool, uint64_t total, uint32_t max, WorkRange* out) {
+        return ps_.ClaimWork(pool, total, max, out);
+      },
+      [this] { return ps_.StopRequested(); }, pooled_, steps_, o_.work_chunk);
+  Progress progress(o_.progress_sec, o_.out);
+  t_start_ = NowSeconds();
+  RETURN_IF_ERROR(IssuePulls(false));
+  for (int epoch = 1; epoch <= o_.epochs; ++epoch) {
+    order_ = EpochShard(static_cast<uint32_t>(train_.rows), pooled_ ? 0 : rank_, pooled_ ? 1 : world, o_.seed, epoch,
+                        o_.shuffle);
+    batches.Start(epoch);
+    double epoch_loss = 0;
+    int trained = 0;
+    for (;;) {
+      int step;
+      RETURN_IF_ERROR(batches.Next(&step));
+      if (step < 0) break;
+      const double t0 = NowSeconds();
+      LoadBatch(step);
+      const bool fill = pooled_ && have_params_ &&
+                        HeldBack(ps_.consistency(), ps_.clock(), ps_.staleness(), last_min_clock_) &&
+                        fills_this_clock_ < o_.max_fill &&
+                        std::any_of(pulls_.begin(), pulls_.end(), [](const Request& q) { return !q.Done(); });
+      double waited = 0;
+      if (fill)
+        RETURN_IF_ERROR(FillStep());
+      else
+        RETURN_IF_ERROR(Step(!pooled_ && step + 1 == steps_, &waited));
+      float stats[2];
+      dev_.Download(stats, dstats_.data(), 2);
+      const double loss = stats[0] / B_;
+      epoch_loss += loss;
+      ++trained;
+      if (o_.slowdown > 1.0) {
+        // (recent_waits_ holds this step's wait too.)
+        const double quickest = fill ? 0.0 : *std::min_element(recent_waits_.begin(), recent_waits_.end());
+        std::this_thread::sleep_for(
+            std::chrono::duration<double>(StragglerSleep(NowSeconds() - t0 - waited, quickest, o_.slowdown)));
+      }
+      progress.Step(rank_, epoch, step + 1, steps_, B_, loss, stale_);
+    }
+    RETURN_IF_ERROR(FlushFills());
+    if (batches.stopped()) {
+      std::fprintf(o_.out, "worker %d | stopped on request in epoch %d after %d batches of it\n", rank_, epoch,
+                   trained);
+      r.stopped = true;
+      break;
+    }
+    r.epochs_done = epoch;
+    RETURN_IF_ERROR(EndEpoch(epoch, epoch_loss, trained, &r));
+  }
+  RETURN_IF_ERROR(DrainPushes());
+  RETURN_IF_ERROR(tick_.Wait());
+  int64_t mc = INT64_MAX;
+  RETURN_IF_ERROR(WaitPulls(&mc));
+  r.seconds = NowSeconds() - t_start_;
+  r.batches = progress.samples() / B_;
+  r.filled = filled_;
+  r.push_staleness_max = stale_max_;
+  r.push_staleness_mean = static_cast<double>(stale_sum_) / std::max<uint64_t>(1, stale_n_);
+  std::fprintf(o_.out,
+               "worker %d | finished %d epochs in %.1f s | %ld batches (%ld while the next parameters were held back) | "
+               "%.0f samples/s | push staleness mean %.2f max %llu updates\n",
+               rank_, r.epochs_done, r.seconds, r.batches, r.filled,
+               static_cast<double>(progress.samples()) / std::max(1e-9, r.seconds), r.push_staleness_mean,
+               static_cast<unsigned long long>(r.push_staleness_max));
+  std::fflush(o_.out);
+  *result = r;
+  return Status::OK();
+}
+
+Status MlpTrainer::SaveParams(const std::string& path) const {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  for (int l = 0; l < L_; ++l) {
+    f.write(reinterpret_cast<const char*>(pw_[l].data()), static_cast<std::streamsize>(pw_[l].size() * 4));
+    f.write(reinterpret_cast<const char*>(pb_[l].data()), static_cast<std::streamsize>(pb_[l].size() * 4));
+  }
+  if (!f) return Status::InvalidArgument("cannot write --save-params '" + path + "'");
+  return Status::OK();
+}
+
+}  // namespace shardps::worker
