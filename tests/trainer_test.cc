@@ -37,14 +37,14 @@ Dataset Synthetic(int rows, unsigned seed) {
   return d;
 }
 
-struct Run {
+struct Outcome {
   Status status;
   TrainResult result;
   std::string out;
 };
 
 // One worker: connects, defines the model's tables, trains.
-void TrainOne(const LocalCluster& c, int rank, TrainerOptions o, const Dataset& train, const Dataset& test, Run* run) {
+void TrainOne(const LocalCluster& c, int rank, TrainerOptions o, const Dataset& train, const Dataset& test, Outcome* run) {
   auto ps = testing::ConnectClient(c, ClientRole::kWorker, rank);
   if (!ps) {
     run->status = Status::Unavailable("no connection");
@@ -102,7 +102,7 @@ TEST_F(TrainerTest, SyncTwoWorkersTrainTheirShardsAndLearn) {
   o.epochs = 3;
   o.batch = 16;
   o.progress_sec = 1000;
-  Run r0, r1;
+  Outcome r0, r1;
   std::thread t1(TrainOne, std::cref(cluster_), 1, o, std::cref(train), std::cref(test), &r1);
   TrainOne(cluster_, 0, o, train, test, &r0);
   t1.join();
@@ -134,7 +134,7 @@ TEST_F(TrainerTest, BoundedWithAStragglerTrainsEveryBatchOnceBetweenThem) {
   o.progress_sec = 1000;
   TrainerOptions slow = o;
   slow.slowdown = 3.0;
-  Run r0, r1;
+  Outcome r0, r1;
   std::thread t1(TrainOne, std::cref(cluster_), 1, slow, std::cref(train), std::cref(test), &r1);
   TrainOne(cluster_, 0, o, train, test, &r0);
   t1.join();
@@ -155,7 +155,7 @@ TEST_F(TrainerTest, TooLittleDataForOneBatchIsAClearError) {
   const Dataset train = Synthetic(8, 1), test = Synthetic(8, 2);
   TrainerOptions o;
   o.batch = 16;
-  Run r;
+  Outcome r;
   TrainOne(cluster_, 0, o, train, test, &r);
   EXPECT_EQ(r.status.code(), Code::kInvalidArgument) << r.status.ToString();
   EXPECT_NE(r.status.message().find("8 examples per worker is less than one batch of 16"), std::string::npos)
