@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <random>
 
 #include "common/log.h"
 #include "common/wire.h"
@@ -34,6 +35,13 @@ Server::Server(zmq::context_t& ctx, ServerOptions opts)
       coord_(ctx_, zmq::socket_type::dealer) {
   if (opts_.memory_budget == 0) opts_.memory_budget = DefaultMemoryBudget();
   if (opts_.held_bytes == 0) opts_.held_bytes = std::max<uint64_t>(opts_.memory_budget / 4, 64ull << 20);
+}
+
+uint64_t Server::NewVersionTag() {
+  std::random_device rd;
+  uint64_t t = 0;
+  while (t == 0) t = rd() & 0xffff;
+  return t << kVersionBits;
 }
 
 uint64_t Server::FramesBytes(const std::vector<zmq::message_t>& frames) {
@@ -433,14 +441,23 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     float lr_scale = 1.0f;
     const float* g = values[j];
     if (bases) {
+      const uint64_t tagged = bases->Get(j);
+      if ((tagged >> kVersionBits) != (version_tag_ >> kVersionBits)) {
+        m_.stale_unknown.SingleWriterInc();  // based on a pull from before this server started
+        if (keys)
+          t->ApplyKeys(keys, h.key_count(), g, 1.0f);
+        else
+          t->ApplyRange(h.row_begin(), h.row_end(), g, 1.0f);
+        continue;
+      }
       const uint64_t now = keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end());
-      const uint64_t base = bases->Get(j);
-      const uint64_t tau = now > base ? now - base : 0;  // a base from before a restart: fresh
+      const uint64_t base = tagged & ((1ull << kVersionBits) - 1);
+      const uint64_t tau = now > base ? now - base : 0;
       m_.staleness.SingleWriterObserve(static_cast<double>(tau));
       ok.staleness = std::max(ok.staleness, tau);
       lr_scale = StalenessLrScale(rule, tau);
       if (rule == StalenessRule::kDelayCompensation && tau > 0) {
-        const float* dc = keys ? nullptr : DcCompensate(rank, h.table(), *t, h.row_begin(), h.row_end(), base, g);
+        const float* dc = keys ? nullptr : DcCompensate(rank, h.table(), *t, h.row_begin(), h.row_end(), tagged, g);
         if (dc)
           g = dc;
         else
@@ -515,7 +532,8 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   f.request_id = h.request_id();
   f.min_clock = MinClock();
   f.max_clock = MaxClock();
-  f.table_version = keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end());
+  f.table_version =
+      version_tag_ | (keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end()));
   std::vector<zmq::message_t> out;
   out.emplace_back(frames[0].data(), frames[0].size());
   out.push_back(wire::EncodeSimple(fbb_, f));
@@ -729,6 +747,8 @@ Server::Metrics::Metrics(metrics::Registry& r)
       dc_uncompensated(r.GetCounter("shardps_push_dc_uncompensated_total",
                                     "Steps of delay-compensated tables applied as they came: the values their "
                                     "gradient was computed on were no longer kept")),
+      stale_unknown(r.GetCounter("shardps_push_staleness_unknown_total",
+                                 "Push steps based on a pull from before this server (re)started: applied as fresh")),
       push_seconds(r.GetHistogram("shardps_push_duration_seconds",
                                   "Time from receiving a push to its reply (applying it, or buffering it under sync)",
                                   metrics::LatencyBuckets())),

@@ -104,7 +104,8 @@ class Server {
   // Everything the server counts, in registry_ (docs/operations.md).
   struct Metrics {
     explicit Metrics(metrics::Registry& r);
-    metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors, &push_steps, &dc_uncompensated;
+    metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors, &push_steps, &dc_uncompensated,
+        &stale_unknown;
     metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds, &staleness;
     metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;
   };
@@ -195,6 +196,12 @@ class Server {
   // worker's last kDcKept pulls of a dense row range read, with their
   // version, so a push based on one of them knows w_then.
   static constexpr size_t kDcKept = 3;
+  // The versions this server hands out carry its incarnation in the top 16
+  // bits (random per start, never 0), so a stamp from before a restart is
+  // recognised as unknown rather than compared with new counts.
+  static constexpr int kVersionBits = 48;
+  const uint64_t version_tag_ = NewVersionTag();
+  static uint64_t NewVersionTag();
   struct DcSlot {
     bool used = false;
     uint64_t version = 0, end = 0;

@@ -15,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include <zmq.hpp>
+
+#include "common/wire.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
 
@@ -262,6 +265,90 @@ TEST_F(StalenessTest, DelayCompensationUsesTheValuesTheGradientWasComputedOn) {
   EXPECT_FLOAT_EQ(out[1], before[1] - 2.0f);
   const std::string m = ServerMetrics(cluster_);
   EXPECT_EQ(Sample(m, "shardps_push_dc_uncompensated_total"), 1) << m;
+}
+
+// A server's versions carry its incarnation: a push based on a pull from
+// another incarnation (before a restart) is applied as fresh and counted,
+// never compared with the new counts. Raw messages: the client only sends
+// stamps it was given.
+TEST_F(StalenessTest, AStampFromAnotherServerIncarnationIsTakenAsUnknown) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 1;
+  o.consistency = "async";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  ASSERT_TRUE(w);
+  TableSpec spec;
+  spec.name = "x";
+  spec.rows = 1;
+  spec.cols = 1;
+  spec.optimizer = OptimizerKind::kSGD;
+  spec.lr = 1.0f;
+  Table t;
+  ASSERT_TRUE(w->CreateTable(spec, &t).ok());
+  std::vector<float> one = {1.0f}, out(1);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(w->Push(t, one).Wait().ok());  // version 4, w = -4
+
+  zmq::context_t ctx(1);
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(cluster_.ServerEndpoint(0));
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<uint64_t> scratch;
+  auto exchange = [&](wire::Fields f, std::vector<zmq::message_t> values, uint64_t* version, uint64_t* staleness) {
+    raw.send(wire::EncodeSimple(fbb, f), values.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < values.size(); ++i)
+      raw.send(values[i], i + 1 < values.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    zmq::pollitem_t items[] = {{raw.handle(), 0, ZMQ_POLLIN, 0}};
+    if (zmq::poll(items, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
+    std::vector<zmq::message_t> reply;
+    zmq::message_t m;
+    do {
+      (void)raw.recv(m);
+      reply.push_back(std::move(m));
+    } while (reply.back().more());
+    const wire::Header* h = nullptr;
+    Status st = wire::ParseHeader(reply[0], scratch, &h);
+    if (!st.ok()) return st;
+    *version = h->table_version();
+    *staleness = h->staleness();
+    return wire::ReplyStatus(h);
+  };
+  wire::Fields f;
+  f.type = wire::MsgType::Pull;
+  f.request_id = 1;
+  f.role = wire::Role::Worker;
+  f.rank = 0;
+  f.table = t.id;
+  f.row_begin = 0;
+  f.row_end = 1;
+  uint64_t version = 0, staleness = 0;
+  ASSERT_TRUE(exchange(f, {}, &version, &staleness).ok());
+  EXPECT_EQ(version & 0xffffffffffffull, 4u);
+  const uint64_t tag = version >> 48;
+  EXPECT_NE(tag, 0u);
+  // Based on version 1 of this incarnation: 3 updates stale, lr / 3.
+  f.type = wire::MsgType::Push;
+  f.request_id = 2;
+  const uint64_t same[] = {(tag << 48) | 1};
+  f.base_versions = same;
+  std::vector<zmq::message_t> v;
+  v.emplace_back(one.data(), 4);
+  ASSERT_TRUE(exchange(f, std::move(v), &version, &staleness).ok());
+  EXPECT_EQ(staleness, 3u);
+  // Based on version 1 of another incarnation: fresh, full lr, counted.
+  f.request_id = 3;
+  const uint64_t other[] = {(((tag % 0xffff) + 1) << 48) | 1};
+  f.base_versions = other;
+  v.clear();
+  v.emplace_back(one.data(), 4);
+  ASSERT_TRUE(exchange(f, std::move(v), &version, &staleness).ok());
+  EXPECT_EQ(staleness, 0u);
+  ASSERT_TRUE(w->Pull(t, out).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], -4.0f - 1.0f / 3.0f - 1.0f);
+  const std::string m = ServerMetrics(cluster_);
+  EXPECT_EQ(Sample(m, "shardps_push_staleness_unknown_total"), 1) << m;
 }
 
 // Under sync a clock is one step of the averaged gradients: several steps in
