@@ -68,7 +68,7 @@ struct Call {
   uint32_t table = 0;
   uint64_t issued = 0;
   std::weak_ptr<StampBook> book;
-  bool stamped = false;
+  std::shared_ptr<const std::vector<uint64_t>> stamp;  // `versions`, once a Wait() returned OK
 
   bool DoneLocked() const { return parts_left == 0 && (frees_left == 0 || !status.ok()); }
   void PartDone(const Status& s, bool clocks, int64_t minc, int64_t maxc, int server = -1,
@@ -961,12 +961,11 @@ Status Request::Wait(std::chrono::milliseconds timeout) {
   if (!call_->cv.wait_for(lock, timeout, [&] { return call_->DoneLocked(); }))
     return Status::Timeout(std::string(call_->op) + " not answered within " + std::to_string(timeout.count()) +
                            " ms (" + std::to_string(call_->parts_left) + " server replies outstanding)");
-  if (call_->status.ok() && !call_->stamped && !call_->versions.empty()) {
+  if (call_->status.ok() && !call_->stamp && !call_->versions.empty()) {
     // The caller now reads these values: later pushes of the table are
     // computed on them (unless a later-issued pull was waited on already).
-    call_->stamped = true;
-    if (auto book = call_->book.lock())
-      book->Offer(call_->table, call_->issued, std::make_shared<const std::vector<uint64_t>>(call_->versions));
+    call_->stamp = std::make_shared<const std::vector<uint64_t>>(call_->versions);
+    if (auto book = call_->book.lock()) book->Offer(call_->table, call_->issued, call_->stamp);
   }
   return call_->status;
 }
@@ -981,9 +980,9 @@ PullStamp Request::stamp() const {
   PullStamp s;
   if (!call_) return s;
   std::lock_guard<std::mutex> lock(call_->mu);
-  if (!call_->DoneLocked() || !call_->status.ok() || call_->versions.empty()) return s;
+  if (!call_->stamp) return s;  // not a pull, or no Wait() returned OK yet
   s.table_ = call_->table;
-  s.versions_ = std::make_shared<const std::vector<uint64_t>>(call_->versions);
+  s.versions_ = call_->stamp;
   return s;
 }
 

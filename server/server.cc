@@ -440,16 +440,10 @@ void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   for (uint32_t j = 0; j < steps; ++j) {
     float lr_scale = 1.0f;
     const float* g = values[j];
-    if (bases) {
-      const uint64_t tagged = bases->Get(j);
-      if ((tagged >> kVersionBits) != (version_tag_ >> kVersionBits)) {
-        m_.stale_unknown.SingleWriterInc();  // based on a pull from before this server started
-        if (keys)
-          t->ApplyKeys(keys, h.key_count(), g, 1.0f);
-        else
-          t->ApplyRange(h.row_begin(), h.row_end(), g, 1.0f);
-        continue;
-      }
+    const uint64_t tagged = bases ? bases->Get(j) : 0;
+    if (bases && (tagged >> kVersionBits) != (version_tag_ >> kVersionBits)) {
+      m_.stale_unknown.SingleWriterInc();  // based on a pull from before this server started: as fresh
+    } else if (bases) {
       const uint64_t now = keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end());
       const uint64_t base = tagged & ((1ull << kVersionBits) - 1);
       const uint64_t tau = now > base ? now - base : 0;

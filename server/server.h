@@ -121,8 +121,6 @@ class Server {
   void HandleData(std::vector<zmq::message_t>& frames);
   void HandleCoordinator(std::vector<zmq::message_t>& frames);
   void ApplyCluster(const ClusterView& v);
-  // A push carries at most this many gradients (optimizer steps).
-  static constexpr uint32_t kMaxPushSteps = 64;
   // Validates a push/pull; on success *t is its table and keys/values point
   // at its frames (values: one per step of a push, kMaxPushSteps slots).
   Status CheckRequest(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push,

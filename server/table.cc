@@ -182,19 +182,17 @@ void ServerTable::ApplyRange(uint64_t begin, uint64_t end, const float* g, float
     ApplyOptimizer(spec_, part.w() + first * c, part.state.data() + first * sw,
                    g + off * c, n, scale, lr_scale);
   });
-  for (uint32_t p = PartitionOfRow(begin, spec_.rows, partitions_),
-                last = PartitionOfRow(end - 1, spec_.rows, partitions_);
-       p <= last; ++p)
-    ++versions_[p];
+  const auto [first, last] = PartitionSpan(begin, end);
+  for (uint32_t p = first; p <= last; ++p) ++versions_[p];
+}
+
+std::pair<uint32_t, uint32_t> ServerTable::PartitionSpan(uint64_t begin, uint64_t end) const {
+  return {PartitionOfRow(begin, spec_.rows, partitions_), PartitionOfRow(end - 1, spec_.rows, partitions_)};
 }
 
 uint64_t ServerTable::RangeVersion(uint64_t begin, uint64_t end) const {
-  uint64_t v = 0;
-  for (uint32_t p = PartitionOfRow(begin, spec_.rows, partitions_),
-                last = PartitionOfRow(end - 1, spec_.rows, partitions_);
-       p <= last; ++p)
-    v = std::max(v, versions_[p]);
-  return v;
+  const auto [first, last] = PartitionSpan(begin, end);
+  return *std::max_element(versions_.begin() + first, versions_.begin() + last + 1);
 }
 
 uint32_t ServerTable::PartitionOfKey(uint64_t key) const {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <zmq.hpp>
@@ -178,6 +179,7 @@ class ServerTable {
   uint64_t calls_ = 0;
   void CountKeys(const uint64_t* keys, size_t n);
   uint32_t PartitionOfKey(uint64_t key) const;
+  std::pair<uint32_t, uint32_t> PartitionSpan(uint64_t begin, uint64_t end) const;  // first, last
 };
 
 }  // namespace shardps

@@ -49,6 +49,20 @@ Status EpochBatches::Next(int* step) {
   return Status::OK();
 }
 
+// ---- CsvLog
+
+Status CsvLog::Open(const std::string& path) {
+  if (path.empty()) return Status::OK();
+  f_.open(path, std::ios::trunc);
+  if (!f_) return Status::InvalidArgument("cannot write --csv '" + path + "'");
+  f_ << "time_s,epoch,loss,test_accuracy\n";
+  return Status::OK();
+}
+
+void CsvLog::Row(double t, int epoch, double loss, double accuracy) {
+  if (f_.is_open()) f_ << t << "," << epoch << "," << loss << "," << accuracy << std::endl;
+}
+
 // ---- Progress
 
 void Progress::Step(int rank, int epoch, int step, int steps, long n, double loss, int64_t stale) {
@@ -110,14 +124,13 @@ MlpTrainer::MlpTrainer(Client& ps, Device& dev, Mlp& mlp, std::vector<Table> wt,
     }
 }
 
-Status MlpTrainer::IssuePulls(bool ahead) {
+void MlpTrainer::IssuePulls(bool ahead) {
   pulls_.clear();
   for (int l = 0; l < L_; ++l) {
     std::span<float> w(pw_[l].data(), pw_[l].size()), b(pb_[l].data(), pb_[l].size());
     pulls_.push_back(ahead ? ps_.Prefetch(wt_[l], w) : ps_.Pull(wt_[l], w));
     pulls_.push_back(ahead ? ps_.Prefetch(bt_[l], b) : ps_.Pull(bt_[l], b));
   }
-  return Status::OK();
 }
 
 Status MlpTrainer::WaitPulls(int64_t* min_clock) {
@@ -236,7 +249,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
     // The parameters are on the device: fetch the next step's now, so they
     // travel while backward runs and the gradients are pushed.
     dev_.Sync();
-    RETURN_IF_ERROR(IssuePulls(true));
+    IssuePulls(true);
   }
   RETURN_IF_ERROR(DrainPushes());  // the previous step's gradient buffers are free again
   mlp_.Backward(dx_.data(), dy_.data(), B_, dstats_.data(), [&](int l) {
@@ -249,7 +262,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   tick_ = ps_.ClockAsync();
   // Otherwise fetch now, after this step's pushes and tick: the servers
   // answer when the model allows.
-  if (!fetch_now) RETURN_IF_ERROR(IssuePulls(false));
+  if (!fetch_now) IssuePulls(false);
   return Status::OK();
 }
 
@@ -277,7 +290,7 @@ Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, TrainResu
     RETURN_IF_ERROR(DrainPushes());
     int64_t ignored = INT64_MAX;
     RETURN_IF_ERROR(WaitPulls(&ignored));
-    RETURN_IF_ERROR(IssuePulls(false));
+    IssuePulls(false);
   }
   // Evaluate with the parameters of the pull issued after this worker's
   // last step: the model as of the end of this epoch.
@@ -289,11 +302,11 @@ Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, TrainResu
   std::fprintf(o_.out, "worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% | %.1f s\n", rank_, epoch,
                mean_loss, 100.0 * r->final_accuracy, NowSeconds() - t_start_);
   std::fflush(o_.out);
-  if (csv_.is_open())
-    csv_ << NowSeconds() - t_start_ << "," << epoch << "," << mean_loss << "," << r->final_accuracy << std::endl;
+  csv_.Row(NowSeconds() - t_start_, epoch, mean_loss, r->final_accuracy);
   // The pulls were consumed: fetch again for the next step. (The model on
   // the device is the one just evaluated: a fill batch may use it.)
-  return IssuePulls(false);
+  IssuePulls(false);
+  return Status::OK();
 }
 
 Status MlpTrainer::Run(TrainResult* result) {
@@ -306,18 +319,14 @@ Status MlpTrainer::Run(TrainResult* result) {
   // async: the batches of the whole epoch form a work pool shared through
   // the coordinator, claimed a few at a time, so a fast worker trains more
   // of the epoch than a slow one (docs/worker.md, "Stragglers").
-  pooled_ = ps_.consistency() != Consistency::kSync && !o_.static_shards;
+  pooled_ = SharesBatches(ps_.consistency(), o_.static_shards);
   const uint32_t shard = static_cast<uint32_t>(pooled_ ? train_.rows : train_.rows / world);
   steps_ = static_cast<int>(shard / B_);
   if (o_.max_steps > 0) steps_ = std::min(steps_, o_.max_steps * (pooled_ ? world : 1));
   if (steps_ == 0)
     return Status::InvalidArgument(std::to_string(shard) + " examples per worker is less than one batch of " +
                                    std::to_string(B_));
-  if (o_.evaluator && !o_.csv.empty()) {
-    csv_.open(o_.csv, std::ios::trunc);
-    if (!csv_) return Status::InvalidArgument("cannot write --csv '" + o_.csv + "'");
-    csv_ << "time_s,epoch,loss,test_accuracy\n";
-  }
+  RETURN_IF_ERROR(csv_.Open(o_.evaluator ? o_.csv : ""));
   // Under bounded staleness (s >= 1) and async the next step's pull may be
   // sent before this step's pushes (Client::Prefetch); under sync it would
   // only be parked, and the evaluator wants the end-of-epoch model.
@@ -330,7 +339,7 @@ Status MlpTrainer::Run(TrainResult* result) {
       [this] { return ps_.StopRequested(); }, pooled_, steps_, o_.work_chunk);
   Progress progress(o_.progress_sec, o_.out);
   t_start_ = NowSeconds();
-  RETURN_IF_ERROR(IssuePulls(false));
+  IssuePulls(false);
   for (int epoch = 1; epoch <= o_.epochs; ++epoch) {
     order_ = EpochShard(static_cast<uint32_t>(train_.rows), pooled_ ? 0 : rank_, pooled_ ? 1 : world, o_.seed, epoch,
                         o_.shuffle);

@@ -58,6 +58,22 @@ class EpochBatches {
   WorkRange grant_;
 };
 
+// Bounded and async workers share each epoch's batches through a work pool
+// (docs/worker.md, "Stragglers"); sync keeps fixed shards, which its exact
+// equivalence to one process needs.
+inline bool SharesBatches(Consistency c, bool static_shards) { return c != Consistency::kSync && !static_shards; }
+
+// (time, epoch, loss, test accuracy) rows, after a header line.
+class CsvLog {
+ public:
+  // An empty path writes nothing.
+  Status Open(const std::string& path);
+  void Row(double t, int epoch, double loss, double accuracy);
+
+ private:
+  std::ofstream f_;
+};
+
 // A progress line every `interval` seconds to `out`.
 class Progress {
  public:
@@ -122,7 +138,7 @@ class MlpTrainer {
   Status SaveParams(const std::string& path) const;
 
  private:
-  Status IssuePulls(bool ahead);
+  void IssuePulls(bool ahead);
   Status WaitPulls(int64_t* min_clock);
   Status DrainPushes();
   void LoadBatch(int step);
@@ -164,7 +180,7 @@ class MlpTrainer {
   size_t wait_i_ = 0;
   long filled_ = 0;
   uint64_t stale_max_ = 0, stale_sum_ = 0, stale_n_ = 0;
-  std::ofstream csv_;
+  CsvLog csv_;
   double t_start_ = 0;
 };
 

@@ -28,7 +28,6 @@
 namespace shardps::worker {
 namespace {
 
-double Now() { return NowSeconds(); }
 
 struct Options {
   std::string coordinator;
@@ -72,33 +71,6 @@ struct Options {
       std::exit(1);                                                     \
     }                                                                   \
   } while (0)
-
-// Writes (time, epoch, loss, accuracy) rows.
-class CsvLog {
- public:
-  explicit CsvLog(const std::string& path) {
-    if (path.empty()) return;
-    f_.open(path, std::ios::trunc);
-    if (!f_) {
-      std::fprintf(stderr, "error: cannot write --csv '%s'\n", path.c_str());
-      std::exit(2);
-    }
-    f_ << "time_s,epoch,loss,test_accuracy\n";
-  }
-  void Row(double t, int epoch, double loss, double acc) {
-    if (f_.is_open()) f_ << t << "," << epoch << "," << loss << "," << acc << std::endl;
-  }
-
- private:
-  std::ofstream f_;
-};
-
-// Bounded and async workers share each epoch's batches through a work pool
-// (docs/worker.md, "Stragglers"); sync keeps fixed shards, which its exact
-// equivalence to one process needs.
-bool SharesBatches(const Options& o, const Client& ps) {
-  return ps.consistency() != Consistency::kSync && !o.static_shards;
-}
 
 std::vector<int> ParseHidden(const std::string& s) {
   std::vector<int> out;
@@ -217,7 +189,7 @@ int RunSparseLr(const Options& o, Client& ps) {
   // Sync: this worker's examples are indices rank, rank + world, ...
   // Bounded and async: batches of the whole stream claimed from the epoch's
   // shared pool, as for the dense models.
-  const bool pooled = SharesBatches(o, ps);
+  const bool pooled = SharesBatches(ps.consistency(), o.static_shards);
   const uint64_t mine = (o.examples - static_cast<uint64_t>(rank) + world - 1) / world;
   int steps = static_cast<int>(pooled ? o.examples / o.batch : std::min<uint64_t>(o.examples / world, mine) / o.batch);
   if (o.max_steps > 0) steps = std::min(steps, o.max_steps * (pooled ? world : 1));
@@ -225,8 +197,12 @@ int RunSparseLr(const Options& o, Client& ps) {
       [&ps](uint64_t pool, uint64_t total, uint32_t max, WorkRange* out) { return ps.ClaimWork(pool, total, max, out); },
       [&ps] { return ps.StopRequested(); }, pooled, steps, o.work_chunk);
   Progress progress(o.progress_sec);
-  CsvLog csv(rank == o.eval_rank ? o.csv : "");
-  const double t_start = Now();
+  CsvLog csv;
+  if (Status s = csv.Open(rank == o.eval_rank ? o.csv : ""); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 2;
+  }
+  const double t_start = NowSeconds();
   std::vector<uint64_t> keys;
   std::vector<float> vals, grads;
   std::unordered_map<uint64_t, uint32_t> slot;
@@ -302,12 +278,12 @@ int RunSparseLr(const Options& o, Client& ps) {
       }
       final_acc = static_cast<double>(correct) / o.eval_examples;
       std::printf("worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% (best possible %.2f%%) | %.1f s\n",
-                  rank, epoch, epoch_loss / std::max(1, trained), 100 * final_acc, 100 * tb.bayes_accuracy, Now() - t_start);
+                  rank, epoch, epoch_loss / std::max(1, trained), 100 * final_acc, 100 * tb.bayes_accuracy, NowSeconds() - t_start);
       std::fflush(stdout);
-      csv.Row(Now() - t_start, epoch, epoch_loss / std::max(1, trained), final_acc);
+      csv.Row(NowSeconds() - t_start, epoch, epoch_loss / std::max(1, trained), final_acc);
     }
   }
-  const double secs = Now() - t_start;
+  const double secs = NowSeconds() - t_start;
   std::printf("worker %d | finished in %.1f s | %ld batches | %.0f samples/s\n", rank, secs, progress.samples() / o.batch,
               progress.samples() / secs);
   if (rank == o.eval_rank && o.min_accuracy >= 0 && final_acc < o.min_accuracy && !ps.StopRequested()) {

@@ -153,9 +153,6 @@ struct PushStep {
   PullStamp based_on;
 };
 
-// The most steps one PushSteps may carry.
-inline constexpr size_t kMaxPushSteps = 64;
-
 // An outstanding push, pull or tick. A default-constructed Request is
 // complete and OK.
 class SHARDPS_EXPORT Request {

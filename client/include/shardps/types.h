@@ -30,6 +30,9 @@ enum class Consistency : uint8_t { kSync = 0, kBounded, kAsync };
 //            docs/consistency.md).
 enum class StalenessRule : uint8_t { kDefault = 0, kNone, kScaleLr, kDelayCompensation };
 
+// The most gradients (optimizer steps) one push may carry (Client::PushSteps).
+inline constexpr uint32_t kMaxPushSteps = 64;
+
 // A model table. Parameters are float32, `cols` per row.
 //  - dense: `rows` x `cols`, rows split into contiguous ranges;
 //  - sparse: rows keyed by any uint64 id, created on first touch.
