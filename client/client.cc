@@ -253,14 +253,26 @@ class ClientImpl {
   }
 
   Status Register() {
-    flatbuffers::FlatBufferBuilder fbb;
-    auto host = fbb.CreateString(HostName());
-    auto req = wire::CreateRegisterRequest(fbb, role_wire(), opts_.role == ClientRole::kWorker ? opts_.rank : -1,
-                                           0, host, static_cast<uint32_t>(::getpid()));
-    wire::Fields f;
-    f.type = wire::MsgType::Register;
     CoordReply reply;
-    Status s = CoordinatorCall(fbb, f, wire::Body::RegisterRequest, req.Union(), opts_.connect_timeout, &reply);
+    // A restarted worker whose old process the coordinator has not declared
+    // dead yet is told NotReady: it asks again until connect_timeout.
+    const auto deadline = Clock::now() + opts_.connect_timeout;
+    Status s;
+    for (bool said = false;; said = true) {
+      flatbuffers::FlatBufferBuilder fbb;
+      auto host = fbb.CreateString(HostName());
+      auto req = wire::CreateRegisterRequest(fbb, role_wire(), opts_.role == ClientRole::kWorker ? opts_.rank : -1,
+                                             0, host, static_cast<uint32_t>(::getpid()));
+      wire::Fields f;
+      f.type = wire::MsgType::Register;
+      const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      s = CoordinatorCall(fbb, f, wire::Body::RegisterRequest, req.Union(), std::max(left, Millis(1)), &reply);
+      if (s.code() != Code::kNotReady || Clock::now() + Millis(200) >= deadline) break;
+      if (!said) {
+        LOG_INFO << s.message() << ": waiting";
+      }
+      std::this_thread::sleep_for(Millis(200));
+    }
     if (!s.ok()) {
       if (s.code() == Code::kTimeout)
         return Status::Timeout("no answer from coordinator " + opts_.coordinator + " within " +
@@ -663,23 +675,91 @@ class ClientImpl {
     return s;
   }
 
-  Status ClaimWork(uint64_t pool, uint64_t total, uint32_t max, WorkRange* out) {
+  Status ClaimWork(uint64_t pool, uint64_t total, uint32_t max, const ClaimOptions& o, WorkRange* out) {
     *out = WorkRange{};
-    if (total == 0 || max == 0)
-      return Status::InvalidArgument("ClaimWork: total_units and max_units must be > 0");
+    if (total == 0 || max == 0 || o.granule == 0)
+      return Status::InvalidArgument("ClaimWork: total_units, max_units and granule must be > 0");
+    if (o.per_clock && opts_.role != ClientRole::kWorker)
+      return Status::InvalidArgument("ClaimWork: per-clock claims are for workers");
     flatbuffers::FlatBufferBuilder fbb;
-    auto body = wire::CreateWorkClaim(fbb, pool, total, max);
+    auto body = wire::CreateWorkClaim(fbb, pool, total, max, o.granule, o.per_clock);
     wire::Fields f;
     f.type = wire::MsgType::ClaimWork;
+    f.clock = clock_.load();
     CoordReply reply;
     Status s = CoordinatorCall(fbb, f, wire::Body::WorkClaim, body.Union(), opts_.request_timeout, &reply);
     if (!s.ok()) return Status(s.code(), "claiming work from pool " + std::to_string(pool) + ": " + s.message());
-    if (reply.h->row_end() < reply.h->row_begin() || reply.h->row_end() > total)
-      return Status::Internal("ClaimWork: the coordinator granted [" + std::to_string(reply.h->row_begin()) + ", " +
-                              std::to_string(reply.h->row_end()) + ") of a pool of " + std::to_string(total));
-    out->begin = reply.h->row_begin();
-    out->end = reply.h->row_end();
+    const wire::WorkGrant* g = reply.h->body_as_WorkGrant();
+    if (!g) return Status::BadMessage("ClaimWork: the coordinator's answer has no WorkGrant");
+    // A dead worker's units may be of an earlier pool (per-clock), of the
+    // same size then.
+    if (g->end() < g->begin() || (g->pool() == pool && g->end() > total) || g->pool() > pool ||
+        g->end() - g->begin() > max)
+      return Status::Internal("ClaimWork: the coordinator granted [" + std::to_string(g->begin()) + ", " +
+                              std::to_string(g->end()) + ") of pool " + std::to_string(g->pool()) +
+                              " for a claim of at most " + std::to_string(max) + " units of pool " +
+                              std::to_string(pool) + " (" + std::to_string(total) + " units)");
+    out->begin = g->begin();
+    out->end = g->end();
+    out->pool = g->pool();
+    out->wait = g->state() == wire::GrantState::WaitNextClock;
+    out->handed = g->handed();
     return Status::OK();
+  }
+
+  // A worker (re)joining a running job starts at the clock the servers give
+  // it (the fastest live worker's; a first start: 0). A server that gave
+  // less is moved up to the largest answer; one that does not know yet
+  // that this rank is live (the coordinator's update is on its way) is
+  // asked again until connect_timeout.
+  Status JoinServers() {
+    const auto deadline = Clock::now() + opts_.connect_timeout;
+    int64_t want = -1;
+    for (int round = 0;; ++round) {
+      uint32_t servers;
+      {
+        std::lock_guard<std::mutex> lock(vmu_);
+        servers = view_.num_servers;
+      }
+      auto call = std::make_shared<Call>();
+      call->parts_left = static_cast<int>(servers);
+      call->op = "join";
+      call->default_timeout = opts_.request_timeout;
+      flatbuffers::FlatBufferBuilder fbb;
+      for (uint32_t sv = 0; sv < servers; ++sv) {
+        Outgoing o;
+        o.target = static_cast<int>(sv);
+        o.call = call;
+        o.timeout = opts_.request_timeout;
+        o.dest.clocks = true;
+        wire::Fields f;
+        f.type = wire::MsgType::Join;
+        f.role = role_wire();
+        f.rank = rank_;
+        f.clock = want;
+        EnqueueFrames(std::move(o), f, {}, false, fbb);
+      }
+      Status s = shardps::Request(call).Wait();
+      if (s.code() == Code::kUnavailable && Clock::now() < deadline && round < 1000) {
+        std::this_thread::sleep_for(Millis(10));
+        continue;
+      }
+      if (!s.ok()) return Status(s.code(), "joining the servers: " + s.message());
+      int64_t lo, hi;
+      {
+        std::lock_guard<std::mutex> lock(call->mu);
+        lo = call->min_clock;
+        hi = call->max_clock;
+      }
+      if (lo == hi || round >= 8) {
+        if (lo != hi)
+          return Status::Internal("joining the servers: they still disagree on this worker's clock (" +
+                                  std::to_string(lo) + " vs " + std::to_string(hi) + ")");
+        clock_.store(hi);
+        return Status::OK();
+      }
+      want = hi;
+    }
   }
 
   Status Close() {
@@ -1026,6 +1106,7 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
   s = impl->Register();
   if (!s.ok()) return s;
   s = impl->RefreshCluster(options.connect_timeout);
+  if (s.ok() && options.role == ClientRole::kWorker) s = impl->JoinServers();
   if (!s.ok()) {
     (void)impl->Close();
     return s;
@@ -1106,7 +1187,11 @@ Status Client::Clock() { return impl_->ClockAsync().Wait(); }
 Request Client::ClockAsync() { return impl_->ClockAsync(); }
 Status Client::Barrier(std::chrono::milliseconds timeout) { return impl_->Barrier(timeout); }
 Status Client::ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out) {
-  return impl_->ClaimWork(pool, total_units, max_units, out);
+  return impl_->ClaimWork(pool, total_units, max_units, ClaimOptions{}, out);
+}
+Status Client::ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, const ClaimOptions& options,
+                         WorkRange* out) {
+  return impl_->ClaimWork(pool, total_units, max_units, options, out);
 }
 int Client::rank() const { return impl_->rank_; }
 int64_t Client::clock() const { return impl_->clock_.load(); }

@@ -2,6 +2,7 @@
 // servers and where they listen, the shard map, the tables, the live workers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,7 +16,8 @@ struct ClusterView {
   Consistency consistency = Consistency::kAsync;
   uint32_t staleness = 0;  // bounded staleness only
   uint32_t num_servers = 0;
-  uint32_t num_workers = 0;
+  uint32_t num_workers = 0;            // the job's workers (each epoch's share is computed for these)
+  uint32_t max_workers = 0;            // ranks [0, max_workers) may join; >= num_workers (elastic jobs)
   ShardMap map;                        // empty until every server registered
   std::vector<std::string> servers;    // rank -> data endpoint ("" if absent)
   std::vector<TableSpec> tables;       // index = table id
@@ -27,6 +29,7 @@ struct ClusterView {
   int64_t snapshot_clock_base = 0;     // snapshots are labelled base + clock
 
   bool complete() const { return !map.owner.empty(); }
+  uint32_t worker_ranks() const { return std::max(num_workers, max_workers); }
   const TableSpec* FindTable(const std::string& name) const {
     for (const auto& t : tables)
       if (t.name == name) return &t;

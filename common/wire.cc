@@ -217,6 +217,7 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   b.add_snapshot_every_clocks(c.snapshot_every_clocks);
   b.add_restore_from(restore);
   b.add_snapshot_clock_base(c.snapshot_clock_base);
+  b.add_max_workers(c.max_workers);
   return b.Finish();
 }
 
@@ -266,6 +267,9 @@ Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
   c.snapshot_every_clocks = in->snapshot_every_clocks();
   if (in->restore_from()) c.restore_from = in->restore_from()->str();
   c.snapshot_clock_base = in->snapshot_clock_base();
+  c.max_workers = in->max_workers();
+  if (c.max_workers > 65536)
+    return Status::BadMessage("cluster info allows " + std::to_string(c.max_workers) + " worker ranks (at most 65536)");
   *out = std::move(c);
   return Status::OK();
 }

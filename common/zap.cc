@@ -180,6 +180,7 @@ unsigned Allowed(MsgType type, wire::Role declared) {
     case MsgType::Pull: return kW | kO | kA;
     case MsgType::Push:
     case MsgType::Tick:
+    case MsgType::Join:
     case MsgType::Barrier:
     case MsgType::Leave:
     case MsgType::ClaimWork: return kW;

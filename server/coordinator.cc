@@ -18,6 +18,9 @@ Status CoordinatorOptions::Validate() const {
     return Status::InvalidArgument("servers must be in [1, 4096], got " + std::to_string(num_servers));
   if (num_workers > 65536)
     return Status::InvalidArgument("workers must be in [0, 65536], got " + std::to_string(num_workers));
+  if (max_workers != 0 && (max_workers < num_workers || max_workers > 65536))
+    return Status::InvalidArgument("max_workers must be 0 (= workers) or in [workers, 65536], got " +
+                                   std::to_string(max_workers) + " with " + std::to_string(num_workers) + " workers");
   if (partitions < num_servers || partitions > (1u << 20))
     return Status::InvalidArgument("partitions must be in [servers, 2^20], got " +
                                    std::to_string(partitions));
@@ -64,7 +67,8 @@ Status Coordinator::CheckBudget(const TableSpec& spec, size_t defined) const {
 Coordinator::Coordinator(zmq::context_t& ctx, CoordinatorOptions opts)
     : ctx_(ctx), opts_(std::move(opts)), sock_(ctx_, zmq::socket_type::router) {
   servers_.resize(opts_.num_servers);
-  workers_.resize(opts_.num_workers);
+  workers_.resize(std::max(opts_.num_workers, opts_.max_workers));
+  for (uint32_t r = opts_.num_workers; r < workers_.size(); ++r) workers_[r].state = WorkerState::kVacant;
   for (size_t i = 0; i < opts_.tables.size(); ++i) {
     tables_.push_back(opts_.tables[i]);
     tables_.back().id = static_cast<uint32_t>(i);
@@ -149,6 +153,7 @@ ClusterView Coordinator::View() const {
   v.staleness = opts_.staleness;
   v.num_servers = opts_.num_servers;
   v.num_workers = opts_.num_workers;
+  v.max_workers = static_cast<uint32_t>(workers_.size());
   v.map = map_;
   for (const auto& s : servers_) v.servers.push_back(s.endpoint);
   v.tables = tables_;
@@ -300,29 +305,42 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     if (stopping_)
       return ReplyError(from, h.request_id(),
                         Status::Unavailable("the job is stopping (shardps-ctl stop): no worker joins it now"));
+    // A rank of its own choosing, else the first one not started, else the
+    // first dead one (a restarted worker), else a vacant elastic rank.
     int rank = requested;
-    if (rank < 0) {
+    for (WorkerState want : {WorkerState::kPending, WorkerState::kDead, WorkerState::kVacant})
       for (uint32_t r = 0; r < workers_.size() && rank < 0; ++r)
-        if (workers_[r].state == WorkerState::kPending) rank = static_cast<int>(r);
-      if (rank < 0)
-        return ReplyError(from, h.request_id(),
-                          Status::Conflict("all " + std::to_string(workers_.size()) +
-                                           " worker ranks are taken"));
-    }
+        if (workers_[r].state == want) rank = static_cast<int>(r);
+    if (rank < 0)
+      return ReplyError(from, h.request_id(),
+                        Status::Conflict("all " + std::to_string(workers_.size()) +
+                                         " worker ranks are taken (raise [job] max_workers to let more join)"));
     if (rank >= static_cast<int>(workers_.size()))
       return ReplyError(from, h.request_id(),
-                        Status::InvalidArgument("worker rank " + std::to_string(rank) +
-                                                " but the job has " + std::to_string(workers_.size()) +
-                                                " workers"));
+                        Status::InvalidArgument("worker rank " + std::to_string(rank) + " but the job has " +
+                                                std::to_string(workers_.size()) + " worker ranks" +
+                                                (workers_.size() > opts_.num_workers ? " (max_workers)" : "")));
     WorkerSlot& slot = workers_[rank];
-    if (slot.state != WorkerState::kPending)
+    if (slot.state == WorkerState::kAlive)  // a restarted worker retries until the old one is declared dead
       return ReplyError(from, h.request_id(),
-                        Status::Conflict("worker rank " + std::to_string(rank) + " has already joined"));
+                        Status::NotReady("worker rank " + std::to_string(rank) + " is held by a live worker" +
+                                         (slot.id.host.empty() ? "" : " on " + slot.id.host) +
+                                         " (a dead one is declared dead after " +
+                                         std::to_string(opts_.heartbeat_timeout.count()) + " ms of silence)"));
+    if (slot.state == WorkerState::kLeft)
+      return ReplyError(from, h.request_id(),
+                        Status::Conflict("worker rank " + std::to_string(rank) + " finished and left the job"));
+    // A dead or vacant rank joins the running job: the servers learn it is
+    // live (the update goes out before this reply), and the worker asks each
+    // server where its clock starts (Join).
+    const bool joins_running = slot.state != WorkerState::kPending;
     slot.state = WorkerState::kAlive;
     slot.last_seen = Clock::now();
     slot.id = id;
     slot.clock = 0;
-    LOG_INFO << "worker " << rank << " joined" << (id.host.empty() ? "" : " from " + id.host);
+    LOG_INFO << "worker " << rank << (joins_running ? " joined the running job" : " joined")
+             << (id.host.empty() ? "" : " from " + id.host);
+    if (joins_running) MembershipChanged();
     ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
     return;
   }
@@ -412,30 +430,61 @@ void Coordinator::HandleBarrier(const std::string& from, const wire::Header& h) 
   MaybeReleaseBarrier();
 }
 
+uint64_t Coordinator::WorkPool::handed() const {
+  uint64_t back = 0;
+  for (const auto& [b, e] : returned) back += e - b;
+  return next - back;
+}
+
+void Coordinator::ReplyGrant(const std::string& from, uint64_t request_id, uint64_t pool, uint64_t begin,
+                             uint64_t end, uint8_t state, uint64_t handed) {
+  fbb_.Clear();
+  auto g = wire::CreateWorkGrant(fbb_, pool, begin, end, static_cast<wire::GrantState>(state), handed);
+  wire::Fields f;
+  f.request_id = request_id;
+  f.row_begin = begin;  // what clients before WorkGrant read
+  f.row_end = end;
+  Reply(from, wire::Encode(fbb_, f, wire::Body::WorkGrant, g.Union()));
+}
+
 // Hands out consecutive units of a shared pool, each unit once. Near the
 // end the grants shrink (at most a 1/(2 x live workers) share of what is
-// left), so the last units spread over every worker instead of one.
+// left, in whole granules), so the last units spread over every worker
+// instead of one. Per-clock claims: ClaimPerClock.
 void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h) {
   const wire::WorkClaim* c = h.body_as_WorkClaim();
   if (!c) return ReplyError(from, h.request_id(), Status::BadMessage("ClaimWork without a WorkClaim body"));
-  if (c->total() == 0 || c->max() == 0)
+  if (c->total() == 0 || c->max() == 0 || c->granule() == 0)
     return ReplyError(from, h.request_id(),
-                      Status::InvalidArgument("ClaimWork: a pool needs total > 0 units and max > 0 per claim (got total " +
-                                              std::to_string(c->total()) + ", max " + std::to_string(c->max()) + ")"));
+                      Status::InvalidArgument("ClaimWork: a pool needs total > 0 units, max > 0 and granule > 0 per "
+                                              "claim (got total " + std::to_string(c->total()) + ", max " +
+                                              std::to_string(c->max()) + ", granule " +
+                                              std::to_string(c->granule()) + ")"));
+  const int rank = h.role() == wire::Role::Worker && h.rank() >= 0 && h.rank() < static_cast<int>(workers_.size())
+                       ? h.rank()
+                       : -1;
+  if (c->per_clock() && (rank < 0 || workers_[rank].state != WorkerState::kAlive))
+    return ReplyError(from, h.request_id(),
+                      Status::InvalidArgument("ClaimWork: per-clock claims are for live workers (rank " +
+                                              std::to_string(h.rank()) + ")"));
+  if (c->per_clock() && h.clock() < 0)
+    return ReplyError(from, h.request_id(), Status::InvalidArgument("ClaimWork: a per-clock claim at a negative clock"));
   auto it = work_pools_.find(c->pool());
   if (it == work_pools_.end()) {
     constexpr size_t kMaxPools = 4096;
     if (work_pools_.size() >= kMaxPools) {
       // Forget the oldest finished pool; a job that keeps more open is refused.
       auto done = std::find_if(work_pools_.begin(), work_pools_.end(),
-                               [](const auto& p) { return p.second.used_up(); });
+                               [](const auto& p) { return p.second.used_up() && p.second.blocks.empty(); });
       if (done == work_pools_.end())
         return ReplyError(from, h.request_id(),
                           Status::InvalidArgument("ClaimWork: more than " + std::to_string(kMaxPools) +
                                                   " unfinished work pools"));
       work_pools_.erase(done);
     }
-    it = work_pools_.emplace(c->pool(), WorkPool{c->total(), 0}).first;
+    WorkPool fresh;
+    fresh.total = c->total();
+    it = work_pools_.emplace(c->pool(), std::move(fresh)).first;
   } else if (it->second.total != c->total()) {
     return ReplyError(from, h.request_id(),
                       Status::Conflict("ClaimWork: pool " + std::to_string(c->pool()) + " has " +
@@ -443,6 +492,7 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
                                        std::to_string(c->total())));
   }
   WorkPool& p = it->second;
+  if (c->per_clock()) return ClaimPerClock(from, h, c->pool(), p, c->max());
   uint64_t begin, end;
   if (!p.returned.empty()) {
     // A dead worker's last grant first, at most `max` of it.
@@ -454,27 +504,113 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
   } else {
     const uint64_t left = p.total - p.next;
     const uint64_t live = std::max<uint64_t>(1, LiveWorkers().size());
-    const uint64_t share = std::max<uint64_t>(1, left / (2 * live));
+    const uint64_t g = c->granule();
+    const uint64_t share = std::max<uint64_t>(1, (left / (2 * live) + g - 1) / g) * g;
     begin = p.next;
     end = p.next + std::min<uint64_t>({left, c->max(), share});
     p.next = end;
   }
-  const int rank = h.rank();
-  if (h.role() == wire::Role::Worker && rank >= 0 && rank < static_cast<int>(workers_.size())) {
+  if (rank >= 0) {
     if (begin < end)
       p.last[static_cast<uint32_t>(rank)] = {begin, end};
     else
       p.last.erase(static_cast<uint32_t>(rank));
   }
-  wire::Fields f;
-  f.request_id = h.request_id();
-  f.row_begin = begin;
-  f.row_end = end;
-  Reply(from, wire::EncodeSimple(fbb_, f));
+  ReplyGrant(from, h.request_id(), c->pool(), begin, end,
+             static_cast<uint8_t>(begin < end ? wire::GrantState::Granted : wire::GrantState::Finished), p.handed());
+}
+
+// One grant per worker and clock (sync trainers: a clock's gradients are
+// averaged into one step). The units of clock c are cut as one block at the
+// first claim for c and handed out in rank order, `max` each, over the
+// workers live then: together they are the batch a single process would
+// take. A worker that joined after the cut takes fresh units. Units a dead
+// worker never saw counted come first, from this pool or an earlier one.
+// A claim repeated at the same clock (a lost reply) gets the same grant.
+void Coordinator::ClaimPerClock(const std::string& from, const wire::Header& h, uint64_t pool_id, WorkPool& p,
+                                uint32_t max) {
+  const uint32_t rank = static_cast<uint32_t>(h.rank());
+  const int64_t clock = h.clock();
+  auto& mine = clock_grants_[rank];
+  // The worker waited for every server to answer its tick of clock - 2
+  // before it ticked clock - 1: grants up to clock - 2 were counted.
+  while (!mine.empty() && mine.front().clock + 2 <= clock) mine.pop_front();
+  for (const auto& g : mine)
+    if (g.clock == clock)
+      return ReplyGrant(from, h.request_id(), g.pool, g.begin, g.end, static_cast<uint8_t>(wire::GrantState::Granted), 0);
+  auto grant = [&](uint64_t pool, uint64_t begin, uint64_t end) {
+    mine.push_back({pool, clock, begin, end});
+    ReplyGrant(from, h.request_id(), pool, begin, end, static_cast<uint8_t>(wire::GrantState::Granted), 0);
+  };
+  for (auto& [id, q] : work_pools_) {
+    if (id > pool_id) break;
+    if (q.returned.empty()) continue;
+    auto& r = q.returned.front();
+    const uint64_t begin = r.first, end = std::min<uint64_t>(r.second, r.first + max);
+    r.first = end;
+    if (r.first >= r.second) q.returned.pop_front();
+    return grant(id, begin, end);
+  }
+  ReturnSlots(p, clock - 4, -1);
+  auto b = p.blocks.find(clock);
+  if (b == p.blocks.end() && p.next < p.total) {
+    WorkPool::Block blk;
+    // Every live worker but those already served at this clock (a dead
+    // worker's units).
+    for (uint32_t r : LiveWorkers()) {
+      auto held = clock_grants_.find(r);
+      if (held == clock_grants_.end() ||
+          std::none_of(held->second.begin(), held->second.end(), [&](const ClockGrant& g) { return g.clock == clock; }))
+        blk.ranks.push_back(r);
+    }
+    blk.taken.assign(blk.ranks.size(), 0);
+    blk.per = max;
+    blk.begin = p.next;
+    blk.end = std::min<uint64_t>(p.total, p.next + static_cast<uint64_t>(max) * blk.ranks.size());
+    p.next = blk.end;
+    if (p.next >= p.total) p.last_clock = clock;
+    b = p.blocks.emplace(clock, std::move(blk)).first;
+  }
+  if (b != p.blocks.end()) {
+    WorkPool::Block& blk = b->second;
+    const auto at = std::find(blk.ranks.begin(), blk.ranks.end(), rank);
+    if (at != blk.ranks.end()) {
+      const size_t i = static_cast<size_t>(at - blk.ranks.begin());
+      const uint64_t begin = blk.begin + static_cast<uint64_t>(blk.per) * i;
+      const uint64_t end = std::min<uint64_t>(begin + blk.per, blk.end);
+      blk.taken[i] = 1;
+      if (begin < end) return grant(pool_id, begin, end);
+    } else if (p.next < p.total) {  // joined after the cut
+      const uint64_t begin = p.next, end = std::min<uint64_t>(p.total, p.next + max);
+      p.next = end;
+      if (p.next >= p.total) p.last_clock = std::max(p.last_clock, clock);
+      return grant(pool_id, begin, end);
+    }
+  }
+  const bool finished = p.last_clock < clock && p.next >= p.total;
+  ReplyGrant(from, h.request_id(), pool_id, 0, 0,
+             static_cast<uint8_t>(finished ? wire::GrantState::Finished : wire::GrantState::WaitNextClock),
+             p.handed());
+}
+
+void Coordinator::ReturnSlots(WorkPool& p, int64_t before_clock, int rank) {
+  for (auto it = p.blocks.begin(); it != p.blocks.end();) {
+    WorkPool::Block& blk = it->second;
+    const bool drop = it->first < before_clock;
+    for (size_t i = 0; i < blk.ranks.size(); ++i) {
+      if (blk.taken[i] || !(drop || static_cast<int>(blk.ranks[i]) == rank)) continue;
+      const uint64_t begin = blk.begin + static_cast<uint64_t>(blk.per) * i;
+      const uint64_t end = std::min<uint64_t>(begin + blk.per, blk.end);
+      blk.taken[i] = 1;
+      if (begin < end) p.returned.emplace_back(begin, end);
+    }
+    it = drop ? p.blocks.erase(it) : std::next(it);
+  }
 }
 
 void Coordinator::ForgetWorkOf(uint32_t rank, bool dead) {
   for (auto& [id, pool] : work_pools_) {
+    if (dead) ReturnSlots(pool, INT64_MIN, static_cast<int>(rank));
     auto it = pool.last.find(rank);
     if (it == pool.last.end()) continue;
     if (dead) {
@@ -484,6 +620,26 @@ void Coordinator::ForgetWorkOf(uint32_t rank, bool dead) {
     }
     pool.last.erase(it);
   }
+  auto cg = clock_grants_.find(rank);
+  if (cg == clock_grants_.end()) return;
+  if (dead) {
+    // The clock the servers last counted for it (their heartbeats are
+    // fresher than its silence): its grants of that clock and later were
+    // dropped with its pushes, and go to the others.
+    int64_t counted = INT64_MAX;
+    for (const auto& s : servers_)
+      if (s.registered) counted = std::min(counted, rank < s.waits.clocks.size() ? s.waits.clocks[rank] : int64_t{-1});
+    if (counted == INT64_MAX) counted = -1;  // no server: none counted
+    for (const auto& g : cg->second) {
+      if (g.clock < counted) continue;
+      auto p = work_pools_.find(g.pool);
+      if (p == work_pools_.end()) continue;
+      LOG_INFO << "work pool " << g.pool << ": units [" << g.begin << ", " << g.end << ") of dead worker " << rank
+               << " (clock " << g.clock << ", not counted) go to the others";
+      p->second.returned.emplace_back(g.begin, g.end);
+    }
+  }
+  clock_grants_.erase(cg);
 }
 
 void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
@@ -602,6 +758,7 @@ void Coordinator::CheckTimeouts() {
       w.state = WorkerState::kDead;
       LOG_WARN << "worker " << r << " did not join within " << opts_.join_timeout.count()
                << " ms: declared dead";
+      ForgetWorkOf(r, true);
       changed = true;
     }
   }

@@ -49,6 +49,7 @@ struct CoordinatorOptions {
   metrics::Registry* metrics = nullptr;    // publishes the job's gauges there (not owned)
   uint32_t num_servers = 1;
   uint32_t num_workers = 1;
+  uint32_t max_workers = 0;                 // ranks [num_workers, max_workers) may join later (elastic); 0 = none
   uint32_t partitions = 64;                 // virtual partitions
   Consistency consistency = Consistency::kSync;
   uint32_t staleness = 0;                   // bounded only
@@ -83,7 +84,8 @@ class Coordinator {
 
  private:
   friend class CoordinatorFuzzAccess;  // tests/fuzz/fuzz_coordinator.cc: drives Handle directly
-  enum class WorkerState { kPending, kAlive, kLeft, kDead };
+  // kVacant: a rank past num_workers no worker has taken yet (elastic).
+  enum class WorkerState { kPending, kAlive, kLeft, kDead, kVacant };
   // Who a process is, from its Register (for status).
   struct Identity {
     std::string host, metrics_url;
@@ -221,12 +223,39 @@ class Coordinator {
     uint64_t next = 0;
     std::map<uint32_t, std::pair<uint64_t, uint64_t>> last;  // worker rank -> its last grant
     std::deque<std::pair<uint64_t, uint64_t>> returned;
+    // Per-clock claims (sync trainers): each clock's block of units, cut at
+    // its first claim, one slot of `per` units per worker live then, in rank
+    // order — the batches of one clock are one single-process batch.
+    struct Block {
+      uint64_t begin = 0, end = 0;
+      uint32_t per = 0;
+      std::vector<uint32_t> ranks;
+      std::vector<uint8_t> taken;
+    };
+    std::map<int64_t, Block> blocks;
+    int64_t last_clock = -1;  // the clock whose block handed out the last never-granted unit
     bool used_up() const { return next >= total && returned.empty(); }
+    uint64_t handed() const;  // units handed out and not handed back
   };
   std::map<uint64_t, WorkPool> work_pools_;
+  // A per-clock grant whose gradient is not known to be applied yet.
+  struct ClockGrant {
+    uint64_t pool;
+    int64_t clock;
+    uint64_t begin, end;
+  };
+  std::map<uint32_t, std::deque<ClockGrant>> clock_grants_;  // worker rank -> its recent grants
+  void ClaimPerClock(const std::string& from, const wire::Header& h, uint64_t pool_id, WorkPool& p, uint32_t max);
+  void ReplyGrant(const std::string& from, uint64_t request_id, uint64_t pool, uint64_t begin, uint64_t end,
+                  uint8_t state, uint64_t handed);
   // A worker died: its last grant of every pool goes back (dead = true), or
-  // it left: its grants are done (dead = false).
+  // it left: its grants are done (dead = false). Per-clock grants go back
+  // when the servers never counted their clock (the worker's final clock
+  // as the servers' heartbeats report it).
   void ForgetWorkOf(uint32_t rank, bool dead);
+  // Per-clock blocks older than `clock` - 4 are dropped; a slot never
+  // claimed in them (or, with `rank` >= 0, any slot of that rank) goes back.
+  void ReturnSlots(WorkPool& p, int64_t before_clock, int rank);
   std::vector<PendingTable> pending_tables_;
 
   // Stop (shardps-ctl stop).

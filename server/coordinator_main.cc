@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   std::string metrics_address;
   std::string config, consistency, log_level = "info";
   int64_t hb_ms = -1, join_ms = -1;
-  uint32_t servers = 0, workers = 0, partitions = 0, staleness = 0;
+  uint32_t servers = 0, workers = 0, max_workers = 0, partitions = 0, staleness = 0;
   app.add_option("--config", config, "job file (TOML): [job], [[table]], [launch], [metrics]")->check(CLI::ExistingFile);
   app.add_option("--bind", o.bind, "endpoint to listen on; port 0 picks a free port")->capture_default_str();
   app.add_option("--endpoint-file", o.endpoint_file, "write the bound endpoint to this file");
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-metrics", no_metrics, "serve no /metrics");
   auto* s_opt = app.add_option("--servers", servers, "number of servers (overrides the job file)")->check(CLI::Range(1, 4096));
   auto* w_opt = app.add_option("--workers", workers, "number of workers (overrides the job file)")->check(CLI::Range(0, 65536));
+  auto* mw_opt = app.add_option("--max-workers", max_workers, "worker ranks that may join, up to this many (elastic; default --workers)")->check(CLI::Range(0, 65536));
   auto* p_opt = app.add_option("--partitions", partitions, "virtual partitions (overrides the job file)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--consistency", consistency, "sync | bounded | async (overrides the job file)");
   auto* st_opt = app.add_option("--staleness", staleness, "bounded staleness s (overrides the job file)");
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
   }
   if (*s_opt) o.num_servers = servers;
   if (*w_opt) o.num_workers = workers;
+  if (*mw_opt) o.max_workers = max_workers;
   if (*p_opt) o.partitions = partitions;
   if (*st_opt) o.staleness = staleness;
   if (!consistency.empty()) {

@@ -46,7 +46,7 @@ void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h
 
 namespace {
 const char* StateName(int s) {
-  static const char* names[] = {"pending", "alive", "left", "dead"};
+  static const char* names[] = {"pending", "alive", "left", "dead", "vacant"};
   return names[s];
 }
 double PerSec(uint64_t a, uint64_t b, double secs) {
@@ -92,6 +92,7 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   }
   for (uint32_t r = 0; r < workers_.size(); ++r) {
     const WorkerSlot& w = workers_[r];
+    if (w.state == WorkerState::kVacant) continue;  // an elastic rank nobody took: not a process
     auto host = fbb_.CreateString(w.id.host), url = fbb_.CreateString(w.id.metrics_url),
          state = fbb_.CreateString(StateName(static_cast<int>(w.state)));
     wire::ProcessStatusBuilder b(fbb_);

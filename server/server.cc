@@ -198,7 +198,7 @@ int64_t Server::MinClock() const {
   int64_t m = std::numeric_limits<int64_t>::max(), all = 0;
   for (size_t r = 0; r < clocks_.size(); ++r) {
     all = std::max(all, clocks_[r]);
-    if (live_[r]) m = std::min(m, clocks_[r]);
+    if (live_[r] && !joining_[r]) m = std::min(m, clocks_[r]);
   }
   return m == std::numeric_limits<int64_t>::max() ? all : m;
 }
@@ -207,7 +207,7 @@ int64_t Server::MaxClock() const {
   int64_t m = -1, all = 0;
   for (size_t r = 0; r < clocks_.size(); ++r) {
     all = std::max(all, clocks_[r]);
-    if (live_[r]) m = std::max(m, clocks_[r]);
+    if (live_[r] && !joining_[r]) m = std::max(m, clocks_[r]);
   }
   return m < 0 ? all : m;
 }
@@ -260,10 +260,11 @@ void Server::ApplyCluster(const ClusterView& v) {
     }
   }
   // Membership.
-  if (clocks_.size() < view_.num_workers) {
-    clocks_.resize(view_.num_workers, 0);
-    live_.resize(view_.num_workers, 0);
-    last_seq_.resize(view_.num_workers, 0);
+  if (clocks_.size() < view_.worker_ranks()) {
+    clocks_.resize(view_.worker_ranks(), 0);
+    live_.resize(view_.worker_ranks(), 0);
+    joining_.resize(view_.worker_ranks(), 0);
+    last_seq_.resize(view_.worker_ranks(), 0);
   }
   std::vector<uint8_t> now_live(clocks_.size(), 0);
   for (uint32_t r : view_.live_workers)
@@ -281,9 +282,17 @@ void Server::ApplyCluster(const ClusterView& v) {
       }
       LOG_INFO << "worker " << r << " is no longer live (at clock " << clocks_[r] << ")"
                << (dropped ? ", dropped " + std::to_string(dropped) + " unfinished pushes" : "");
+      joining_[r] = 0;
+    } else if (!live_[r] && now_live[r] && membership_known_) {
+      // A worker (re)joining the running job: a new process, whose push
+      // sequence starts again, at a clock it learns with Join.
+      joining_[r] = 1;
+      last_seq_[r] = 0;
+      LOG_INFO << "worker " << r << " is joining";
     }
   }
   live_ = std::move(now_live);
+  membership_known_ = true;
   Advance();
 }
 
@@ -577,6 +586,45 @@ void Server::Tick(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   Advance();
 }
 
+void Server::Join(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  const int rank = h.rank();
+  if (h.role() != wire::Role::Worker || rank < 0 || static_cast<size_t>(rank) >= clocks_.size())
+    return ReplyError(frames[0], h.request_id(),
+                      Status::InvalidArgument("join from a non-worker or an unknown rank " + std::to_string(rank)));
+  if (!IsLive(rank))
+    return ReplyError(frames[0], h.request_id(),
+                      Status::Unavailable("worker " + std::to_string(rank) + " is not live in this job (yet)"));
+  if (joining_[rank]) {
+    // It starts with the fastest live worker (under sync: at least the
+    // clock being applied), so nobody waits for it to catch up, and it
+    // waits for the others as the model says.
+    joining_[rank] = 0;
+    int64_t start = -1;
+    for (size_t r = 0; r < clocks_.size(); ++r)
+      if (live_[r] && !joining_[r] && static_cast<int>(r) != rank) start = std::max(start, clocks_[r]);
+    if (start < 0) start = std::max(clocks_[rank], MaxClock());
+    if (view_.consistency == Consistency::kSync) start = std::max(start, applied_clock_);
+    clocks_[rank] = start;
+    LOG_INFO << "worker " << rank << " joined at clock " << start;
+  }
+  if (h.clock() > clocks_[rank]) {
+    // Another server started it later: moved up before it pushed anything.
+    for (const auto& [clock, list] : buffered_)
+      for (const auto& b : list)
+        if (b.rank == static_cast<uint32_t>(rank))
+          return ReplyError(frames[0], h.request_id(),
+                            Status::InvalidArgument("join at clock " + std::to_string(h.clock()) + ": worker " +
+                                                    std::to_string(rank) + " already pushed for clock " +
+                                                    std::to_string(clock)));
+    clocks_[rank] = h.clock();
+  }
+  wire::Fields ok;
+  ok.request_id = h.request_id();
+  ok.min_clock = ok.max_clock = clocks_[rank];
+  Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+  Advance();
+}
+
 void Server::AggregateClock(int64_t clock) {
   auto it = buffered_.find(clock);
   if (it == buffered_.end()) return;
@@ -584,11 +632,17 @@ void Server::AggregateClock(int64_t clock) {
   std::sort(list.begin(), list.end(), [](const Buffered& a, const Buffered& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.arrival < b.arrival;
   });
-  // Contributors: live workers (they finished `clock`) and workers that
-  // finished it before leaving or dying.
-  uint32_t n = 0;
-  for (size_t r = 0; r < clocks_.size(); ++r)
-    if (live_[r] || clocks_[r] > clock) ++n;
+  // Each table's step is the mean of the gradients pushed to it for this
+  // clock: one per worker that trained a batch in it (a worker without one
+  // — the epoch's last clock, just joined — pushes nothing; a dead worker's
+  // unfinished pushes were dropped). docs/consistency.md, "Sync".
+  std::vector<uint32_t> contributors(tables_.size(), 0);
+  std::vector<int> last_rank(tables_.size(), -1);
+  for (const auto& b : list)
+    if (b.table < tables_.size() && last_rank[b.table] != static_cast<int>(b.rank)) {
+      last_rank[b.table] = static_cast<int>(b.rank);  // sorted by rank: one count per worker
+      ++contributors[b.table];
+    }
   std::vector<uint8_t> touched(tables_.size(), 0);
   for (auto& b : list) {
     const wire::Header* h = nullptr;
@@ -605,9 +659,8 @@ void Server::AggregateClock(int64_t clock) {
     }
     touched[b.table] = 1;
   }
-  const float scale = 1.0f / static_cast<float>(std::max<uint32_t>(n, 1));
   for (size_t i = 0; i < tables_.size(); ++i)
-    if (touched[i]) tables_[i]->ApplyAccumulated(scale);
+    if (touched[i]) tables_[i]->ApplyAccumulated(1.0f / static_cast<float>(std::max<uint32_t>(contributors[i], 1)));
   buffered_.erase(it);
 }
 
@@ -672,6 +725,8 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
       return Pull(*h, frames, Clock::now());
     case wire::MsgType::Tick:
       return Tick(*h, frames);
+    case wire::MsgType::Join:
+      return Join(*h, frames);
     default:
       return ReplyError(frames[0], h->request_id(),
                         Status::InvalidArgument(std::string("a server does not serve '") +

@@ -130,6 +130,8 @@ class Server {
   void Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Clock::time_point arrived,
             bool resumed = false);
   void Tick(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  // A worker (re)joining a running job: where its clock starts (Join).
+  void Join(const wire::Header& h, std::vector<zmq::message_t>& frames);
   // Applies every synchronous clock all live workers finished, then answers
   // the parked pulls that may now go.
   void Advance();
@@ -224,6 +226,10 @@ class Server {
   std::vector<std::unique_ptr<ServerTable>> tables_;  // by table id
   std::vector<int64_t> clocks_;                       // per worker rank
   std::vector<uint8_t> live_;                         // per worker rank
+  // Live again after the first membership (a restarted or new worker) and
+  // not yet Joined: its clock is unknown, so it is waited for by nobody.
+  std::vector<uint8_t> joining_;                      // per worker rank
+  bool membership_known_ = false;                     // a first live set was applied
   std::vector<uint64_t> last_seq_;                    // per worker rank: push dedup
   int64_t applied_clock_ = 0;                         // sync: clocks < this are applied
   std::map<int64_t, std::vector<Buffered>> buffered_; // sync: by clock

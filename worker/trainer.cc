@@ -27,25 +27,69 @@ double StragglerSleep(double own, double quickest_pull, double slowdown) {
 
 // ---- EpochBatches
 
+BatchSource ChooseBatchSource(Consistency c, bool static_shards) {
+  if (static_shards) return BatchSource::kShard;
+  return c == Consistency::kSync ? BatchSource::kPerClock : BatchSource::kPool;
+}
+
+EpochBatches::EpochBatches(ClaimFn claim, StopFn stop, BatchSource source, uint64_t examples, int batch, int chunk)
+    : claim_(std::move(claim)),
+      stop_(std::move(stop)),
+      source_(source),
+      // A shard trains whole batches only (every worker the same number of
+      // steps); a pool's last batch may be partial.
+      examples_(source == BatchSource::kShard ? examples / batch * batch : examples),
+      batch_(batch),
+      chunk_(std::max(1, chunk)) {}
+
 void EpochBatches::Start(int epoch) {
   epoch_ = epoch;
   next_ = 0;
+  handed_ = 0;
   grant_ = WorkRange{};
 }
 
-Status EpochBatches::Next(int* step) {
-  *step = -1;
+Status EpochBatches::Next(Batch* b) {
+  *b = Batch{};
   if (stop_()) return Status::OK();
-  if (!pooled_) {
-    if (next_ < steps_) *step = next_++;
+  b->epoch = epoch_;
+  if (source_ == BatchSource::kShard) {
+    if (next_ >= examples_) return Status::OK();
+    b->first = next_;
+    b->n = batch_;
+    next_ += batch_;
+    handed_ = next_;
+    return Status::OK();
+  }
+  if (source_ == BatchSource::kPerClock) {
+    ClaimOptions o;
+    o.per_clock = true;
+    WorkRange g;
+    RETURN_IF_ERROR(claim_(static_cast<uint64_t>(epoch_), examples_, static_cast<uint32_t>(batch_), o, &g));
+    if (g.empty()) {
+      b->idle = g.wait;
+      if (!g.wait) handed_ = g.handed;
+      return Status::OK();
+    }
+    b->epoch = static_cast<int>(g.pool);
+    b->first = g.begin;
+    b->n = static_cast<int>(g.size());
     return Status::OK();
   }
   if (grant_.empty()) {
-    RETURN_IF_ERROR(claim_(static_cast<uint64_t>(epoch_), static_cast<uint64_t>(steps_),
-                           static_cast<uint32_t>(chunk_), &grant_));
-    if (grant_.empty()) return Status::OK();
+    ClaimOptions o;
+    o.granule = static_cast<uint32_t>(batch_);
+    RETURN_IF_ERROR(claim_(static_cast<uint64_t>(epoch_), examples_,
+                           static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, uint64_t{1} * chunk_ * batch_)), o,
+                           &grant_));
+    if (grant_.empty()) {
+      handed_ = grant_.handed;
+      return Status::OK();
+    }
   }
-  *step = static_cast<int>(grant_.begin++);
+  b->first = grant_.begin;
+  b->n = static_cast<int>(std::min<uint64_t>(batch_, grant_.size()));
+  grant_.begin += b->n;
   return Status::OK();
 }
 
@@ -153,15 +197,24 @@ Status MlpTrainer::DrainPushes() {
   return Status::OK();
 }
 
-void MlpTrainer::LoadBatch(int step) {
+void MlpTrainer::LoadBatch(const Batch& b) {
+  const std::vector<uint32_t>* order = &order_;
+  if (b.epoch != order_epoch_) {  // a dead worker's batch of an earlier epoch
+    if (b.epoch != other_epoch_) {
+      other_order_ = EpochShard(static_cast<uint32_t>(train_.rows), 0, 1, o_.seed, b.epoch, o_.shuffle);
+      other_epoch_ = b.epoch;
+    }
+    order = &other_order_;
+  }
   const int cols = train_.cols;
-  for (int i = 0; i < B_; ++i) {
-    const uint32_t ex = order_[static_cast<size_t>(step) * B_ + i];
+  n_ = b.n;
+  for (int i = 0; i < n_; ++i) {
+    const uint32_t ex = (*order)[b.first + static_cast<uint64_t>(i)];
     std::copy_n(&train_.x[static_cast<size_t>(ex) * cols], cols, &hx_[static_cast<size_t>(i) * cols]);
     hy_[i] = train_.y[ex];
   }
-  dev_.Upload(dx_.data(), hx_.data(), hx_.size());
-  dev_.Upload(dy_.data(), hy_.data(), B_);
+  dev_.Upload(dx_.data(), hx_.data(), static_cast<size_t>(n_) * cols);
+  dev_.Upload(dy_.data(), hy_.data(), n_);
   dev_.Zero(dstats_.data(), 2);
 }
 
@@ -212,8 +265,8 @@ Status MlpTrainer::FillStep() {
   RETURN_IF_ERROR(DrainPushes());  // the fill buffers of earlier pushes must be free
   const int f = fills_this_clock_ - 1;
   fill_based_[f] = on_device_;
-  mlp_.Forward(dx_.data(), B_);
-  mlp_.Backward(dx_.data(), dy_.data(), B_, dstats_.data(), [&](int l) {
+  mlp_.Forward(dx_.data(), n_);
+  mlp_.Backward(dx_.data(), dy_.data(), n_, dstats_.data(), [&](int l) {
     dev_.Download(fill_w_[f][l].data(), mlp_.grad_weight(l).data(), fill_w_[f][l].size());
     dev_.Download(fill_b_[f][l].data(), mlp_.grad_bias(l).data(), fill_b_[f][l].size());
     if (o_.fill_at_once) {
@@ -243,7 +296,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   UploadPulled();
   have_params_ = true;
   fills_this_clock_ = 0;
-  mlp_.Forward(dx_.data(), B_);
+  mlp_.Forward(dx_.data(), n_);
   const bool fetch_now = prefetch_early_ && !(o_.evaluator && last_of_epoch);
   if (fetch_now) {
     // The parameters are on the device: fetch the next step's now, so they
@@ -252,7 +305,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
     IssuePulls(true);
   }
   RETURN_IF_ERROR(DrainPushes());  // the previous step's gradient buffers are free again
-  mlp_.Backward(dx_.data(), dy_.data(), B_, dstats_.data(), [&](int l) {
+  mlp_.Backward(dx_.data(), dy_.data(), n_, dstats_.data(), [&](int l) {
     dev_.Download(gw_[l].data(), mlp_.grad_weight(l).data(), gw_[l].size());
     dev_.Download(gb_[l].data(), mlp_.grad_bias(l).data(), gb_[l].size());
     PushLayer(l, gw_[l].data(), gb_[l].data());
@@ -263,6 +316,20 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   // Otherwise fetch now, after this step's pushes and tick: the servers
   // answer when the model allows.
   if (!fetch_now) IssuePulls(false);
+  return Status::OK();
+}
+
+// Sync, and no batch for this worker at this clock (the epoch's last
+// clock, when the examples left are fewer than the workers): the clock
+// goes on without a gradient of this worker (the servers average those
+// pushed).
+Status MlpTrainer::IdleStep() {
+  int64_t min_clock = INT64_MAX;
+  RETURN_IF_ERROR(WaitPulls(&min_clock));
+  RETURN_IF_ERROR(DrainPushes());
+  RETURN_IF_ERROR(tick_.Wait());
+  tick_ = ps_.ClockAsync();
+  IssuePulls(false);
   return Status::OK();
 }
 
@@ -282,9 +349,11 @@ double MlpTrainer::Evaluate() {
   return static_cast<double>(st[1]) / test.rows;
 }
 
-Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, TrainResult* r) {
-  if (!o_.evaluator) return Status::OK();
-  if (pooled_) {
+Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, const EpochBatches& batches,
+                            TrainResult* r) {
+  // A worker that joined after this epoch's last batch trained none of it.
+  if (!o_.evaluator || trained == 0) return Status::OK();
+  if (pooled_ && ps_.consistency() != Consistency::kSync) {
     // The outstanding prefetch may predate this worker's last pushes: read
     // the end-of-epoch model afresh.
     RETURN_IF_ERROR(DrainPushes());
@@ -299,8 +368,17 @@ Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, TrainResu
   UploadPulled();
   r->final_accuracy = Evaluate();
   const double mean_loss = epoch_loss / std::max(1, trained);
-  std::fprintf(o_.out, "worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% | %.1f s\n", rank_, epoch,
-               mean_loss, 100.0 * r->final_accuracy, NowSeconds() - t_start_);
+  // How much of the epoch was trained: the examples its pool handed out
+  // (and no dead worker handed back), or this worker's shard.
+  char trained_what[96];
+  if (pooled_)
+    std::snprintf(trained_what, sizeof trained_what, "%llu of %llu examples",
+                  static_cast<unsigned long long>(batches.handed()), static_cast<unsigned long long>(batches.examples()));
+  else
+    std::snprintf(trained_what, sizeof trained_what, "%llu examples of its shard",
+                  static_cast<unsigned long long>(batches.handed()));
+  std::fprintf(o_.out, "worker %d | epoch %d done | %s | train loss %.4f | test accuracy %.2f%% | %.1f s\n", rank_,
+               epoch, trained_what, mean_loss, 100.0 * r->final_accuracy, NowSeconds() - t_start_);
   std::fflush(o_.out);
   csv_.Row(NowSeconds() - t_start_, epoch, mean_loss, r->final_accuracy);
   // The pulls were consumed: fetch again for the next step. (The model on
@@ -313,18 +391,16 @@ Status MlpTrainer::Run(TrainResult* result) {
   TrainResult r;
   const int world = static_cast<int>(ps_.num_workers());
   if (o_.evaluator && !test_) return Status::InvalidArgument("the evaluating worker needs the test set");
-  // Where the batches come from. Sync: rank i of N takes every N-th example
-  // of the epoch's permutation (its own shard; the N batches of step t are
-  // the one batch of a single process, which sync relies on). Bounded and
-  // async: the batches of the whole epoch form a work pool shared through
-  // the coordinator, claimed a few at a time, so a fast worker trains more
-  // of the epoch than a slow one (docs/worker.md, "Stragglers").
-  pooled_ = SharesBatches(ps_.consistency(), o_.static_shards);
-  const uint32_t shard = static_cast<uint32_t>(pooled_ ? train_.rows : train_.rows / world);
-  steps_ = static_cast<int>(shard / B_);
-  if (o_.max_steps > 0) steps_ = std::min(steps_, o_.max_steps * (pooled_ ? world : 1));
-  if (steps_ == 0)
-    return Status::InvalidArgument(std::to_string(shard) + " examples per worker is less than one batch of " +
+  // Where the batches come from (EpochBatches): the epoch's pool shared
+  // through the coordinator — one batch per clock under sync, a few at a
+  // time under bounded staleness and async — or this rank's shard.
+  source_ = ChooseBatchSource(ps_.consistency(), o_.static_shards);
+  pooled_ = SharesBatches(source_);
+  uint64_t examples = static_cast<uint64_t>(pooled_ ? train_.rows : train_.rows / std::max(1, world));
+  if (o_.max_steps > 0)
+    examples = std::min<uint64_t>(examples, static_cast<uint64_t>(o_.max_steps) * B_ * (pooled_ ? world : 1));
+  if (examples < static_cast<uint64_t>(B_))
+    return Status::InvalidArgument(std::to_string(examples) + " examples per worker is less than one batch of " +
                                    std::to_string(B_));
   RETURN_IF_ERROR(csv_.Open(o_.evaluator ? o_.csv : ""));
   // Under bounded staleness (s >= 1) and async the next step's pull may be
@@ -333,26 +409,31 @@ Status MlpTrainer::Run(TrainResult* result) {
   prefetch_early_ = !o_.late_prefetch && (ps_.consistency() == Consistency::kAsync ||
                                           (ps_.consistency() == Consistency::kBounded && ps_.staleness() >= 1));
   EpochBatches batches(
-      [this](uint64_t pool, uint64_t total, uint32_t max, WorkRange* out) {
-        return ps_.ClaimWork(pool, total, max, out);
+      [this](uint64_t pool, uint64_t total, uint32_t max, const ClaimOptions& co, WorkRange* out) {
+        return ps_.ClaimWork(pool, total, max, co, out);
       },
-      [this] { return ps_.StopRequested(); }, pooled_, steps_, o_.work_chunk);
+      [this] { return ps_.StopRequested(); }, source_, examples, B_, o_.work_chunk);
   Progress progress(o_.progress_sec, o_.out);
   t_start_ = NowSeconds();
   IssuePulls(false);
   for (int epoch = 1; epoch <= o_.epochs; ++epoch) {
     order_ = EpochShard(static_cast<uint32_t>(train_.rows), pooled_ ? 0 : rank_, pooled_ ? 1 : world, o_.seed, epoch,
                         o_.shuffle);
+    order_epoch_ = epoch;
     batches.Start(epoch);
     double epoch_loss = 0;
     int trained = 0;
     for (;;) {
-      int step;
-      RETURN_IF_ERROR(batches.Next(&step));
-      if (step < 0) break;
+      Batch b;
+      RETURN_IF_ERROR(batches.Next(&b));
+      if (b.idle) {
+        RETURN_IF_ERROR(IdleStep());
+        continue;
+      }
+      if (b.n == 0) break;
       const double t0 = NowSeconds();
-      LoadBatch(step);
-      const bool fill = pooled_ && have_params_ &&
+      LoadBatch(b);
+      const bool fill = source_ == BatchSource::kPool && have_params_ &&
                         HeldBack(ps_.consistency(), ps_.clock(), ps_.staleness(), last_min_clock_) &&
                         fills_this_clock_ < o_.max_fill &&
                         std::any_of(pulls_.begin(), pulls_.end(), [](const Request& q) { return !q.Done(); });
@@ -360,10 +441,10 @@ Status MlpTrainer::Run(TrainResult* result) {
       if (fill)
         RETURN_IF_ERROR(FillStep());
       else
-        RETURN_IF_ERROR(Step(!pooled_ && step + 1 == steps_, &waited));
+        RETURN_IF_ERROR(Step(!pooled_ && b.first + static_cast<uint64_t>(b.n) >= batches.examples(), &waited));
       float stats[2];
       dev_.Download(stats, dstats_.data(), 2);
-      const double loss = stats[0] / B_;
+      const double loss = stats[0] / n_;
       epoch_loss += loss;
       ++trained;
       if (o_.slowdown > 1.0) {
@@ -372,9 +453,10 @@ Status MlpTrainer::Run(TrainResult* result) {
         std::this_thread::sleep_for(
             std::chrono::duration<double>(StragglerSleep(NowSeconds() - t0 - waited, quickest, o_.slowdown)));
       }
-      progress.Step(rank_, epoch, step + 1, steps_, B_, loss, stale_);
+      progress.Step(rank_, epoch, static_cast<int>(b.first / B_) + 1, batches.steps(), n_, loss, stale_);
     }
     RETURN_IF_ERROR(FlushFills());
+    r.batches += trained;
     if (batches.stopped()) {
       std::fprintf(o_.out, "worker %d | stopped on request in epoch %d after %d batches of it\n", rank_, epoch,
                    trained);
@@ -382,14 +464,14 @@ Status MlpTrainer::Run(TrainResult* result) {
       break;
     }
     r.epochs_done = epoch;
-    RETURN_IF_ERROR(EndEpoch(epoch, epoch_loss, trained, &r));
+    RETURN_IF_ERROR(EndEpoch(epoch, epoch_loss, trained, batches, &r));
   }
   RETURN_IF_ERROR(DrainPushes());
   RETURN_IF_ERROR(tick_.Wait());
   int64_t mc = INT64_MAX;
   RETURN_IF_ERROR(WaitPulls(&mc));
   r.seconds = NowSeconds() - t_start_;
-  r.batches = progress.samples() / B_;
+  r.examples = static_cast<uint64_t>(progress.samples());
   r.filled = filled_;
   r.push_staleness_max = stale_max_;
   r.push_staleness_mean = static_cast<double>(stale_sum_) / std::max<uint64_t>(1, stale_n_);

@@ -1,7 +1,8 @@
 // The worker's training loop for the dense models (softmax regression and
 // the MLP), as a unit: pulls, forward and backward on the device, pushes as
-// backward produces them, clock ticks, the batches of each epoch (a fixed
-// shard under sync, a shared pool under bounded staleness and async),
+// backward produces them, clock ticks, the batches of each epoch (from the
+// epoch's pool shared through the coordinator: one per clock under sync, a
+// few at a time under bounded staleness and async),
 // training while the bound holds the next parameters back, a straggler's
 // slowdown, progress lines and the evaluation after each epoch.
 // shardps-worker (worker_main.cc) only parses flags and wires it up.
@@ -33,35 +34,59 @@ bool HeldBack(Consistency c, int64_t clock, uint32_t staleness, int64_t last_min
 // `quickest_pull`: (own + quickest_pull) * (k - 1).
 double StragglerSleep(double own, double quickest_pull, double slowdown);
 
-// The batches one worker trains in an epoch, by their position in it: all
-// `steps` of its own shard, or (pooled) those it claims from the epoch's
-// shared pool of `steps` batches, `chunk` at a time.
+// Where a worker's batches come from (docs/worker.md, "Batches"):
+// - kPerClock (sync): one batch per clock from the epoch's pool (units =
+//   examples), the clock's batches cut in rank order over the live workers
+//   — together the batch of a single process — each handed out exactly
+//   once: a dead worker's batch is trained by another;
+// - kPool (bounded staleness, async): a few batches at a time from the
+//   epoch's pool, so a fast worker trains more of the epoch than a slow one;
+// - kShard (--static-shards): every world-th example of the epoch's order.
+enum class BatchSource { kShard, kPool, kPerClock };
+BatchSource ChooseBatchSource(Consistency c, bool static_shards);
+
+struct Batch {
+  int epoch = 0;       // the epoch whose example order it indexes (a dead worker's may be an earlier one)
+  uint64_t first = 0;  // position of its first example in that order (kShard: in this worker's shard)
+  int n = 0;           // examples; 0: none
+  bool idle = false;   // kPerClock: no batch for this clock but the epoch goes on: tick an empty clock
+};
+
+// The batches one worker trains in an epoch.
 class EpochBatches {
  public:
-  // claim(pool, total, max, out): Client::ClaimWork; stop(): StopRequested.
-  using ClaimFn = std::function<Status(uint64_t, uint64_t, uint32_t, WorkRange*)>;
+  // claim: Client::ClaimWork; stop: Client::StopRequested.
+  using ClaimFn = std::function<Status(uint64_t, uint64_t, uint32_t, const ClaimOptions&, WorkRange*)>;
   using StopFn = std::function<bool()>;
-  EpochBatches(ClaimFn claim, StopFn stop, bool pooled, int steps, int chunk)
-      : claim_(std::move(claim)), stop_(std::move(stop)), pooled_(pooled), steps_(steps), chunk_(chunk) {}
+  // `examples`: the epoch's (kShard: this worker's shard's); `chunk`: kPool
+  // claims up to this many batches at a time.
+  EpochBatches(ClaimFn claim, StopFn stop, BatchSource source, uint64_t examples, int batch, int chunk);
   void Start(int epoch);
-  // The next batch of the epoch; -1 when the epoch is done or the job was
+  // The next batch; n == 0 and !idle when the epoch is done or the job was
   // asked to stop (stopped() says which). A failed claim is returned.
-  Status Next(int* step);
+  // kPerClock: exactly one call per clock (the claim names the clock).
+  Status Next(Batch* b);
   bool stopped() const { return stop_(); }
+  uint64_t examples() const { return examples_; }
+  // Batches of a whole epoch (for progress lines).
+  int steps() const { return static_cast<int>((examples_ + batch_ - 1) / batch_); }
+  // After the epoch: the examples its pool handed out and no dead worker
+  // handed back (kShard: those this worker trained).
+  uint64_t handed() const { return handed_; }
 
  private:
   ClaimFn claim_;
   StopFn stop_;
-  const bool pooled_;
-  const int steps_, chunk_;
-  int epoch_ = 0, next_ = 0;
+  const BatchSource source_;
+  const uint64_t examples_;
+  const int batch_, chunk_;
+  int epoch_ = 0;
+  uint64_t next_ = 0, handed_ = 0;
   WorkRange grant_;
 };
 
-// Bounded and async workers share each epoch's batches through a work pool
-// (docs/worker.md, "Stragglers"); sync keeps fixed shards, which its exact
-// equivalence to one process needs.
-inline bool SharesBatches(Consistency c, bool static_shards) { return c != Consistency::kSync && !static_shards; }
+// Whether an epoch's batches come from a pool shared through the coordinator.
+inline bool SharesBatches(BatchSource s) { return s != BatchSource::kShard; }
 
 // (time, epoch, loss, test accuracy) rows, after a header line.
 class CsvLog {
@@ -97,7 +122,7 @@ struct TrainerOptions {
   int max_steps = 0;  // per epoch and worker, 0 = all
   bool shuffle = true;
   uint64_t seed = 1;
-  bool static_shards = false;  // bounded/async: own shard instead of the pool
+  bool static_shards = false;  // own shard (every world-th example) instead of the pool
   int work_chunk = 8;
   int max_fill = 2;            // bounded: batches per clock trained while held back
   bool fill_at_once = true;    // push each at once (else with the next step, PushSteps)
@@ -113,6 +138,7 @@ struct TrainResult {
   int epochs_done = 0;
   bool stopped = false;      // the job was asked to stop
   long batches = 0;          // trained by this worker
+  uint64_t examples = 0;     // ... their examples
   long filled = 0;           // of them, while held back
   double final_accuracy = -1;  // evaluator: after the last epoch
   uint64_t push_staleness_max = 0;
@@ -141,12 +167,13 @@ class MlpTrainer {
   void IssuePulls(bool ahead);
   Status WaitPulls(int64_t* min_clock);
   Status DrainPushes();
-  void LoadBatch(int step);
+  void LoadBatch(const Batch& b);
+  Status IdleStep();
   void PushLayer(int l, const float* gw, const float* gb);
   Status FlushFills();
   Status FillStep();
   Status Step(bool last_of_epoch, double* waited);
-  Status EndEpoch(int epoch, double epoch_loss, int trained, TrainResult* r);
+  Status EndEpoch(int epoch, double epoch_loss, int trained, const EpochBatches& batches, TrainResult* r);
   double Evaluate();
   void UploadPulled();
 
@@ -158,9 +185,13 @@ class MlpTrainer {
   const Dataset* test_;
   const TrainerOptions o_;
   const int L_, B_, rank_;
+  BatchSource source_ = BatchSource::kShard;
   bool pooled_ = false, prefetch_early_ = false;
-  int steps_ = 0;
-  std::vector<uint32_t> order_;
+  int n_ = 0;  // examples of the batch on the device
+  std::vector<uint32_t> order_;  // the current epoch's example order (kShard: this worker's shard)
+  int order_epoch_ = 0;
+  std::vector<uint32_t> other_order_;  // an earlier epoch's (a dead worker's batch)
+  int other_epoch_ = 0;
 
   std::vector<HostBuffer> pw_, pb_, gw_, gb_;  // pulled parameters, gradients (borrowed by pushes)
   HostBuffer hx_, hy_;

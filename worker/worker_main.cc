@@ -186,16 +186,20 @@ int RunSparseLr(const Options& o, Client& ps) {
   const uint64_t kBias = ~0ull;
   const float feature_scale = 1.0f / std::sqrt(static_cast<float>(o.ids_per_example));
 
-  // Sync: this worker's examples are indices rank, rank + world, ...
-  // Bounded and async: batches of the whole stream claimed from the epoch's
-  // shared pool, as for the dense models.
-  const bool pooled = SharesBatches(ps.consistency(), o.static_shards);
+  // The batches of each epoch come from its pool (one per clock under sync,
+  // a few at a time under bounded staleness and async), or with
+  // --static-shards this worker's examples are indices rank, rank + world, ...
+  const BatchSource source = ChooseBatchSource(ps.consistency(), o.static_shards);
+  const bool pooled = SharesBatches(source);
   const uint64_t mine = (o.examples - static_cast<uint64_t>(rank) + world - 1) / world;
-  int steps = static_cast<int>(pooled ? o.examples / o.batch : std::min<uint64_t>(o.examples / world, mine) / o.batch);
-  if (o.max_steps > 0) steps = std::min(steps, o.max_steps * (pooled ? world : 1));
+  uint64_t examples = pooled ? o.examples : std::min<uint64_t>(o.examples / world, mine);
+  if (o.max_steps > 0)
+    examples = std::min<uint64_t>(examples, static_cast<uint64_t>(o.max_steps) * o.batch * (pooled ? world : 1));
   EpochBatches epoch_batches(
-      [&ps](uint64_t pool, uint64_t total, uint32_t max, WorkRange* out) { return ps.ClaimWork(pool, total, max, out); },
-      [&ps] { return ps.StopRequested(); }, pooled, steps, o.work_chunk);
+      [&ps](uint64_t pool, uint64_t total, uint32_t max, const ClaimOptions& co, WorkRange* out) {
+        return ps.ClaimWork(pool, total, max, co, out);
+      },
+      [&ps] { return ps.StopRequested(); }, source, examples, o.batch, o.work_chunk);
   Progress progress(o.progress_sec);
   CsvLog csv;
   if (Status s = csv.Open(rank == o.eval_rank ? o.csv : ""); !s.ok()) {
@@ -213,15 +217,19 @@ int RunSparseLr(const Options& o, Client& ps) {
     int trained = 0;  // batches of this epoch
     epoch_batches.Start(epoch);
     for (;;) {
-      int step;
-      CHECK_OK(epoch_batches.Next(&step));
-      if (step < 0) break;
+      Batch b;
+      CHECK_OK(epoch_batches.Next(&b));
+      if (b.idle) {  // sync: no batch for this worker at this clock
+        CHECK_OK(ps.Clock());
+        continue;
+      }
+      if (b.n == 0) break;
       ++trained;
       batch.offsets.assign(1, 0);
       batch.ids.clear();
       batch.labels.clear();
-      for (int i = 0; i < o.batch; ++i) {
-        const uint64_t pos = static_cast<uint64_t>(step) * o.batch + i;
+      for (int i = 0; i < b.n; ++i) {
+        const uint64_t pos = b.first + static_cast<uint64_t>(i);
         const uint64_t index = pooled ? pos : static_cast<uint64_t>(rank) + static_cast<uint64_t>(world) * pos;
         GenerateClicks(co, 0, index, 1, &one);
         batch.ids.insert(batch.ids.end(), one.ids.begin(), one.ids.end());
@@ -239,8 +247,8 @@ int RunSparseLr(const Options& o, Client& ps) {
       const int64_t stale = std::max<int64_t>(0, ps.clock() - pull.min_clock());
       grads.assign(keys.size(), 0.0f);
       double loss = 0;
-      const float inv = 1.0f / o.batch;
-      for (int i = 0; i < o.batch; ++i) {
+      const float inv = 1.0f / b.n;
+      for (int i = 0; i < b.n; ++i) {
         float z = vals[0];
         for (uint32_t k = batch.offsets[i]; k < batch.offsets[i + 1]; ++k) z += vals[slot[batch.ids[k]]] * feature_scale;
         const float p = 1.0f / (1.0f + std::exp(-z));
@@ -252,14 +260,15 @@ int RunSparseLr(const Options& o, Client& ps) {
       }
       CHECK_OK(ps.Push(w, keys, grads).Wait());
       CHECK_OK(ps.Clock());
-      epoch_loss += loss / o.batch;
-      progress.Step(rank, epoch, step + 1, steps, o.batch, loss / o.batch, stale);
+      epoch_loss += loss / b.n;
+      progress.Step(rank, epoch, static_cast<int>(b.first / o.batch) + 1, epoch_batches.steps(), b.n, loss / b.n,
+                    stale);
     }
     if (epoch_batches.stopped()) {
       std::printf("worker %d | stopped on request in epoch %d after %d batches of it\n", rank, epoch, trained);
       break;
     }
-    if (rank == o.eval_rank) {
+    if (rank == o.eval_rank && trained > 0) {
       ClickBatch tb;
       GenerateClicks(co, 1, 0, static_cast<uint32_t>(o.eval_examples), &tb);
       std::vector<uint64_t> tk(tb.ids);
@@ -277,8 +286,10 @@ int RunSparseLr(const Options& o, Client& ps) {
         correct += (z > 0) == (tb.labels[i] > 0.5f);
       }
       final_acc = static_cast<double>(correct) / o.eval_examples;
-      std::printf("worker %d | epoch %d done | train loss %.4f | test accuracy %.2f%% (best possible %.2f%%) | %.1f s\n",
-                  rank, epoch, epoch_loss / std::max(1, trained), 100 * final_acc, 100 * tb.bayes_accuracy, NowSeconds() - t_start);
+      std::printf("worker %d | epoch %d done | %llu %s %llu examples | train loss %.4f | test accuracy %.2f%% (best "
+                  "possible %.2f%%) | %.1f s\n",
+                  rank, epoch, static_cast<unsigned long long>(epoch_batches.handed()), pooled ? "of" : "of its shard's",
+                  static_cast<unsigned long long>(epoch_batches.examples()), epoch_loss / std::max(1, trained), 100 * final_acc, 100 * tb.bayes_accuracy, NowSeconds() - t_start);
       std::fflush(stdout);
       csv.Row(NowSeconds() - t_start, epoch, epoch_loss / std::max(1, trained), final_acc);
     }

@@ -30,6 +30,7 @@ class Launch:
         self.run_dir = run_dir
         argv = [*prefix, LAUNCH, "--run-dir", run_dir, "--bin-dir", BUILD, *args]
         self.lines = []
+        self.times = []  # when each line arrived (time.monotonic())
         self.cond = threading.Condition()
         self.p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   env={**os.environ, **(env or {})}, start_new_session=True)
@@ -40,6 +41,7 @@ class Launch:
         for line in self.p.stdout:
             with self.cond:
                 self.lines.append(line.rstrip("\n"))
+                self.times.append(time.monotonic())
                 self.cond.notify_all()
         with self.cond:
             self.cond.notify_all()
@@ -48,13 +50,20 @@ class Launch:
         with self.cond:
             return "\n".join(self.lines)
 
-    def wait_for_line(self, pattern, timeout):
-        """The first output line matching `pattern`; fails after `timeout` s."""
+    def lines_since(self, index, pattern):
+        """(arrival time, line) of the lines from `index` on matching `pattern`."""
+        rx = re.compile(pattern)
+        with self.cond:
+            return [(t, line) for t, line in zip(self.times[index:], self.lines[index:]) if rx.search(line)]
+
+    def wait_for_line(self, pattern, timeout, since=0):
+        """The first output line (from line `since` on) matching `pattern`;
+        fails after `timeout` s."""
         rx = re.compile(pattern)
         end = time.monotonic() + timeout
         with self.cond:
             while True:
-                for line in self.lines:
+                for line in self.lines[since:]:
                     m = rx.search(line)
                     if m:
                         return m

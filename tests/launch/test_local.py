@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from launchlib import BUILD, COORDINATOR, LAUNCH, ROOT, Launch, ctl, make_keys, pid_of, small_mlp, wait_none_left
+from launchlib import BUILD, COORDINATOR, LAUNCH, ROOT, WORKER, Launch, ctl, make_keys, pid_of, small_mlp, wait_none_left
 
 
 @pytest.fixture
@@ -51,17 +51,101 @@ def test_sigint_to_the_launcher_stops_everything(run_dir):
     wait_none_left(run_dir)
 
 
-def test_killed_worker_fails_the_job_with_its_last_lines(run_dir):
-    launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
-    launch.wait_for_line(r"worker 1 \| epoch \d+ step", 120)
-    pid = pid_of(run_dir, "shardps-worker", "--rank", "1")
+def full_mlp(epochs, extra=()):
+    """The MLP on the whole Fashion-MNIST training set (60000 examples)."""
+    return [WORKER, "--coordinator", "{coordinator}", "--rank", "{rank}", "--model", "mlp", "--hidden", "32",
+            "--epochs", str(epochs), "--test-limit", "2000", "--progress-sec", "0.1", *extra]
+
+
+HEARTBEAT_MS = 2000
+
+
+def test_killed_worker_under_sync_its_batches_go_to_the_others(run_dir):
+    """kill -9 of a worker while the others wait for it at every clock: they
+    go on within the heartbeat deadline plus a second, every epoch still
+    trains all 60000 examples, and the job exits 0 saying what happened."""
+    launch = Launch(["--servers", "2", "--workers", "3", "--set", f"job.heartbeat_timeout_ms={HEARTBEAT_MS}", "--",
+                     *full_mlp(3)], run_dir)
+    launch.wait_for_line(r"worker 2 \| epoch 1 step", 120)
+    pid = pid_of(run_dir, "shardps-worker", "--rank", "2")
     assert pid, launch.output()
     os.kill(pid, signal.SIGKILL)
-    rc = launch.wait(60)
+    killed_at, since = time.monotonic(), len(launch.lines)
+    rc = launch.wait(240)
     out = launch.output()
-    assert rc != 0, out
-    assert "worker 1 on localhost killed by signal SIGKILL: the job was stopped; its last lines:" in out, out
-    assert re.search(r"^  \[worker 1 @localhost\] worker 1 \| epoch \d+ step", out, re.M), out
+    assert rc == 0, out
+    assert re.search(r"worker 2 on localhost killed by signal SIGKILL at [\d.]+ s: the job goes on", out), out
+    assert "2 of 3 workers finished, the job completed" in out, out
+    assert re.search(r"on the way: worker 2 on localhost killed by signal SIGKILL .*: its work went to the other "
+                     r"workers", out), out
+    for epoch in (1, 2, 3):
+        assert re.search(rf"worker 0 \| epoch {epoch} done \| 60000 of 60000 examples \|", out), out
+    # The others were held at most the heartbeat deadline plus a second.
+    steps = [t for t, _ in launch.lines_since(since, r"\[worker 0 @localhost\] worker 0 \| epoch \d+ step")]
+    assert steps, out
+    held = max(b - a for a, b in zip([killed_at] + steps, steps))
+    print(f"worker 0 held {held:.2f} s after the kill (heartbeat deadline {HEARTBEAT_MS / 1000} s)")
+    assert held < HEARTBEAT_MS / 1000 + 1.0, out
+    coord = open(os.path.join(run_dir, "coordinator.log")).read()
+    assert "worker 2 silent for more than" in coord, coord
+    wait_none_left(run_dir)
+
+
+def test_restarted_worker_rejoins_and_trains(run_dir):
+    launch = Launch(["--servers", "2", "--workers", "2", "--restart-workers", "--set",
+                     f"job.heartbeat_timeout_ms={HEARTBEAT_MS}", "--", *full_mlp(4, ["--train-limit", "20000"])],
+                    run_dir)
+    launch.wait_for_line(r"worker 1 \| epoch 1 step", 120)
+    os.kill(pid_of(run_dir, "shardps-worker", "--rank", "1"), signal.SIGKILL)
+    rc = launch.wait(240)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(r"worker 1 on localhost killed by signal SIGKILL at [\d.]+ s: starting it again \(restart 1 of "
+                     r"at most 3\)", out), out
+    assert "all 2 workers finished" in out, out
+    # The new worker 1 trained batches of the running job.
+    restarted = open(os.path.join(run_dir, "worker1.restart1.log")).read()
+    m = re.search(r"worker 1 \| finished \d+ epochs in [\d.]+ s \| (\d+) batches", restarted)
+    assert m and int(m.group(1)) > 0, restarted
+    for epoch in (1, 2, 3, 4):
+        assert re.search(rf"worker 0 \| epoch {epoch} done \| 20000 of 20000 examples \|", out), out
+    coord = open(os.path.join(run_dir, "coordinator.log")).read()
+    assert "worker 1 joined the running job" in coord, coord
+    wait_none_left(run_dir)
+
+
+def test_a_new_rank_joins_a_running_job(run_dir, tmp_path):
+    """[job] max_workers: a worker started by hand while the job runs takes
+    the next rank and trains."""
+    launch = Launch(["--servers", "1", "--workers", "2", "--set", "job.max_workers=3", "--",
+                     *full_mlp(6, ["--train-limit", "20000"])], run_dir)
+    coordinator = launch.coordinator()
+    launch.wait_for_line(r"worker 1 \| epoch 1 step", 120)
+    extra = subprocess.run([WORKER, "--coordinator", coordinator, "--model", "mlp", "--hidden", "32", "--epochs", "6",
+                            "--train-limit", "20000", "--test-limit", "100", "--progress-sec", "0.1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    assert extra.returncode == 0, extra.stdout
+    m = re.search(r"worker 2 \| finished \d+ epochs in [\d.]+ s \| (\d+) batches", extra.stdout)
+    assert m and int(m.group(1)) > 0, extra.stdout
+    rc = launch.wait(240)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(r"worker 0 \| epoch 6 done \| 20000 of 20000 examples", out), out
+    coord = open(os.path.join(run_dir, "coordinator.log")).read()
+    assert "worker 2 joined the running job" in coord, coord
+    wait_none_left(run_dir)
+
+
+def test_a_worker_that_reports_an_error_fails_the_job(run_dir):
+    """An exit status is the worker's own verdict (not a crash): the job stops."""
+    launch = Launch(["--servers", "1", "--workers", "2", "--", "sh", "-c",
+                     "if [ {rank} = 1 ]; then echo cannot read my data >&2; exit 1; fi; exec " +
+                     " ".join(small_mlp(epochs=500))], run_dir)
+    rc = launch.wait(120)
+    out = launch.output()
+    assert rc == 1, out
+    assert "worker 1 on localhost exited with status 1: the job was stopped; its last lines:" in out, out
+    assert "cannot read my data" in out, out
     wait_none_left(run_dir)
 
 

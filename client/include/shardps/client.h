@@ -98,8 +98,26 @@ struct RowRange {
 struct WorkRange {
   uint64_t begin = 0;
   uint64_t end = 0;
+  uint64_t pool = 0;    // the pool these units are of (per-clock: a dead worker's units of an earlier pool)
+  bool wait = false;    // per-clock, empty: nothing this clock, but the pool is not finished: claim next clock
+  uint64_t handed = 0;  // empty and finished: units of the pool handed out and not handed back
   bool empty() const { return begin >= end; }
   uint64_t size() const { return empty() ? 0 : end - begin; }
+};
+
+struct ClaimOptions {
+  // Grants are whole multiples of this many units, but for the pool's last
+  // (units = examples, granule = the batch: whole batches, and a last
+  // partial one).
+  uint32_t granule = 1;
+  // Sync trainers: one grant of `max_units` per worker and clock(), cut for
+  // every live worker in rank order at the clock's first claim (together,
+  // the batch a single process would take), handed out exactly once: the
+  // grant of a worker that dies before the servers counted its clock goes
+  // to the next claimer. A claim repeated at the same clock gets the same
+  // grant. An empty grant with `wait` set: tick an empty clock and claim
+  // again.
+  bool per_clock = false;
 };
 
 namespace detail {
@@ -247,6 +265,8 @@ class SHARDPS_EXPORT Client {
   // last grant is handed out again (first) — at least once, not exactly
   // once, for those units. A worker that leaves (Close) finished its grants.
   Status ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out);
+  Status ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, const ClaimOptions& options,
+                   WorkRange* out);
 
   // True once the job was asked to stop (`shardps-ctl stop`): a trainer
   // finishes its current step, Close()s and exits 0. Learned from the

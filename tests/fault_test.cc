@@ -1,0 +1,296 @@
+// Surviving failures (docs/fault-tolerance.md), the pieces below the
+// launcher, against a real coordinator and real servers on loopback: the
+// per-clock work pool that lets sync workers share an epoch exactly once,
+// a dead worker's batch handed to another, a worker rank that rejoins at
+// the running clock, and a push retried after its reply was lost applied
+// once. (Killing and restarting whole worker processes: tests/launch.)
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/wire.h"
+#include "shardps/client.h"
+#include "tests/cluster.h"
+
+namespace shardps {
+namespace {
+
+using testing::ClusterOptions;
+using testing::LocalCluster;
+
+class FaultTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (HasFailure()) cluster_.DumpLogs();
+  }
+  LocalCluster cluster_;
+};
+
+WorkRange Claim(Client& c, uint64_t pool, uint64_t total, uint32_t per) {
+  ClaimOptions o;
+  o.per_clock = true;
+  WorkRange g;
+  Status s = c.ClaimWork(pool, total, per, o, &g);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return g;
+}
+
+// Sync: each clock's batches are cut in rank order over the live workers,
+// whoever claims first; a repeated claim at the same clock gets the same
+// grant; at the pool's end a worker without a batch waits a clock, then the
+// pool is finished for everyone, having handed out every unit once.
+TEST_F(FaultTest, PerClockClaimsCutEachClockInRankOrderAndEndTogether) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 2;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  auto w1 = testing::ConnectClient(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(w0 && w1);
+  const uint64_t total = 3 * 20 + 7;  // 3 clocks of 2 x 10, then 7: one partial batch
+  std::vector<int> seen(total, 0);
+  for (int clock = 0; clock < 3; ++clock) {
+    // Worker 1 claims first: it still gets the second slot.
+    WorkRange g1 = Claim(*w1, 1, total, 10), g0 = Claim(*w0, 1, total, 10);
+    EXPECT_EQ(g0.begin, static_cast<uint64_t>(20 * clock));
+    EXPECT_EQ(g1.begin, static_cast<uint64_t>(20 * clock + 10));
+    EXPECT_EQ(g0.size(), 10u);
+    EXPECT_EQ(g1.size(), 10u);
+    WorkRange again = Claim(*w0, 1, total, 10);  // a lost reply, claimed again
+    EXPECT_EQ(again.begin, g0.begin);
+    EXPECT_EQ(again.end, g0.end);
+    for (const auto& g : {g0, g1})
+      for (uint64_t u = g.begin; u < g.end; ++u) ++seen[u];
+    ASSERT_TRUE(w0->Clock().ok());
+    ASSERT_TRUE(w1->Clock().ok());
+  }
+  // Clock 3: 7 units for rank 0, none for rank 1 (it waits a clock); clock 4:
+  // finished for both.
+  int clock = 3;
+  bool waited = false;
+  for (;; ++clock) {
+    ASSERT_LT(clock, 20);
+    WorkRange g0 = Claim(*w0, 1, total, 10), g1 = Claim(*w1, 1, total, 10);
+    for (const auto& g : {g0, g1})
+      for (uint64_t u = g.begin; u < g.end; ++u) ++seen[u];
+    if (g0.empty() && g1.empty()) {
+      EXPECT_FALSE(g0.wait);  // finished, for both at the same clock
+      EXPECT_FALSE(g1.wait);
+      EXPECT_EQ(g0.handed, total);
+      break;
+    }
+    if (g1.empty()) {
+      EXPECT_TRUE(g1.wait) << "clock " << clock;  // the last clock's batches went to rank 0 only
+      waited = true;
+    }
+    ASSERT_TRUE(w0->Clock().ok());
+    ASSERT_TRUE(w1->Clock().ok());
+  }
+  EXPECT_TRUE(waited);
+  for (uint64_t u = 0; u < total; ++u) EXPECT_EQ(seen[u], 1) << "unit " << u;
+}
+
+// A worker process reduced to its messages, so that it can vanish at any
+// point: no heartbeats, no Leave.
+class RawWorker {
+ public:
+  RawWorker(zmq::context_t& ctx, int rank) : rank_(rank) {}
+  Status Send(zmq::socket_t& s, wire::Fields f, flatbuffers::Offset<void> body = {},
+              wire::Body type = wire::Body::NONE, const float* values = nullptr, size_t n = 0) {
+    f.request_id = ++id_;
+    f.role = wire::Role::Worker;
+    f.rank = rank_;
+    f.clock = clock_;
+    s.send(wire::Encode(fbb_, f, type, body), values ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (values) s.send(zmq::message_t(values, n * 4), zmq::send_flags::none);
+    zmq::pollitem_t items[] = {{s.handle(), 0, ZMQ_POLLIN, 0}};
+    if (zmq::poll(items, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
+    reply_.clear();
+    zmq::message_t m;
+    do {
+      (void)s.recv(m);
+      reply_.push_back(std::move(m));
+    } while (reply_.back().more());
+    Status st = wire::ParseHeader(reply_[0], scratch_, &h_);
+    return st.ok() ? wire::ReplyStatus(h_) : st;
+  }
+  Status Register(zmq::socket_t& coord) {
+    fbb_.Clear();
+    auto req = wire::CreateRegisterRequest(fbb_, wire::Role::Worker, rank_);
+    wire::Fields f;
+    f.type = wire::MsgType::Register;
+    return Send(coord, f, req.Union(), wire::Body::RegisterRequest);
+  }
+  Status Claim(zmq::socket_t& coord, uint64_t pool, uint64_t total, uint32_t per, WorkRange* g) {
+    fbb_.Clear();
+    auto c = wire::CreateWorkClaim(fbb_, pool, total, per, 1, true);
+    wire::Fields f;
+    f.type = wire::MsgType::ClaimWork;
+    Status s = Send(coord, f, c.Union(), wire::Body::WorkClaim);
+    if (s.ok()) *g = WorkRange{h_->body_as_WorkGrant()->begin(), h_->body_as_WorkGrant()->end()};
+    return s;
+  }
+  Status Push(zmq::socket_t& server, uint32_t table, uint64_t rows, const float* g) {
+    fbb_.Clear();
+    wire::Fields f;
+    f.type = wire::MsgType::Push;
+    f.table = table;
+    f.row_begin = 0;
+    f.row_end = rows;
+    f.seq = ++seq_;
+    return Send(server, f, {}, wire::Body::NONE, g, rows);
+  }
+  Status Tick(zmq::socket_t& server) {
+    fbb_.Clear();
+    wire::Fields f;
+    f.type = wire::MsgType::Tick;
+    return Send(server, f);
+  }
+  int64_t clock_ = 0;
+
+ private:
+  int rank_;
+  uint64_t id_ = 0, seq_ = 0;
+  flatbuffers::FlatBufferBuilder fbb_;
+  std::vector<uint64_t> scratch_;
+  std::vector<zmq::message_t> reply_;
+  const wire::Header* h_ = nullptr;
+};
+
+// A worker that dies holding a clock's batch before the servers counted
+// that clock: its batch goes to the next claimer, the clock is averaged
+// over the gradient that did arrive, and a new process for that rank
+// rejoins at the running clock.
+TEST_F(FaultTest, ADeadWorkersBatchGoesToTheNextClaimerAndItsRankRejoins) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 2;
+  o.partitions = 4;
+  o.heartbeat_timeout_ms = 1000;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  zmq::context_t ctx(1);
+  zmq::socket_t coord(ctx, zmq::socket_type::dealer), server(ctx, zmq::socket_type::dealer);
+  coord.set(zmq::sockopt::linger, 0);
+  server.set(zmq::sockopt::linger, 0);
+  coord.connect(cluster_.coordinator());
+  server.connect(cluster_.ServerEndpoint(0));
+  RawWorker w1(ctx, 1);
+  ASSERT_TRUE(w1.Register(coord).ok());
+  auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  ASSERT_TRUE(w0);
+  TableSpec spec;
+  spec.name = "w";
+  spec.rows = 4;
+  spec.cols = 1;
+  spec.optimizer = OptimizerKind::kSGD;
+  spec.lr = 1.0f;
+  Table t;
+  ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+  std::vector<float> g0 = {1, 1, 1, 1}, g1 = {3, 3, 3, 3}, out(4);
+  // Clock 0: both push; the step is the mean (2).
+  WorkRange a = Claim(*w0, 1, 100, 10), b;
+  ASSERT_TRUE(w1.Claim(coord, 1, 100, 10, &b).ok());
+  EXPECT_EQ(b.begin, 10u);
+  ASSERT_TRUE(w0->Push(t, g0).Wait().ok());
+  ASSERT_TRUE(w1.Push(server, t.id, 4, g1.data()).ok());
+  ASSERT_TRUE(w0->Clock().ok());
+  ASSERT_TRUE(w1.Tick(server).ok());
+  w1.clock_ = 1;
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], -2.0f);
+  // Clock 1: worker 1 claims, pushes and vanishes before its tick.
+  a = Claim(*w0, 1, 100, 10);
+  ASSERT_TRUE(w1.Claim(coord, 1, 100, 10, &b).ok());
+  EXPECT_EQ(a.begin, 20u);
+  EXPECT_EQ(b.begin, 30u);
+  ASSERT_TRUE(w1.Push(server, t.id, 4, g1.data()).ok());
+  ASSERT_TRUE(w0->Push(t, g0).Wait().ok());
+  ASSERT_TRUE(w0->Clock().ok());
+  // Worker 0's pull of clock 2 waits until worker 1 is declared dead; its
+  // push of clock 1 was dropped, so the step is worker 0's gradient alone.
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  const double held = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("worker 0 held %.2f s by the dead worker (heartbeat timeout 1 s)\n", held);
+  EXPECT_FLOAT_EQ(out[0], -3.0f);
+  // Clock 2: the dead worker's batch first.
+  WorkRange c = Claim(*w0, 1, 100, 10);
+  EXPECT_EQ(c.begin, 30u);
+  EXPECT_EQ(c.end, 40u);
+  // Rank 1 again, a new process: it starts at the running clock (2), after
+  // the cut of clock 2: fresh units.
+  auto again = testing::ConnectClient(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->clock(), 2);
+  WorkRange d = Claim(*again, 1, 100, 10);
+  EXPECT_EQ(d.begin, 40u);
+  ASSERT_TRUE(w0->Push(t, g0).Wait().ok());
+  ASSERT_TRUE(again->Push(t, g1).Wait().ok());
+  ASSERT_TRUE(w0->Clock().ok());
+  ASSERT_TRUE(again->Clock().ok());
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], -5.0f);  // -3 - mean(1, 3)
+}
+
+// The server applies a worker's push once per sequence number: a push sent
+// again after its reply was lost is answered OK and not applied twice.
+TEST_F(FaultTest, APushRetriedAfterALostReplyIsAppliedOnce) {
+  ClusterOptions o;
+  o.servers = 1;
+  o.workers = 1;
+  o.consistency = "async";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  ASSERT_TRUE(w);
+  TableSpec spec;
+  spec.name = "x";
+  spec.rows = 1;
+  spec.cols = 1;
+  spec.optimizer = OptimizerKind::kSGD;
+  spec.lr = 1.0f;
+  Table t;
+  ASSERT_TRUE(w->CreateTable(spec, &t).ok());
+
+  zmq::context_t ctx(1);
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(cluster_.ServerEndpoint(0));
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<uint64_t> scratch;
+  const float one = 1.0f;
+  auto push = [&](uint64_t request_id, uint64_t seq, bool read_reply) {
+    wire::Fields f;
+    f.type = wire::MsgType::Push;
+    f.request_id = request_id;
+    f.role = wire::Role::Worker;
+    f.rank = 0;
+    f.table = t.id;
+    f.row_begin = 0;
+    f.row_end = 1;
+    f.seq = seq;
+    raw.send(wire::EncodeSimple(fbb, f), zmq::send_flags::sndmore);
+    raw.send(zmq::message_t(&one, 4), zmq::send_flags::none);
+    if (!read_reply) return Status::OK();
+    zmq::pollitem_t items[] = {{raw.handle(), 0, ZMQ_POLLIN, 0}};
+    if (zmq::poll(items, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
+    zmq::message_t m;
+    (void)raw.recv(m);
+    const wire::Header* h = nullptr;
+    Status st = wire::ParseHeader(m, scratch, &h);
+    return st.ok() ? wire::ReplyStatus(h) : st;
+  };
+  ASSERT_TRUE(push(1, 1, true).ok());
+  ASSERT_TRUE(push(2, 1, true).ok());  // the same push again: answered, not applied
+  ASSERT_TRUE(push(3, 2, true).ok());  // the next one
+  std::vector<float> out(1);
+  ASSERT_TRUE(w->Pull(t, out).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], -2.0f);
+}
+
+}  // namespace
+}  // namespace shardps
