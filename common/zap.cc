@@ -189,6 +189,7 @@ unsigned Allowed(MsgType type, wire::Role declared) {
     case MsgType::CreateTable: return kW | kA;
     case MsgType::Shutdown:
     case MsgType::Stop:
+    case MsgType::Rollback:
     case MsgType::SnapshotNow: return kA;
     case MsgType::SnapshotDone:
     case MsgType::Reply: return kS;  // servers answering the coordinator

@@ -484,6 +484,10 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
     }
     WorkPool fresh;
     fresh.total = c->total();
+    if (c->pool() < resume_pool_)  // a restored job: trained before the snapshot
+      fresh.next = fresh.total;
+    else if (c->pool() == resume_pool_)
+      fresh.next = std::min(resume_position_, fresh.total);
     it = work_pools_.emplace(c->pool(), std::move(fresh)).first;
   } else if (it->second.total != c->total()) {
     return ReplyError(from, h.request_id(),
@@ -567,6 +571,10 @@ void Coordinator::ClaimPerClock(const std::string& from, const wire::Header& h, 
     blk.per = max;
     blk.begin = p.next;
     blk.end = std::min<uint64_t>(p.total, p.next + static_cast<uint64_t>(max) * blk.ranks.size());
+    if (MayCutAt(clock)) {
+      work_at_[clock] = {pool_id, blk.begin};
+      while (work_at_.size() > 64) work_at_.erase(work_at_.begin());
+    }
     p.next = blk.end;
     if (p.next >= p.total) p.last_clock = clock;
     b = p.blocks.emplace(clock, std::move(blk)).first;
@@ -591,6 +599,14 @@ void Coordinator::ClaimPerClock(const std::string& from, const wire::Header& h, 
   ReplyGrant(from, h.request_id(), pool_id, 0, 0,
              static_cast<uint8_t>(finished ? wire::GrantState::Finished : wire::GrantState::WaitNextClock),
              p.handed());
+}
+
+bool Coordinator::MayCutAt(int64_t clock) const {
+  if (opts_.snapshot_dir.empty()) return false;
+  if (opts_.snapshot_every_clocks > 0 && clock > 0 && clock % opts_.snapshot_every_clocks == 0) return true;
+  for (const auto& op : snap_ops_)
+    if (!op.done && op.clock == clock) return true;
+  return false;
 }
 
 void Coordinator::ReturnSlots(WorkPool& p, int64_t before_clock, int rank) {
@@ -729,6 +745,8 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
       Waiter w{from, h.request_id()};
       return StartOnDemandSnapshot(&w);
     }
+    case wire::MsgType::Rollback:
+      return HandleRollback(from, h);
     case wire::MsgType::Shutdown: {
       LOG_INFO << "shutdown requested";
       wire::Fields f;

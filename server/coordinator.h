@@ -135,6 +135,9 @@ class Coordinator {
   void HandleHeartbeat(const std::string& from, const wire::Header& h);
   void HandleStatus(const std::string& from, const wire::Header& h);
   void HandleStop(const std::string& from, const wire::Header& h);
+  // A server died: every server reloads the newest complete snapshot and
+  // every worker starts again from it (docs/fault-tolerance.md).
+  void HandleRollback(const std::string& from, const wire::Header& h);
   // Stop: once no worker is live, a final snapshot (if configured), then
   // every server and the coordinator exit.
   void MaybeFinishStop();
@@ -245,6 +248,14 @@ class Coordinator {
     uint64_t begin, end;
   };
   std::map<uint32_t, std::deque<ClockGrant>> clock_grants_;  // worker rank -> its recent grants
+  // Where the per-clock pools stood at clocks a snapshot may cut at: clock
+  // -> (pool, units handed out before that clock). Recorded in the
+  // snapshot's manifest.
+  std::map<int64_t, std::pair<uint64_t, uint64_t>> work_at_;
+  bool MayCutAt(int64_t clock) const;
+  // A restored job resumes there: pools before `resume_pool_` are finished,
+  // that one starts at `resume_position_`.
+  uint64_t resume_pool_ = 0, resume_position_ = 0;
   void ClaimPerClock(const std::string& from, const wire::Header& h, uint64_t pool_id, WorkPool& p, uint32_t max);
   void ReplyGrant(const std::string& from, uint64_t request_id, uint64_t pool, uint64_t begin, uint64_t end,
                   uint8_t state, uint64_t handed);

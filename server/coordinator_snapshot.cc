@@ -44,6 +44,8 @@ Status Coordinator::PrepareRestore() {
   tables_ = std::move(tables);
   restore_dir_ = dir;
   clock_base_ = m.clock;
+  resume_pool_ = m.work_pool;
+  resume_position_ = m.work_position;
   LOG_INFO << "restoring from " << dir << " (clock " << m.clock << ", " << m.tables.size() << " tables, written by "
            << m.num_servers << " servers)";
   return Status::OK();
@@ -185,6 +187,10 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     m.tables = tables_;
     m.files = op.files;
     m.parts = op.parts;
+    if (auto w = work_at_.find(op.clock); w != work_at_.end()) {
+      m.work_pool = w->second.first;
+      m.work_position = w->second.second;
+    }
     s = snapshot::WriteManifest(dir, m);
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - op.started).count();
@@ -230,6 +236,66 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     final_snapshot_ = s;
     ShutdownJob();
   }
+}
+
+void Coordinator::HandleRollback(const std::string& from, const wire::Header& h) {
+  if (opts_.snapshot_dir.empty())
+    return ReplyError(from, h.request_id(),
+                      Status::InvalidArgument("this job takes no snapshots (--snapshot-dir): a dead server's partitions "
+                                              "cannot be restored, the job cannot go on"));
+  std::string dir;
+  snapshot::Manifest m;
+  std::vector<std::string> refused;
+  Status s = snapshot::FindNewestGood(opts_.snapshot_dir, -1, &dir, &m, &refused);
+  for (const auto& r : refused) LOG_WARN << "rollback: refusing snapshot: " << r;
+  if (!s.ok())
+    return ReplyError(from, h.request_id(),
+                      Status(s.code(), "no snapshot to roll back to in " + opts_.snapshot_dir + ": " + s.message()));
+  if (m.partitions != map_.partitions() && !map_.owner.empty())
+    return ReplyError(from, h.request_id(),
+                      Status::Conflict(dir + " has " + std::to_string(m.partitions) + " partitions, the job " +
+                                       std::to_string(map_.partitions())));
+  LOG_WARN << "rolling back to " << dir << " (clock " << m.clock << "): every server reloads it, every worker "
+           << "starts again from it";
+  // Everything that followed the snapshot is forgotten: the servers and
+  // workers that register now are new processes; the job's clocks start
+  // again at 0, labelled from the snapshot's clock.
+  restore_dir_ = dir;
+  clock_base_ = m.clock;
+  resume_pool_ = m.work_pool;
+  resume_position_ = m.work_position;
+  for (auto& op : snap_ops_)
+    if (!op.done) FinishSnapshot(op, Status::Unavailable("the job was rolled back to " + dir));
+  snap_ops_.clear();
+  for (auto& srv : servers_) {
+    srv.registered = srv.alive = false;
+    srv.routing_id.clear();
+    srv.waits = ServerWaitView{};
+  }
+  for (uint32_t r = 0; r < workers_.size(); ++r) {
+    workers_[r].state = r < opts_.num_workers ? WorkerState::kPending : WorkerState::kVacant;
+    workers_[r].clock = -1;
+  }
+  work_pools_.clear();
+  clock_grants_.clear();
+  work_at_.clear();
+  map_ = ShardMap{};
+  cluster_ready_ = false;
+  map_update_id_ = 0;
+  map_waiting_.clear();
+  for (const auto& b : barrier_arrived_)
+    ReplyError(b.second.routing_id, b.second.request_id, Status::Unavailable("the job was rolled back"));
+  barrier_arrived_.clear();
+  for (const auto& p : pending_tables_)
+    ReplyError(p.creator.routing_id, p.creator.request_id, Status::Unavailable("the job was rolled back"));
+  pending_tables_.clear();
+  ++membership_version_;
+  start_ = Clock::now();  // the join timeout counts again
+  wire::Fields f;
+  f.request_id = h.request_id();
+  f.clock = m.clock;
+  f.message = dir;
+  Reply(from, wire::EncodeSimple(fbb_, f));
 }
 
 void Coordinator::CheckSnapshotTimers() {

@@ -176,7 +176,7 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
   RETURN_IF_ERROR(CheckKeys(t, src, "launch",
                             {"mode", "hosts", "interface", "advertise", "coordinator_port", "server_ports",
                              "worker_command", "env", "server_cpus", "bin_dir", "run_dir", "timeout_sec",
-                             "ssh_options", "srun_options", "restart_workers", "max_restarts"}));
+                             "ssh_options", "srun_options", "restart_workers", "restart_servers", "max_restarts"}));
   RETURN_IF_ERROR(GetString(t, "mode", src, &l->mode));
   if (l->mode != "local" && l->mode != "ssh" && l->mode != "slurm")
     return Status::InvalidArgument(Where(src, t.get("mode")) + ": 'mode' must be \"local\", \"ssh\" or \"slurm\", got '" +
@@ -235,6 +235,7 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
   RETURN_IF_ERROR(GetString(t, "run_dir", src, &l->run_dir));
   RETURN_IF_ERROR(GetInt<uint32_t>(t, "timeout_sec", src, 1, 30u * 86400, &l->timeout_sec));
   RETURN_IF_ERROR(GetBool(t, "restart_workers", src, &l->restart_workers));
+  RETURN_IF_ERROR(GetBool(t, "restart_servers", src, &l->restart_servers));
   RETURN_IF_ERROR(GetInt<uint32_t>(t, "max_restarts", src, 0, 1000000, &l->max_restarts));
   RETURN_IF_ERROR(GetStrings(t, "ssh_options", src, false, &l->ssh_options));
   RETURN_IF_ERROR(GetStrings(t, "srun_options", src, false, &l->srun_options));
@@ -435,7 +436,7 @@ std::string JobConfigJson(const JobConfig& c) {
   }
   o += "}, \"server_cpus\": " + JsonStrings(l.server_cpus) + ", \"bin_dir\": " + JsonString(l.bin_dir) +
        ", \"run_dir\": " + JsonString(l.run_dir) + ", \"timeout_sec\": " + std::to_string(l.timeout_sec) +
-       ", \"restart_workers\": " + JsonBool(l.restart_workers) + ", \"max_restarts\": " + std::to_string(l.max_restarts) +
+       ", \"restart_workers\": " + JsonBool(l.restart_workers) + ", \"restart_servers\": " + JsonBool(l.restart_servers) + ", \"max_restarts\": " + std::to_string(l.max_restarts) +
        ", \"ssh_options\": " + JsonStrings(l.ssh_options) + ", \"srun_options\": " + JsonStrings(l.srun_options) +
        "}, \"metrics\": {\"enabled\": " + JsonBool(c.metrics.enabled) + ", \"port\": " +
        std::to_string(c.metrics.port) + ", \"address\": " + JsonString(c.metrics.address) +

@@ -63,7 +63,8 @@ struct LaunchOptions {
   std::string run_dir;                      // logs and endpoint files
   uint32_t timeout_sec = 3600;
   bool restart_workers = false;             // a failed worker is started again (same rank; it rejoins)
-  uint32_t max_restarts = 3;                // per worker rank
+  bool restart_servers = false;             // a dead server: the job rolls back to its newest snapshot
+  uint32_t max_restarts = 3;                // per worker rank, and rollbacks
   std::vector<std::string> ssh_options;
   std::vector<std::string> srun_options;
 };

@@ -177,7 +177,8 @@ Status WriteManifest(const std::string& snap_dir, const Manifest& m) {
     parts.push_back(wire::CreateSnapshotPart(fbb, p.table, p.partition, p.server, p.rows, p.checksum));
   auto root = wire::CreateManifest(fbb, 1, m.clock, m.unix_time_ms, static_cast<wire::Consistency>(m.consistency),
                                    m.staleness, m.num_servers, m.partitions, fbb.CreateVector(m.owner),
-                                   fbb.CreateVector(tables), fbb.CreateVector(files), fbb.CreateVector(parts));
+                                   fbb.CreateVector(tables), fbb.CreateVector(files), fbb.CreateVector(parts),
+                                   m.work_pool, m.work_position);
   fbb.Finish(root);
   std::string data(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
   Status s = WriteFileAtomic(snap_dir + "/MANIFEST", data);
@@ -207,6 +208,8 @@ Status ReadManifest(const std::string& snap_dir, Manifest* m) {
   out.staleness = in->staleness();
   out.num_servers = in->num_servers();
   out.partitions = in->partitions();
+  out.work_pool = in->work_pool();
+  out.work_position = in->work_position();
   if (in->partition_owner()) out.owner.assign(in->partition_owner()->begin(), in->partition_owner()->end());
   if (out.owner.size() != out.partitions) return Status::BadMessage(path + ": shard map does not cover every partition");
   if (in->tables())

@@ -57,6 +57,8 @@ struct Manifest {
   std::vector<TableSpec> tables;
   std::vector<FileEntry> files;
   std::vector<PartEntry> parts;
+  uint64_t work_pool = 0;      // where training resumes: this epoch's pool (0: not recorded) ...
+  uint64_t work_position = 0;  // ... with its units [0, work_position) trained
 
   const PartEntry* FindPart(uint32_t table, uint32_t partition) const;
   const TableSpec* FindTable(const std::string& name) const;

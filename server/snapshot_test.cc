@@ -40,6 +40,8 @@ class SnapshotTest : public ::testing::Test {
     s.optimizer = OptimizerKind::kSGD;
     Manifest m;
     m.clock = clock;
+    m.work_pool = 3;  // where training resumes
+    m.work_position = 640;
     m.num_servers = 2;
     m.partitions = 8;
     m.owner = {0, 0, 0, 0, 1, 1, 1, 1};
@@ -75,6 +77,8 @@ TEST_F(SnapshotTest, WriteReadVerifyAndIterate) {
   Manifest m;
   ASSERT_TRUE(ReadManifest(dir, &m).ok());
   EXPECT_EQ(m.clock, 10);
+  EXPECT_EQ(m.work_pool, 3u);
+  EXPECT_EQ(m.work_position, 640u);
   EXPECT_EQ(m.tables.size(), 2u);
   ASSERT_TRUE(Verify(dir, m).ok()) << Verify(dir, m).ToString();
   uint64_t rows = 0;

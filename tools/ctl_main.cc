@@ -248,6 +248,17 @@ int CmdStop(const std::string& coordinator, int timeout_sec) {
   return 0;
 }
 
+int CmdRollback(const std::string& coordinator, int timeout_sec) {
+  zmq::message_t m;
+  const wire::Header* h = nullptr;
+  std::vector<uint64_t> scratch;
+  Status s = Call(coordinator, wire::MsgType::Rollback, timeout_sec, &m, &h, &scratch);
+  if (!s.ok()) return Fail("rollback: " + s.ToString());
+  std::printf("rolled back to %s (clock %lld): start every server and worker again\n", Str(h->message()).c_str(),
+              static_cast<long long>(h->clock()));
+  return 0;
+}
+
 bool Resolve(const std::string& host, const std::string& port, addrinfo** res, std::string* err) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -361,6 +372,9 @@ int main(int argc, char** argv) {
   auto* stop = app.add_subcommand("stop", "workers finish their step and leave, a final snapshot (if configured), every process exits 0");
   stop->add_option("COORDINATOR", coordinator)->required();
   stop->add_option("--timeout-sec", stop_timeout)->check(CLI::Range(1, 86400))->capture_default_str();
+  auto* rollback = app.add_subcommand("rollback", "after a server died: the job goes back to its newest complete snapshot (then start every server and worker again)");
+  rollback->add_option("COORDINATOR", coordinator)->required();
+  rollback->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* listen = app.add_subcommand("probe-listen", "(launcher checks) listen on ADDRESS, print the port");
   listen->add_option("ADDRESS", address)->required();
   listen->add_option("--seconds", seconds)->check(CLI::Range(1, 3600))->capture_default_str();
@@ -376,6 +390,7 @@ int main(int argc, char** argv) {
   if (*status) return CmdStatus(coordinator, json, timeout_sec);
   if (*snap) return CmdSnapshot(coordinator, snap_timeout);
   if (*stop) return CmdStop(coordinator, stop_timeout);
+  if (*rollback) return CmdRollback(coordinator, timeout_sec);
   if (*listen) return CmdProbeListen(address, seconds);
   if (*connect) return CmdProbeConnect(targets, timeout_ms);
   return 2;

@@ -130,9 +130,10 @@ int CmdInfo(const std::string& dir, bool json) {
     per_table[p.table].second += 1;
   }
   if (json) {
-    std::printf("{\"clock\": %lld, \"time\": %s, \"consistency\": %s, \"staleness\": %u, \"servers\": %u, \"partitions\": %u, \"bytes\": %llu, \"tables\": [",
+    std::printf("{\"clock\": %lld, \"time\": %s, \"consistency\": %s, \"staleness\": %u, \"servers\": %u, \"partitions\": %u, \"bytes\": %llu, \"work_pool\": %llu, \"work_position\": %llu, \"tables\": [",
                 static_cast<long long>(m.clock), Json(Time(m.unix_time_ms)).c_str(), Json(std::string(ToString(m.consistency))).c_str(),
-                m.staleness, m.num_servers, m.partitions, static_cast<unsigned long long>(m.bytes()));
+                m.staleness, m.num_servers, m.partitions, static_cast<unsigned long long>(m.bytes()),
+                static_cast<unsigned long long>(m.work_pool), static_cast<unsigned long long>(m.work_position));
     for (size_t i = 0; i < m.tables.size(); ++i) {
       const auto& t = m.tables[i];
       std::printf("%s{\"id\": %u, \"name\": %s, \"kind\": %s, \"rows\": %llu, \"cols\": %u, \"optimizer\": %s, \"lr\": %s, \"init\": %s, \"stored_rows\": %llu, \"stored_partitions\": %u}",
@@ -150,8 +151,12 @@ int CmdInfo(const std::string& dir, bool json) {
   std::printf("snapshot %s\n  clock %lld, written %s, %s consistency", dir.c_str(), static_cast<long long>(m.clock),
               Time(m.unix_time_ms).c_str(), std::string(ToString(m.consistency)).c_str());
   if (m.consistency == Consistency::kBounded) std::printf(" (s=%u)", m.staleness);
-  std::printf("\n  %u servers, %u virtual partitions, %llu bytes\n\n", m.num_servers, m.partitions,
+  std::printf("\n  %u servers, %u virtual partitions, %llu bytes\n", m.num_servers, m.partitions,
               static_cast<unsigned long long>(m.bytes()));
+  if (m.work_pool > 0)
+    std::printf("  training resumes in epoch %llu after its first %llu examples\n",
+                static_cast<unsigned long long>(m.work_pool), static_cast<unsigned long long>(m.work_position));
+  std::printf("\n");
   std::printf("  %-20s %-7s %-16s %12s %6s  %s\n", "table", "kind", "shape", "rows stored", "parts", "optimizer, initializer");
   for (const auto& t : m.tables) {
     std::string shape = t.kind == TableKind::kDense ? std::to_string(t.rows) + " x " + std::to_string(t.cols) : "? x " + std::to_string(t.cols);

@@ -149,6 +149,55 @@ def test_a_worker_that_reports_an_error_fails_the_job(run_dir):
     wait_none_left(run_dir)
 
 
+def test_killed_server_rolls_the_job_back_to_the_newest_snapshot(run_dir, tmp_path):
+    """--restart-servers: kill -9 of a server mid-training; the job goes back
+    to its newest complete snapshot (servers reload it, workers resume at
+    its clock and data position), finishes with exit 0, and its final model
+    equals, bit for bit, an uninterrupted run restored from that snapshot."""
+    snaps = str(tmp_path / "snaps")
+    worker = full_mlp(5, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
+                          "--save-params", str(tmp_path / "a{rank}.bin")])
+    launch = Launch(["-v", "--servers", "2", "--workers", "2", "--snapshot-dir", snaps, "--snapshot-every-clocks",
+                     "20", "--set", "job.keep_snapshots=1000", "--restart-servers", "--", *worker], run_dir)
+    launch.wait_for_line(r"snapshot \S+snap-0+40 complete", 120)
+    pid = pid_of(run_dir, "shardps-server", "--rank", "1")
+    assert pid, launch.output()
+    os.kill(pid, signal.SIGKILL)
+    rc = launch.wait(240)
+    out = launch.output()
+    assert rc == 0, out
+    m = re.search(r"rolled back to (\S+) \(clock (\d+)\): starting every server and worker again", out)
+    assert m, out
+    snap, clock = m.group(1), int(m.group(2))
+    assert clock >= 40, out
+    assert re.search(r"server 1 on localhost killed by signal SIGKILL at [\d.]+ s: rolling the job back", out), out
+    assert "all 2 workers finished" in out, out
+    assert re.search(r"on the way: server 1 .*: rolled back to", out), out
+    # The same snapshot, restored by a job that nothing interrupts.
+    only = tmp_path / "only"
+    only.mkdir()
+    subprocess.run(["cp", "-r", snap, str(only)], check=True)
+    worker_b = [a.replace(str(tmp_path / "a{rank}.bin"), str(tmp_path / "b{rank}.bin")) for a in worker]
+    again = Launch(["--servers", "2", "--workers", "2", "--snapshot-dir", str(only), "--restore", "--", *worker_b],
+                   run_dir + "-b")
+    assert again.wait(240) == 0, again.output()
+    # (The evaluating worker saves the final parameters.)
+    a, b = open(tmp_path / "a0.bin", "rb").read(), open(tmp_path / "b0.bin", "rb").read()
+    assert len(a) > 0 and a == b, "the final models differ"
+    wait_none_left(run_dir)
+
+
+def test_killed_server_without_snapshots_stops_the_job_saying_why(run_dir):
+    launch = Launch(["--servers", "2", "--workers", "2", "--restart-servers", "--", *small_mlp(epochs=500)], run_dir)
+    launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)
+    os.kill(pid_of(run_dir, "shardps-server", "--rank", "1"), signal.SIGKILL)
+    rc = launch.wait(60)
+    out = launch.output()
+    assert rc == 1, out
+    assert ("the job cannot be rolled back: InvalidArgument: this job takes no snapshots (--snapshot-dir)" in out), out
+    wait_none_left(run_dir)
+
+
 def test_killed_server_fails_the_job_with_its_last_lines(run_dir):
     launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)
