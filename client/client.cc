@@ -238,11 +238,37 @@ class ClientImpl {
     f.role = role_wire();
     f.rank = rank_;
     o.frames.push_back(wire::Encode(fbb, f, body_type, body));
+    zmq::message_t copy;
+    copy.copy(o.frames.back());
     o.call = call;
     o.dest.keep_reply = true;
     o.timeout = timeout;
+    const uint64_t id = o.request_id;
+    uint64_t gen = coord_reconnects_.load();
     Enqueue(std::move(o));
-    Status s = Request(call).Wait(timeout + Millis(1000));
+    // A coordinator that restarted (on its saved state) lost the requests
+    // it had not answered: each is sent again, with its request id, when
+    // the connection comes back (what it asks is idempotent: a claim of the
+    // same clock or sequence number gets the same grant).
+    const auto deadline = Clock::now() + timeout + Millis(1000);
+    Status s;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      s = Request(call).Wait(std::clamp(left, Millis(1), Millis(200)));
+      if (s.code() != Code::kTimeout || Request(call).Done() || Clock::now() >= deadline) break;
+      if (coord_reconnects_.load() == gen) continue;
+      gen = coord_reconnects_.load();
+      Outgoing again;
+      again.target = -1;
+      again.request_id = id;
+      again.frames.emplace_back();
+      again.frames.back().copy(copy);
+      again.call = call;
+      again.dest.keep_reply = true;
+      again.timeout = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      LOG_INFO << "coordinator connection re-established: request " << id << " sent again";
+      Enqueue(std::move(again));
+    }
     if (!s.ok()) return s;
     r->msg = std::move(call->reply);
     return wire::ParseHeader(r->msg, r->scratch, &r->h);
@@ -686,6 +712,7 @@ class ClientImpl {
     wire::Fields f;
     f.type = wire::MsgType::ClaimWork;
     f.clock = clock_.load();
+    f.seq = claim_seq_.fetch_add(1) + 1;
     CoordReply reply;
     Status s = CoordinatorCall(fbb, f, wire::Body::WorkClaim, body.Union(), opts_.request_timeout, &reply);
     if (!s.ok()) return Status(s.code(), "claiming work from pool " + std::to_string(pool) + ": " + s.message());
@@ -786,13 +813,14 @@ class ClientImpl {
   struct Monitor {
     zmq::socket_t pair;
     int target;
-    int drops = 0;  // handshakes dropped in a row
+    int drops = 0;      // handshakes dropped in a row
+    int connected = 0;  // handshakes that succeeded
   };
   void Secure(zmq::socket_t& s, int target) {
     if (key_) MakeCurveClient(s, *key_);
     const std::string ep = "inproc://shardps-client-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) +
                            "-" + std::to_string(monitor_seq_++);
-    monitors_.push_back({WatchHandshakes(ctx_, s, ep), target, 0});
+    monitors_.push_back({WatchHandshakes(ctx_, s, ep), target, 0, 0});
   }
   void OnMonitor(Monitor& m) {
     std::string why;
@@ -800,6 +828,7 @@ class ClientImpl {
       if (h == Handshake::kSucceeded) {
         m.drops = 0;
         refused_.erase(m.target);
+        if (m.target < 0 && m.connected++ > 0) coord_reconnects_.fetch_add(1);
         continue;
       }
       if (h == Handshake::kDropped) {
@@ -1000,6 +1029,8 @@ class ClientImpl {
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> clock_{0};
+  std::atomic<uint64_t> coord_reconnects_{0};  // the coordinator connection came back (a restart)
+  std::atomic<uint64_t> claim_seq_{0};         // pooled claims, numbered: one sent again gets the same grant
   std::atomic<bool> stop_requested_{false};  // a heartbeat reply said the job is stopping
   std::atomic<int> rank_{-1};  // set by Register, read by the I/O thread's heartbeats
   uint64_t barrier_gen_ = 0;

@@ -89,6 +89,7 @@ Coordinator::Coordinator(zmq::context_t& ctx, CoordinatorOptions opts)
   }
 }
 
+
 Coordinator::~Coordinator() = default;
 
 void Coordinator::PublishGauges() {
@@ -128,7 +129,15 @@ Status Coordinator::Bind() {
     return Status::InvalidArgument("coordinator cannot bind '" + opts_.bind + "': " + e.what());
   }
   if (Status s = AdvertisedEndpoint(sock_, opts_.advertise, "", &endpoint_); !s.ok()) return s;
-  if (opts_.restore) {
+  if (!opts_.state_dir.empty()) {
+    if (Status s = OpenState(&resumed_); !s.ok()) return s;
+    if (resumed_) {
+      for (auto& srv : servers_) srv.adopt = !srv.endpoint.empty();
+      LOG_INFO << "resuming the job saved in " << opts_.state_dir << ": " << tables_.size() << " tables, "
+               << work_pools_.size() << " work pools; servers and workers are taken back as they call";
+    }
+  }
+  if (opts_.restore && !resumed_) {
     Status s = PrepareRestore();
     if (!s.ok()) return s;
   }
@@ -170,6 +179,10 @@ void Coordinator::Reply(const std::string& to, zmq::message_t header) {
   std::vector<zmq::message_t> frames;
   frames.emplace_back(to.data(), to.size());
   frames.push_back(std::move(header));
+  if (state_) {  // sent by Commit(), once the state they follow from is saved
+    outbox_.push_back(std::move(frames));
+    return;
+  }
   Status s = SendMultipart(sock_, frames);
   if (!s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
 }
@@ -290,6 +303,7 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     const bool rejoin = slot.registered;
     slot.registered = true;
     slot.alive = true;
+    slot.adopt = false;
     slot.routing_id = from;
     slot.endpoint = req->endpoint()->str();
     slot.last_seen = Clock::now();
@@ -497,6 +511,15 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
   }
   WorkPool& p = it->second;
   if (c->per_clock()) return ClaimPerClock(from, h, c->pool(), p, c->max());
+  if (rank >= 0 && h.seq() != 0) {
+    auto last = last_claims_.find(static_cast<uint32_t>(rank));
+    if (last != last_claims_.end() && last->second.seq == h.seq() && last->second.pool == c->pool()) {
+      const LastClaim& lc = last->second;  // sent again: the same answer
+      return ReplyGrant(from, h.request_id(), lc.pool, lc.begin, lc.end,
+                        static_cast<uint8_t>(lc.begin < lc.end ? wire::GrantState::Granted : wire::GrantState::Finished),
+                        p.handed());
+    }
+  }
   uint64_t begin, end;
   if (!p.returned.empty()) {
     // A dead worker's last grant first, at most `max` of it.
@@ -519,6 +542,7 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
       p.last[static_cast<uint32_t>(rank)] = {begin, end};
     else
       p.last.erase(static_cast<uint32_t>(rank));
+    if (h.seq() != 0) last_claims_[static_cast<uint32_t>(rank)] = {h.seq(), c->pool(), begin, end};
   }
   ReplyGrant(from, h.request_id(), c->pool(), begin, end,
              static_cast<uint8_t>(begin < end ? wire::GrantState::Granted : wire::GrantState::Finished), p.handed());
@@ -683,6 +707,20 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
     return ReplyError(from, h.request_id(),
                       Status::BadMessage("coordinator messages have one frame, got " +
                                          std::to_string(frames.size() - 1)));
+  switch (h.type()) {  // what changes the durable state
+    case wire::MsgType::Register:
+    case wire::MsgType::CreateTable:
+    case wire::MsgType::ClaimWork:
+    case wire::MsgType::Leave:
+    case wire::MsgType::Stop:
+    case wire::MsgType::Rollback:
+    case wire::MsgType::SnapshotDone:
+    case wire::MsgType::Heartbeat:  // a resumed coordinator takes a server back
+      dirty_ = true;
+      break;
+    default:
+      break;
+  }
   // Any message from a known peer counts as a heartbeat.
   const int srank = ServerRankOf(from);
   if (srank >= 0) {
@@ -800,7 +838,10 @@ void Coordinator::CheckTimeouts() {
                                    tables_[it->table_id].name + "' in time"));
     it = pending_tables_.erase(it);
   }
-  if (changed) MembershipChanged();
+  if (changed) {
+    dirty_ = true;
+    MembershipChanged();
+  }
   PublishGauges();
   MaybeFinishStop();
 }
@@ -815,13 +856,19 @@ Status Coordinator::Run(const std::atomic<bool>& stop) {
   while (!shutdown_ && !stop.load()) {
     zmq::pollitem_t items[] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 1, Millis(100));
-    while (RecvMultipart(sock_, &frames)) Handle(frames);
+    while (RecvMultipart(sock_, &frames)) {
+      Handle(frames);
+      Commit();
+    }
     if (Clock::now() >= next_check) {
       CheckTimeouts();
       CheckSnapshotTimers();
+      Commit();
       next_check = Clock::now() + Millis(100);
     }
   }
+  if (shutdown_) ForgetState();  // the job ended: a coordinator started on this state starts a new one
+  Commit();
   // Let the last replies (Shutdown to the servers, a Stop's answer) leave.
   sock_.set(zmq::sockopt::linger, 1000);
   LOG_INFO << "coordinator stopped";

@@ -66,6 +66,9 @@ struct CoordinatorOptions {
   bool restore = false;                     // start from a snapshot in snapshot_dir
   int64_t restore_clock = -1;               // -1: the newest good one
   Millis snapshot_timeout{600000};          // a snapshot not complete by then fails
+  // Durable state (docs/fault-tolerance.md): "" = none. A coordinator
+  // started on a directory that holds a running job's state resumes it.
+  std::string state_dir;
   SecurityOptions security;                 // CURVE + roles (docs/security.md)
 
   Status Validate() const;
@@ -79,6 +82,7 @@ class Coordinator {
   // the snapshot to start from and takes its tables.
   Status Bind();
   const std::string& endpoint() const { return endpoint_; }
+  bool resumed() const { return resumed_; }  // Bind() took a saved job's state
   // Serves until a Shutdown request or `stop` becomes true.
   Status Run(const std::atomic<bool>& stop);
 
@@ -106,6 +110,7 @@ class Coordinator {
     StatsSample prev, last;
     uint32_t parked_pulls = 0;
     ServerWaitView waits;  // its worker clocks and held pulls, newest heartbeat
+    bool adopt = false;    // resumed: taken back on its first heartbeat (its endpoint is known)
   };
   struct WorkerSlot {
     WorkerState state = WorkerState::kPending;
@@ -180,6 +185,28 @@ class Coordinator {
   std::string restore_dir_;
   int64_t clock_base_ = 0;  // a restored job's snapshots continue the restored clock
   void Reply(const std::string& to, zmq::message_t header);
+  // Durable state (coordinator_state.cc). Replies wait in outbox_ until
+  // Commit() saved what the message changed (dirty_).
+  struct StateStore;
+  struct StateStoreDeleter {
+    void operator()(StateStore* s) const;
+  };
+  std::unique_ptr<StateStore, StateStoreDeleter> state_;
+  bool dirty_ = false, resumed_ = false;
+  std::vector<std::vector<zmq::message_t>> outbox_;
+  Status OpenState(bool* resumed);
+  Status LoadState(const std::string& value);
+  void SaveState();
+  void ForgetState();  // the job ended: nothing to resume
+  void CloseState();
+  void Commit();
+  // Each worker's last pooled (not per-clock) claim, by its sequence
+  // number: a claim sent again (the coordinator restarted before
+  // answering) gets the same grant.
+  struct LastClaim {
+    uint64_t seq = 0, pool = 0, begin = 0, end = 0;
+  };
+  std::map<uint32_t, LastClaim> last_claims_;
   void ReplyError(const std::string& to, uint64_t request_id, const Status& s);
   void ReplyCluster(const std::string& to, uint64_t request_id, uint32_t rank);
   void BroadcastUpdate(uint64_t update_id);

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout-ms", hb_ms, "declare a silent process dead after this long")->check(CLI::Range(1, 3600000));
   app.add_option("--join-timeout-ms", join_ms, "declare a worker that never joined dead after this long")->check(CLI::Range(1, 86400000));
   app.add_option("--snapshot-dir", o.snapshot_dir, "where snapshots are written (and restored from)");
+  app.add_option("--state-dir", o.state_dir, "keep the job's state here (RocksDB); a coordinator started again on it resumes the job");
   app.add_option("--snapshot-every-clocks", o.snapshot_every_clocks, "snapshot every k clocks (0: off)");
   app.add_option("--snapshot-every-sec", o.snapshot_every_sec, "snapshot every t seconds (0: off)");
   app.add_option("--keep-snapshots", o.keep_snapshots, "keep the newest K complete snapshots")->check(CLI::Range(1, 100000))->capture_default_str();

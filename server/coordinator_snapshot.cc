@@ -190,6 +190,20 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     if (auto w = work_at_.find(op.clock); w != work_at_.end()) {
       m.work_pool = w->second.first;
       m.work_position = w->second.second;
+    } else if (opts_.consistency != Consistency::kSync) {
+      // Pools claimed a few batches at a time have no clocks: the first
+      // pool not used up, from the first unit not known to be done now.
+      // (Batches trained between the cut and now are not trained again
+      // after a rollback to this snapshot.)
+      for (const auto& [id, p] : work_pools_) {
+        if (p.used_up() && p.last.empty()) continue;
+        uint64_t pos = p.next;
+        for (const auto& [rank, g] : p.last) pos = std::min(pos, g.first);
+        for (const auto& r : p.returned) pos = std::min(pos, r.first);
+        m.work_pool = id;
+        m.work_position = pos;
+        break;
+      }
     }
     s = snapshot::WriteManifest(dir, m);
   }
@@ -268,7 +282,7 @@ void Coordinator::HandleRollback(const std::string& from, const wire::Header& h)
     if (!op.done) FinishSnapshot(op, Status::Unavailable("the job was rolled back to " + dir));
   snap_ops_.clear();
   for (auto& srv : servers_) {
-    srv.registered = srv.alive = false;
+    srv.registered = srv.alive = srv.adopt = false;
     srv.routing_id.clear();
     srv.waits = ServerWaitView{};
   }

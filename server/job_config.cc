@@ -176,7 +176,7 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
   RETURN_IF_ERROR(CheckKeys(t, src, "launch",
                             {"mode", "hosts", "interface", "advertise", "coordinator_port", "server_ports",
                              "worker_command", "env", "server_cpus", "bin_dir", "run_dir", "timeout_sec",
-                             "ssh_options", "srun_options", "restart_workers", "restart_servers", "max_restarts"}));
+                             "ssh_options", "srun_options", "restart_workers", "restart_servers", "restart_coordinator", "max_restarts"}));
   RETURN_IF_ERROR(GetString(t, "mode", src, &l->mode));
   if (l->mode != "local" && l->mode != "ssh" && l->mode != "slurm")
     return Status::InvalidArgument(Where(src, t.get("mode")) + ": 'mode' must be \"local\", \"ssh\" or \"slurm\", got '" +
@@ -236,6 +236,7 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
   RETURN_IF_ERROR(GetInt<uint32_t>(t, "timeout_sec", src, 1, 30u * 86400, &l->timeout_sec));
   RETURN_IF_ERROR(GetBool(t, "restart_workers", src, &l->restart_workers));
   RETURN_IF_ERROR(GetBool(t, "restart_servers", src, &l->restart_servers));
+  RETURN_IF_ERROR(GetBool(t, "restart_coordinator", src, &l->restart_coordinator));
   RETURN_IF_ERROR(GetInt<uint32_t>(t, "max_restarts", src, 0, 1000000, &l->max_restarts));
   RETURN_IF_ERROR(GetStrings(t, "ssh_options", src, false, &l->ssh_options));
   RETURN_IF_ERROR(GetStrings(t, "srun_options", src, false, &l->srun_options));
@@ -329,9 +330,10 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
     RETURN_IF_ERROR(CheckKeys(*job, src, "job", {"servers", "workers", "partitions", "consistency",
                                                  "staleness", "heartbeat_timeout_ms", "join_timeout_ms",
                                                  "snapshot_dir", "snapshot_every_clocks", "snapshot_every_sec",
-                                                 "keep_snapshots", "server_memory_mb", "max_workers"}));
+                                                 "keep_snapshots", "server_memory_mb", "max_workers", "state_dir"}));
     RETURN_IF_ERROR(GetInt<uint64_t>(*job, "server_memory_mb", src, 0, 1ull << 34, &out->server_memory_mb));
     RETURN_IF_ERROR(GetString(*job, "snapshot_dir", src, &out->snapshot_dir));
+    RETURN_IF_ERROR(GetString(*job, "state_dir", src, &out->state_dir));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_clocks", src, 0, 1u << 30, &out->snapshot_every_clocks));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_sec", src, 0, 1u << 30, &out->snapshot_every_sec));
     RETURN_IF_ERROR(GetInt<uint32_t>(*job, "keep_snapshots", src, 1, 100000, &out->keep_snapshots));
@@ -407,7 +409,7 @@ std::string JobConfigJson(const JobConfig& c) {
        JsonString(ToString(j.consistency)) + ", \"staleness\": " + std::to_string(j.staleness) +
        ", \"heartbeat_timeout_ms\": " + std::to_string(j.heartbeat_timeout.count()) +
        ", \"join_timeout_ms\": " + std::to_string(j.join_timeout.count()) +
-       ", \"snapshot_dir\": " + JsonString(j.snapshot_dir) +
+       ", \"snapshot_dir\": " + JsonString(j.snapshot_dir) + ", \"state_dir\": " + JsonString(j.state_dir) +
        ", \"snapshot_every_clocks\": " + std::to_string(j.snapshot_every_clocks) +
        ", \"snapshot_every_sec\": " + std::to_string(j.snapshot_every_sec) +
        ", \"keep_snapshots\": " + std::to_string(j.keep_snapshots) +
@@ -436,7 +438,7 @@ std::string JobConfigJson(const JobConfig& c) {
   }
   o += "}, \"server_cpus\": " + JsonStrings(l.server_cpus) + ", \"bin_dir\": " + JsonString(l.bin_dir) +
        ", \"run_dir\": " + JsonString(l.run_dir) + ", \"timeout_sec\": " + std::to_string(l.timeout_sec) +
-       ", \"restart_workers\": " + JsonBool(l.restart_workers) + ", \"restart_servers\": " + JsonBool(l.restart_servers) + ", \"max_restarts\": " + std::to_string(l.max_restarts) +
+       ", \"restart_workers\": " + JsonBool(l.restart_workers) + ", \"restart_servers\": " + JsonBool(l.restart_servers) + ", \"restart_coordinator\": " + JsonBool(l.restart_coordinator) + ", \"max_restarts\": " + std::to_string(l.max_restarts) +
        ", \"ssh_options\": " + JsonStrings(l.ssh_options) + ", \"srun_options\": " + JsonStrings(l.srun_options) +
        "}, \"metrics\": {\"enabled\": " + JsonBool(c.metrics.enabled) + ", \"port\": " +
        std::to_string(c.metrics.port) + ", \"address\": " + JsonString(c.metrics.address) +

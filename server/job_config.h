@@ -64,6 +64,7 @@ struct LaunchOptions {
   uint32_t timeout_sec = 3600;
   bool restart_workers = false;             // a failed worker is started again (same rank; it rejoins)
   bool restart_servers = false;             // a dead server: the job rolls back to its newest snapshot
+  bool restart_coordinator = false;         // a dead coordinator is started again on its saved state
   uint32_t max_restarts = 3;                // per worker rank, and rollbacks
   std::vector<std::string> ssh_options;
   std::vector<std::string> srun_options;

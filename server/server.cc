@@ -159,13 +159,24 @@ Status Server::Start() {
   f.request_id = next_request_id_++;
   f.role = wire::Role::Server;
   zmq::message_t m = wire::Encode(fbb_, f, wire::Body::RegisterRequest, req.Union());
+  zmq::message_t again;
+  again.copy(m);
   coord_.send(m, zmq::send_flags::none);
 
   const auto deadline = Clock::now() + opts_.register_timeout;
+  auto resend = Clock::now() + Millis(2000);
   std::vector<zmq::message_t> frames;
   while (Clock::now() < deadline) {
     zmq::pollitem_t items[] = {{coord_.handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 1, Millis(100));
+    if (Clock::now() >= resend) {
+      // Unanswered: a coordinator that restarted lost it. Sent again (the
+      // same request: registering twice from here is harmless).
+      zmq::message_t copy;
+      copy.copy(again);
+      coord_.send(copy, zmq::send_flags::dontwait);
+      resend = Clock::now() + Millis(2000);
+    }
     if (!RecvMultipart(coord_, &frames)) continue;
     const wire::Header* h = nullptr;
     Status s = wire::ParseHeader(frames[0], header_scratch_, &h);

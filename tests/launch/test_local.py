@@ -198,6 +198,30 @@ def test_killed_server_without_snapshots_stops_the_job_saying_why(run_dir):
     wait_none_left(run_dir)
 
 
+def test_killed_coordinator_is_started_again_and_the_job_resumes(run_dir):
+    """--restart-coordinator: kill -9 of the coordinator mid-training; a new
+    one on the same endpoint resumes from the saved state (the servers are
+    taken back, the workers' claims are sent again), and every epoch still
+    trains every example once."""
+    launch = Launch(["--servers", "2", "--workers", "2", "--restart-coordinator", "--", *full_mlp(3)], run_dir)
+    launch.wait_for_line(r"worker 0 \| epoch 1 done", 120)
+    pid = pid_of(run_dir, "shardps-coordinator")
+    assert pid, launch.output()
+    os.kill(pid, signal.SIGKILL)
+    rc = launch.wait(240)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(r"the coordinator on localhost killed by signal SIGKILL at [\d.]+ s: starting it again on "
+                     r"tcp://\S+ with its saved state", out), out
+    assert "all 2 workers finished" in out, out
+    for epoch in (1, 2, 3):
+        assert re.search(rf"worker 0 \| epoch {epoch} done \| 60000 of 60000 examples \|", out), out
+    again = open(os.path.join(run_dir, "coordinator.restart1.log")).read()
+    assert "resuming the job saved in" in again, again
+    assert re.search(r"server [01] at \S+ is back", again), again
+    wait_none_left(run_dir)
+
+
 def test_killed_server_fails_the_job_with_its_last_lines(run_dir):
     launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)

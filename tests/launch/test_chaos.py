@@ -1,0 +1,95 @@
+"""A seeded chaos test (docs/fault-tolerance.md): a job of 2 servers and 3
+workers training the MLP on Fashion-MNIST, with every recovery on, loses
+a worker, later a server, later the coordinator (kill -9), each at a
+moment drawn from a seeded generator. The job must finish (exit 0), reach
+the test accuracy of the same job without faults within a point, and
+every snapshot it completed must still verify. Under sync and under
+bounded staleness. SHARDPS_CHAOS_SEED picks another seed (default 1); the
+seed is printed."""
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from launchlib import BUILD, WORKER, Launch, pid_of, wait_none_left
+
+SNAPSHOT = os.path.join(BUILD, "tools", "shardps-snapshot")
+SEED = int(os.environ.get("SHARDPS_CHAOS_SEED", "1"))
+EPOCHS = 4
+
+
+def worker_command():
+    return [WORKER, "--coordinator", "{coordinator}", "--rank", "{rank}", "--model", "mlp", "--hidden", "64",
+            "--epochs", str(EPOCHS), "--test-limit", "5000", "--optimizer", "adam", "--lr", "0.001",
+            "--progress-sec", "0.2"]
+
+
+def final_accuracy(out):
+    acc = re.findall(rf"worker 0 \| epoch {EPOCHS} done \| .* test accuracy (\d+\.\d+)%", out)
+    assert acc, out
+    return float(acc[-1])
+
+
+def job_args(consistency):
+    return ["--servers", "2", "--workers", "3", "--consistency", consistency, "--staleness",
+            "2" if consistency == "bounded" else "0", "--set", "job.heartbeat_timeout_ms=1500"]
+
+
+@pytest.mark.parametrize("consistency", ["sync", "bounded"])
+def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency):
+    rng = random.Random(f"{SEED}-{consistency}")
+    print(f"chaos seed {SEED} ({consistency})")
+    # The same job without faults.
+    calm = Launch([*job_args(consistency), "--", *worker_command()], str(tmp_path / "calm"))
+    assert calm.wait(300) == 0, calm.output()
+    calm_acc = final_accuracy(calm.output())
+
+    run_dir = str(tmp_path / "chaos")
+    snaps = str(tmp_path / "snaps")
+    launch = Launch(["-v", *job_args(consistency), "--snapshot-dir", snaps, "--snapshot-every-clocks", "25",
+                     "--set", "job.keep_snapshots=100000", "--restart-workers", "--restart-servers",
+                     "--restart-coordinator", "--", *worker_command()], run_dir)
+
+    def kill_after(pattern, program, *args, since=0):
+        """Waits for a line matching `pattern`, then a seeded 0.2-1.2 s, then
+        kill -9 of the launch's `program` process (with `args`)."""
+        launch.wait_for_line(pattern, 180, since)
+        time.sleep(rng.uniform(0.2, 1.2))
+        pid = pid_of(run_dir, program, *args)
+        assert pid, f"no {program} {args} to kill:\n{launch.output()}"
+        os.kill(pid, signal.SIGKILL)
+        return len(launch.lines)
+
+    victim = str(rng.randrange(3))
+    mark = kill_after(r"worker \d \| epoch 1 step", "shardps-worker", "--rank", victim)
+    launch.wait_for_line(rf"worker {victim} on localhost .*: starting it again", 120, mark)
+    mark = kill_after(r"snapshot \S+ complete", "shardps-server", "--rank", str(rng.randrange(2)), since=mark)
+    kill_after(r"rolled back to .*: starting every server and worker again", "shardps-coordinator", since=mark)
+    rc = launch.wait(400)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(rf"worker {victim} on localhost killed by signal SIGKILL .*: starting it again", out), out
+    assert re.search(r"server \d on localhost killed by signal SIGKILL .*: rolling the job back", out), out
+    assert re.search(r"the coordinator on localhost killed by signal SIGKILL .*: starting it again", out), out
+    acc = final_accuracy(out)
+    print(f"{consistency}: final test accuracy {acc:.2f} % with faults, {calm_acc:.2f} % without")
+    assert abs(acc - calm_acc) <= 1.0, out
+
+    # Every snapshot the job completed still verifies.
+    listed = subprocess.run([SNAPSHOT, "list", snaps, "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=60)
+    assert listed.returncode == 0, listed.stdout
+    complete = [s["dir"] for s in json.loads(listed.stdout) if s["complete"]]
+    logged = set(re.findall(r"snapshot (\S+) complete", out))
+    assert logged and logged <= set(complete), (logged, complete)
+    for d in complete:
+        v = subprocess.run([SNAPSHOT, "verify", d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        assert v.returncode == 0, f"{d}: {v.stdout}"
+    wait_none_left(run_dir)
