@@ -511,6 +511,7 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
   }
   WorkPool& p = it->second;
   if (c->per_clock()) return ClaimPerClock(from, h, c->pool(), p, c->max());
+  if (rank >= 0) RecordPooledWorkAt(h.clock(), c->pool(), p);
   if (rank >= 0 && h.seq() != 0) {
     auto last = last_claims_.find(static_cast<uint32_t>(rank));
     if (last != last_claims_.end() && last->second.seq == h.seq() && last->second.pool == c->pool()) {
@@ -633,6 +634,22 @@ bool Coordinator::MayCutAt(int64_t clock) const {
   return false;
 }
 
+void Coordinator::RecordPooledWorkAt(int64_t clock, uint64_t pool_id, const WorkPool& p) {
+  if (opts_.snapshot_dir.empty() || clock <= 0) return;
+  std::vector<int64_t> cuts;
+  if (opts_.snapshot_every_clocks > 0) cuts.push_back(clock / opts_.snapshot_every_clocks * opts_.snapshot_every_clocks);
+  for (const auto& op : snap_ops_)
+    if (!op.done && op.clock > 0 && op.clock <= clock) cuts.push_back(op.clock);
+  for (int64_t cut : cuts) {
+    if (cut <= 0 || work_at_.count(cut)) continue;
+    uint64_t pos = p.next;
+    for (const auto& [rank, g] : p.last) pos = std::min(pos, g.first);
+    for (const auto& r : p.returned) pos = std::min(pos, r.first);
+    work_at_[cut] = {pool_id, pos};
+    while (work_at_.size() > 64) work_at_.erase(work_at_.begin());
+  }
+}
+
 void Coordinator::ReturnSlots(WorkPool& p, int64_t before_clock, int rank) {
   for (auto it = p.blocks.begin(); it != p.blocks.end();) {
     WorkPool::Block& blk = it->second;
@@ -721,8 +738,22 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
     default:
       break;
   }
+  int srank = ServerRankOf(from);
+  if (srank < 0 && h.role() == wire::Role::Server && h.rank() >= 0 && h.rank() < static_cast<int>(servers_.size()) &&
+      servers_[h.rank()].adopt && h.type() != wire::MsgType::Register) {
+    // A resumed coordinator: a server of the saved job, still serving (its
+    // first message, a heartbeat or a snapshot report, brings it back).
+    ServerSlot& s = servers_[h.rank()];
+    s.adopt = false;
+    s.registered = s.alive = true;
+    s.routing_id = from;
+    s.last_seen = Clock::now();
+    srank = h.rank();
+    dirty_ = true;
+    LOG_INFO << "server " << srank << " at " << s.endpoint << " is back";
+    MaybeCompleteMap();
+  }
   // Any message from a known peer counts as a heartbeat.
-  const int srank = ServerRankOf(from);
   if (srank >= 0) {
     servers_[srank].last_seen = Clock::now();
     if (!servers_[srank].alive) {

@@ -280,6 +280,10 @@ class Coordinator {
   // snapshot's manifest.
   std::map<int64_t, std::pair<uint64_t, uint64_t>> work_at_;
   bool MayCutAt(int64_t clock) const;
+  // Pooled (bounded, async) claims: the first claim made at or after a
+  // clock a snapshot may cut at records where the pool stood (every unit
+  // before the first one not known to be done).
+  void RecordPooledWorkAt(int64_t clock, uint64_t pool_id, const WorkPool& p);
   // A restored job resumes there: pools before `resume_pool_` are finished,
   // that one starts at `resume_position_`.
   uint64_t resume_pool_ = 0, resume_position_ = 0;

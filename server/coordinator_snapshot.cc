@@ -161,9 +161,8 @@ void Coordinator::HandleSnapshotDone(const std::string& from, const wire::Header
     if (rep->parts())
       for (const auto* p : *rep->parts())
         op->parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum()});
-    size_t registered = 0;
-    for (const auto& s : servers_) registered += s.registered;
-    if (op->reported.size() == registered && op->phase >= 1) FinishSnapshot(*op, Status::OK());
+    // Complete once every server of the job wrote its part.
+    if (op->reported.size() == servers_.size() && op->phase >= 1) FinishSnapshot(*op, Status::OK());
   }
   snap_ops_.erase(std::remove_if(snap_ops_.begin(), snap_ops_.end(), [](const SnapOp& o) { return o.done; }),
                   snap_ops_.end());
@@ -174,6 +173,7 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
   Status s = failure;
   const int64_t label = clock_base_ + op.clock;
   const std::string dir = opts_.snapshot_dir + "/" + snapshot::DirName(label);
+  if (s.ok() && map_.owner.empty()) s = Status::NotReady("the shard map is not complete (servers are still registering)");
   if (s.ok()) {
     snapshot::Manifest m;
     m.clock = label;

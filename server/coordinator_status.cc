@@ -22,18 +22,7 @@ void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h
     w.clock = std::max(w.clock, h.clock());
   }
   if (h.role() == wire::Role::Server) {
-    int srank = ServerRankOf(from);
-    if (srank < 0 && h.rank() >= 0 && h.rank() < static_cast<int>(servers_.size()) && servers_[h.rank()].adopt) {
-      // A resumed coordinator: a server of the saved job, still serving.
-      ServerSlot& s = servers_[h.rank()];
-      s.adopt = false;
-      s.registered = s.alive = true;
-      s.routing_id = from;
-      s.last_seen = Clock::now();
-      srank = h.rank();
-      LOG_INFO << "server " << srank << " at " << s.endpoint << " is back";
-      MaybeCompleteMap();
-    }
+    const int srank = ServerRankOf(from);
     if (const wire::ServerStats* st = h.body_as_ServerStats(); st && srank >= 0) {
       ServerSlot& s = servers_[srank];
       s.prev = s.last;

@@ -2,7 +2,8 @@
 workers training the MLP on Fashion-MNIST, with every recovery on, loses
 a worker, later a server, later the coordinator (kill -9), each at a
 moment drawn from a seeded generator. The job must finish (exit 0), reach
-the test accuracy of the same job without faults within a point, and
+the test accuracy of the same job without faults within a point (the
+mean of its last two epochs), and
 every snapshot it completed must still verify. Under sync and under
 bounded staleness. SHARDPS_CHAOS_SEED picks another seed (default 1); the
 seed is printed."""
@@ -21,19 +22,21 @@ from launchlib import BUILD, WORKER, Launch, pid_of, wait_none_left
 
 SNAPSHOT = os.path.join(BUILD, "tools", "shardps-snapshot")
 SEED = int(os.environ.get("SHARDPS_CHAOS_SEED", "1"))
-EPOCHS = 4
+EPOCHS = 6
 
 
 def worker_command():
     return [WORKER, "--coordinator", "{coordinator}", "--rank", "{rank}", "--model", "mlp", "--hidden", "64",
-            "--epochs", str(EPOCHS), "--test-limit", "5000", "--optimizer", "adam", "--lr", "0.001",
+            "--epochs", str(EPOCHS), "--optimizer", "adam", "--lr", "0.0003",
             "--progress-sec", "0.2"]
 
 
 def final_accuracy(out):
-    acc = re.findall(rf"worker 0 \| epoch {EPOCHS} done \| .* test accuracy (\d+\.\d+)%", out)
-    assert acc, out
-    return float(acc[-1])
+    """The mean test accuracy of the last two epochs (under bounded staleness
+    one epoch's accuracy moves by about a point from the next)."""
+    acc = [float(re.search(rf"worker 0 \| epoch {e} done \| .* test accuracy (\d+\.\d+)%", out).group(1))
+           for e in (EPOCHS - 1, EPOCHS)]
+    return sum(acc) / 2
 
 
 def job_args(consistency):
@@ -78,7 +81,11 @@ def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency):
     assert re.search(r"server \d on localhost killed by signal SIGKILL .*: rolling the job back", out), out
     assert re.search(r"the coordinator on localhost killed by signal SIGKILL .*: starting it again", out), out
     acc = final_accuracy(out)
-    print(f"{consistency}: final test accuracy {acc:.2f} % with faults, {calm_acc:.2f} % without")
+    print(f"{consistency}: test accuracy (mean of the last 2 epochs) {acc:.2f} % with faults, {calm_acc:.2f} % "
+          f"without")
+    for line in out.splitlines():
+        if "done |" in line or "on the way:" in line:
+            print(line)
     assert abs(acc - calm_acc) <= 1.0, out
 
     # Every snapshot the job completed still verifies.
@@ -87,7 +94,8 @@ def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency):
     assert listed.returncode == 0, listed.stdout
     complete = [s["dir"] for s in json.loads(listed.stdout) if s["complete"]]
     logged = set(re.findall(r"snapshot (\S+) complete", out))
-    assert logged and logged <= set(complete), (logged, complete)
+    assert logged and logged <= set(complete), (f"logged as complete, not complete now: {sorted(logged - set(complete))}; "
+                                                f"list: {listed.stdout}")
     for d in complete:
         v = subprocess.run([SNAPSHOT, "verify", d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=120)

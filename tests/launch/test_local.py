@@ -312,9 +312,16 @@ def test_status_shows_who_waits_metrics_grow_and_stop_ends_the_job(run_dir, tmp_
             assert p["metrics_url"].startswith("http://127.0.0.1:"), p
     assert {x["rank"] for x in st["workers"]} == {0, 1} and all(x["clock"] >= 0 for x in st["workers"]), st
 
-    rc, text = ctl("status", coordinator)
-    assert rc == 0, text
-    assert re.search(r"worker 0 at clock \d+ waits for worker 1 at clock \d+ \(bound 1\)", text), text
+    # The text form says the same (polled too: a moment later worker 0 may be
+    # between two held pulls, training a batch while it waits).
+    deadline = time.monotonic() + 60
+    while True:
+        rc, text = ctl("status", coordinator)
+        assert rc == 0, text
+        if re.search(r"worker 0 at clock \d+ waits for worker 1 at clock \d+ \(bound 1\)", text):
+            break
+        assert time.monotonic() < deadline, f"the text status never said worker 0 waits for worker 1: {text}"
+        time.sleep(0.3)
     assert re.search(r"^server\s+1\s+\S+\s+\d+\s+alive", text, re.M), text
 
     # Metrics parse as Prometheus text, and the counters grow.
