@@ -34,9 +34,10 @@ case "$mode" in
     dir=build-tsan
     setup=(-Db_sanitize=thread)
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$PWD/tools/tsan.supp}
-    # As under ASan, but the launcher over ssh and under Slurm: the same
-    # binaries as launch_local, started elsewhere.
-    exclude=(-e embed_install -e python -e launch_ssh -e launch_slurm)
+    # As under ASan, but the launcher over ssh and under Slurm (the same
+    # binaries as launch_local, started elsewhere) and the chaos test (the
+    # same recoveries as launch_local, four whole trainings: ten minutes here).
+    exclude=(-e embed_install -e python -e launch_ssh -e launch_slurm -e chaos)
     multiplier=5 ;;
   *) echo "usage: tools/sanitize.sh [address|thread]" >&2; exit 2 ;;
 esac
