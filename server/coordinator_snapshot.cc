@@ -269,8 +269,12 @@ void Coordinator::HandleRollback(const std::string& from, const wire::Header& h)
     return ReplyError(from, h.request_id(),
                       Status::Conflict(dir + " has " + std::to_string(m.partitions) + " partitions, the job " +
                                        std::to_string(map_.partitions())));
-  LOG_WARN << "rolling back to " << dir << " (clock " << m.clock << "): every server reloads it, every worker "
-           << "starts again from it";
+  int64_t reached = -1;  // the job's clock as the workers' latest heartbeats said (label)
+  for (const auto& w : workers_)
+    if (w.clock >= 0) reached = std::max(reached, clock_base_ + w.clock);
+  LOG_WARN << "rolling back to " << dir << " (clock " << m.clock << ") from clock " << reached
+           << " (workers' heartbeats): every server reloads it, every worker starts again from it; "
+           << std::max<int64_t>(0, reached - m.clock) << " clocks are trained again";
   // Everything that followed the snapshot is forgotten: the servers and
   // workers that register now are new processes; the job's clocks start
   // again at 0, labelled from the snapshot's clock.
