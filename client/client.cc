@@ -658,7 +658,7 @@ class ClientImpl {
     });
   }
 
-  shardps::Request ClockAsync() {
+  shardps::Request ClockAsync(bool trained) {
     if (opts_.role != ClientRole::kWorker)
       return shardps::Request(FailedCall(Status::InvalidArgument("Clock() is for workers only")));
     uint32_t servers;
@@ -682,6 +682,7 @@ class ClientImpl {
       f.role = role_wire();
       f.rank = rank_;
       f.clock = c;
+      f.idle = !trained;
       EnqueueFrames(std::move(o), f, {}, false, fbb);
     }
     return shardps::Request(call);
@@ -742,7 +743,7 @@ class ClientImpl {
   Status JoinServers() {
     const auto deadline = Clock::now() + opts_.connect_timeout;
     int64_t want = -1;
-    for (int round = 0;; ++round) {
+    for (int round = 0, retries = 0;;) {
       uint32_t servers;
       {
         std::lock_guard<std::mutex> lock(vmu_);
@@ -767,7 +768,7 @@ class ClientImpl {
         EnqueueFrames(std::move(o), f, {}, false, fbb);
       }
       Status s = shardps::Request(call).Wait();
-      if (s.code() == Code::kUnavailable && Clock::now() < deadline && round < 1000) {
+      if (s.code() == Code::kUnavailable && Clock::now() < deadline && ++retries < 1000) {
         std::this_thread::sleep_for(Millis(10));
         continue;
       }
@@ -778,7 +779,7 @@ class ClientImpl {
         lo = call->min_clock;
         hi = call->max_clock;
       }
-      if (lo == hi || round >= 8) {
+      if (lo == hi || ++round > 8) {
         if (lo != hi)
           return Status::Internal("joining the servers: they still disagree on this worker's clock (" +
                                   std::to_string(lo) + " vs " + std::to_string(hi) + ")");
@@ -1214,8 +1215,8 @@ Request Client::Pull(const Table& t, std::span<const uint64_t> keys, std::span<f
   return impl_->KeysRequest(false, t, keys, out.data(), out.size());
 }
 
-Status Client::Clock() { return impl_->ClockAsync().Wait(); }
-Request Client::ClockAsync() { return impl_->ClockAsync(); }
+Status Client::Clock(bool trained) { return impl_->ClockAsync(trained).Wait(); }
+Request Client::ClockAsync(bool trained) { return impl_->ClockAsync(trained); }
 Status Client::Barrier(std::chrono::milliseconds timeout) { return impl_->Barrier(timeout); }
 Status Client::ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out) {
   return impl_->ClaimWork(pool, total_units, max_units, ClaimOptions{}, out);

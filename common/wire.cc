@@ -97,6 +97,7 @@ zmq::message_t Encode(flatbuffers::FlatBufferBuilder& fbb, const Fields& f, Body
   if (!f.base_versions.empty()) b.add_base_versions(bases);
   if (f.table_version) b.add_table_version(f.table_version);
   if (f.staleness) b.add_staleness(f.staleness);
+  if (f.idle) b.add_idle(true);
   if (body_type != Body::NONE) {
     b.add_body_type(body_type);
     b.add_body(body);

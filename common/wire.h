@@ -59,6 +59,7 @@ struct Fields {
   std::span<const uint64_t> base_versions;
   uint64_t table_version = 0;
   uint64_t staleness = 0;
+  bool idle = false;
 };
 
 // Finishes `fbb` (which may already hold the body) into a header message.

@@ -282,6 +282,8 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     if (!req->endpoint() || req->endpoint()->size() == 0)
       return ReplyError(from, h.request_id(), Status::InvalidArgument("a server must give its endpoint"));
     int rank = requested;
+    for (uint32_t r = 0; r < servers_.size() && rank < 0; ++r)  // its Register sent again
+      if (servers_[r].registered && servers_[r].routing_id == from) rank = static_cast<int>(r);
     if (rank < 0) {
       for (uint32_t r = 0; r < servers_.size() && rank < 0; ++r)
         if (!servers_[r].registered) rank = static_cast<int>(r);
@@ -322,6 +324,8 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     // A rank of its own choosing, else the first one not started, else the
     // first dead one (a restarted worker), else a vacant elastic rank.
     int rank = requested;
+    for (uint32_t r = 0; r < workers_.size() && rank < 0; ++r)  // its Register sent again
+      if (workers_[r].state == WorkerState::kAlive && workers_[r].routing_id == from) rank = static_cast<int>(r);
     for (WorkerState want : {WorkerState::kPending, WorkerState::kDead, WorkerState::kVacant})
       for (uint32_t r = 0; r < workers_.size() && rank < 0; ++r)
         if (workers_[r].state == want) rank = static_cast<int>(r);
@@ -335,6 +339,14 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
                                                 std::to_string(workers_.size()) + " worker ranks" +
                                                 (workers_.size() > opts_.num_workers ? " (max_workers)" : "")));
     WorkerSlot& slot = workers_[rank];
+    const bool same_process = slot.id.pid == id.pid && slot.id.host == id.host && id.pid != 0;
+    if (slot.state == WorkerState::kAlive && (slot.routing_id == from || same_process)) {
+      // The same process sent its Register again (the coordinator restarted
+      // before it answered): the same answer.
+      slot.routing_id = from;
+      slot.last_seen = Clock::now();
+      return ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
+    }
     if (slot.state == WorkerState::kAlive)  // a restarted worker retries until the old one is declared dead
       return ReplyError(from, h.request_id(),
                         Status::NotReady("worker rank " + std::to_string(rank) + " is held by a live worker" +
@@ -351,6 +363,8 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
     slot.state = WorkerState::kAlive;
     slot.last_seen = Clock::now();
     slot.id = id;
+    slot.routing_id = from;
+    last_claims_.erase(static_cast<uint32_t>(rank));
     slot.clock = 0;
     LOG_INFO << "worker " << rank << (joins_running ? " joined the running job" : " joined")
              << (id.host.empty() ? "" : " from " + id.host);
@@ -386,6 +400,11 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
         pending_tables_.push_back(extra);
         return;
       }
+    if (!cluster_ready_ && resumed_) {  // the servers may not hold it yet: answered once they all do
+      table_waiters_.push_back({from, h.request_id()});
+      table_waiter_specs_.push_back(t.id);
+      return;
+    }
     return reply_spec(t);
   }
   if (Status b = CheckBudget(spec, tables_.size()); !b.ok()) return ReplyError(from, h.request_id(), b);
@@ -414,6 +433,16 @@ void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
       LOG_INFO << "every server holds the shard map: the cluster is ready";
       for (const auto& w : cluster_waiters_) ReplyCluster(w.routing_id, w.request_id, 0);
       cluster_waiters_.clear();
+      for (size_t i = 0; i < table_waiters_.size(); ++i) {  // CreateTable resent to a resumed coordinator
+        fbb_.Clear();
+        auto body = wire::BuildTableSpec(fbb_, tables_[table_waiter_specs_[i]]);
+        wire::Fields f;
+        f.request_id = table_waiters_[i].request_id;
+        f.table = table_waiter_specs_[i];
+        Reply(table_waiters_[i].routing_id, wire::Encode(fbb_, f, wire::Body::TableSpec, body.Union()));
+      }
+      table_waiters_.clear();
+      table_waiter_specs_.clear();
     }
   }
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
@@ -447,7 +476,28 @@ void Coordinator::HandleBarrier(const std::string& from, const wire::Header& h) 
 uint64_t Coordinator::WorkPool::handed() const {
   uint64_t back = 0;
   for (const auto& [b, e] : returned) back += e - b;
-  return next - back;
+  return next > back ? next - back : 0;
+}
+
+uint64_t Coordinator::WorkPool::FirstUndone() const {
+  uint64_t pos = next;
+  for (const auto& [rank, g] : last) pos = std::min(pos, g.first);
+  for (const auto& r : returned) pos = std::min(pos, r.first);
+  return pos;
+}
+
+std::pair<uint64_t, uint64_t> Coordinator::WorkPool::TakeReturned(uint64_t max) {
+  if (returned.empty()) return {0, 0};
+  auto& r = returned.front();
+  const std::pair<uint64_t, uint64_t> g{r.first, std::min<uint64_t>(r.second, r.first + max)};
+  r.first = g.second;
+  if (r.first >= r.second) returned.pop_front();
+  return g;
+}
+
+std::pair<uint64_t, uint64_t> Coordinator::WorkPool::Slot(const Block& b, size_t i) {
+  const uint64_t begin = std::min<uint64_t>(b.begin + static_cast<uint64_t>(b.per) * i, b.end);
+  return {begin, std::min<uint64_t>(begin + b.per, b.end)};
 }
 
 void Coordinator::ReplyGrant(const std::string& from, uint64_t request_id, uint64_t pool, uint64_t begin,
@@ -523,12 +573,7 @@ void Coordinator::HandleClaimWork(const std::string& from, const wire::Header& h
   }
   uint64_t begin, end;
   if (!p.returned.empty()) {
-    // A dead worker's last grant first, at most `max` of it.
-    auto& r = p.returned.front();
-    begin = r.first;
-    end = std::min<uint64_t>(r.second, r.first + c->max());
-    r.first = end;
-    if (r.first >= r.second) p.returned.pop_front();
+    std::tie(begin, end) = p.TakeReturned(c->max());  // a dead worker's last grant first, at most `max` of it
   } else {
     const uint64_t left = p.total - p.next;
     const uint64_t live = std::max<uint64_t>(1, LiveWorkers().size());
@@ -571,16 +616,27 @@ void Coordinator::ClaimPerClock(const std::string& from, const wire::Header& h, 
     mine.push_back({pool, clock, begin, end});
     ReplyGrant(from, h.request_id(), pool, begin, end, static_cast<uint8_t>(wire::GrantState::Granted), 0);
   };
+  // Blocks of this and earlier pools older than a few clocks are done with:
+  // a slot nobody took there goes back.
+  for (auto& [id, q] : work_pools_) {
+    if (id > pool_id) break;
+    if (!q.blocks.empty()) ReturnSlots(q, clock - 4, -1);
+  }
   for (auto& [id, q] : work_pools_) {
     if (id > pool_id) break;
     if (q.returned.empty()) continue;
-    auto& r = q.returned.front();
-    const uint64_t begin = r.first, end = std::min<uint64_t>(r.second, r.first + max);
-    r.first = end;
-    if (r.first >= r.second) q.returned.pop_front();
+    const auto [begin, end] = q.TakeReturned(max);
+    // Served with these: its slot in this clock's block (if cut with it)
+    // goes back for another worker.
+    if (auto b = p.blocks.find(clock); b != p.blocks.end())
+      for (size_t i = 0; i < b->second.ranks.size(); ++i)
+        if (b->second.ranks[i] == rank && !b->second.taken[i]) {
+          b->second.taken[i] = 1;
+          const auto slot = WorkPool::Slot(b->second, i);
+          if (slot.first < slot.second) p.returned.push_back(slot);
+        }
     return grant(id, begin, end);
   }
-  ReturnSlots(p, clock - 4, -1);
   auto b = p.blocks.find(clock);
   if (b == p.blocks.end() && p.next < p.total) {
     WorkPool::Block blk;
@@ -596,10 +652,7 @@ void Coordinator::ClaimPerClock(const std::string& from, const wire::Header& h, 
     blk.per = max;
     blk.begin = p.next;
     blk.end = std::min<uint64_t>(p.total, p.next + static_cast<uint64_t>(max) * blk.ranks.size());
-    if (MayCutAt(clock)) {
-      work_at_[clock] = {pool_id, blk.begin};
-      while (work_at_.size() > 64) work_at_.erase(work_at_.begin());
-    }
+    if (MayCutAt(clock)) RecordWorkAt(clock, pool_id, blk.begin);
     p.next = blk.end;
     if (p.next >= p.total) p.last_clock = clock;
     b = p.blocks.emplace(clock, std::move(blk)).first;
@@ -607,13 +660,12 @@ void Coordinator::ClaimPerClock(const std::string& from, const wire::Header& h, 
   if (b != p.blocks.end()) {
     WorkPool::Block& blk = b->second;
     const auto at = std::find(blk.ranks.begin(), blk.ranks.end(), rank);
-    if (at != blk.ranks.end()) {
-      const size_t i = static_cast<size_t>(at - blk.ranks.begin());
-      const uint64_t begin = blk.begin + static_cast<uint64_t>(blk.per) * i;
-      const uint64_t end = std::min<uint64_t>(begin + blk.per, blk.end);
+    const size_t i = static_cast<size_t>(at - blk.ranks.begin());
+    if (at != blk.ranks.end() && !blk.taken[i]) {
+      const auto [begin, end] = WorkPool::Slot(blk, i);
       blk.taken[i] = 1;
       if (begin < end) return grant(pool_id, begin, end);
-    } else if (p.next < p.total) {  // joined after the cut
+    } else if (p.next < p.total) {  // joined after the cut (or its slot went back when it died)
       const uint64_t begin = p.next, end = std::min<uint64_t>(p.total, p.next + max);
       p.next = end;
       if (p.next >= p.total) p.last_clock = std::max(p.last_clock, clock);
@@ -640,14 +692,13 @@ void Coordinator::RecordPooledWorkAt(int64_t clock, uint64_t pool_id, const Work
   if (opts_.snapshot_every_clocks > 0) cuts.push_back(clock / opts_.snapshot_every_clocks * opts_.snapshot_every_clocks);
   for (const auto& op : snap_ops_)
     if (!op.done && op.clock > 0 && op.clock <= clock) cuts.push_back(op.clock);
-  for (int64_t cut : cuts) {
-    if (cut <= 0 || work_at_.count(cut)) continue;
-    uint64_t pos = p.next;
-    for (const auto& [rank, g] : p.last) pos = std::min(pos, g.first);
-    for (const auto& r : p.returned) pos = std::min(pos, r.first);
-    work_at_[cut] = {pool_id, pos};
-    while (work_at_.size() > 64) work_at_.erase(work_at_.begin());
-  }
+  for (int64_t cut : cuts)
+    if (cut > 0 && !work_at_.count(cut)) RecordWorkAt(cut, pool_id, p.FirstUndone());
+}
+
+void Coordinator::RecordWorkAt(int64_t clock, uint64_t pool_id, uint64_t position) {
+  work_at_[clock] = {pool_id, position};
+  while (work_at_.size() > 1024) work_at_.erase(work_at_.begin());  // a thousand cut clocks back
 }
 
 void Coordinator::ReturnSlots(WorkPool& p, int64_t before_clock, int rank) {
@@ -656,10 +707,9 @@ void Coordinator::ReturnSlots(WorkPool& p, int64_t before_clock, int rank) {
     const bool drop = it->first < before_clock;
     for (size_t i = 0; i < blk.ranks.size(); ++i) {
       if (blk.taken[i] || !(drop || static_cast<int>(blk.ranks[i]) == rank)) continue;
-      const uint64_t begin = blk.begin + static_cast<uint64_t>(blk.per) * i;
-      const uint64_t end = std::min<uint64_t>(begin + blk.per, blk.end);
+      const auto slot = WorkPool::Slot(blk, i);
       blk.taken[i] = 1;
-      if (begin < end) p.returned.emplace_back(begin, end);
+      if (slot.first < slot.second) p.returned.push_back(slot);
     }
     it = drop ? p.blocks.erase(it) : std::next(it);
   }
@@ -677,6 +727,7 @@ void Coordinator::ForgetWorkOf(uint32_t rank, bool dead) {
     }
     pool.last.erase(it);
   }
+  last_claims_.erase(rank);  // a new process for this rank numbers its claims from 1
   auto cg = clock_grants_.find(rank);
   if (cg == clock_grants_.end()) return;
   if (dead) {
@@ -732,7 +783,6 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
     case wire::MsgType::Stop:
     case wire::MsgType::Rollback:
     case wire::MsgType::SnapshotDone:
-    case wire::MsgType::Heartbeat:  // a resumed coordinator takes a server back
       dirty_ = true;
       break;
     default:
@@ -898,7 +948,6 @@ Status Coordinator::Run(const std::atomic<bool>& stop) {
       next_check = Clock::now() + Millis(100);
     }
   }
-  if (shutdown_) ForgetState();  // the job ended: a coordinator started on this state starts a new one
   Commit();
   // Let the last replies (Shutdown to the servers, a Stop's answer) leave.
   sock_.set(zmq::sockopt::linger, 1000);

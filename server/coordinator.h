@@ -116,6 +116,7 @@ class Coordinator {
     WorkerState state = WorkerState::kPending;
     Clock::time_point last_seen;
     Identity id;
+    std::string routing_id;  // its connection, for a Register sent again
     int64_t clock = -1;  // from its heartbeats
     metrics::Gauge* clock_gauge = nullptr;
   };
@@ -196,9 +197,8 @@ class Coordinator {
   std::vector<std::vector<zmq::message_t>> outbox_;
   Status OpenState(bool* resumed);
   Status LoadState(const std::string& value);
-  void SaveState();
+  bool SaveState();
   void ForgetState();  // the job ended: nothing to resume
-  void CloseState();
   void Commit();
   // Each worker's last pooled (not per-clock) claim, by its sequence
   // number: a claim sent again (the coordinator restarted before
@@ -266,6 +266,12 @@ class Coordinator {
     int64_t last_clock = -1;  // the clock whose block handed out the last never-granted unit
     bool used_up() const { return next >= total && returned.empty(); }
     uint64_t handed() const;  // units handed out and not handed back
+    // The first unit not known to be done: before it, every unit was handed
+    // out and no grant of it is outstanding or handed back.
+    uint64_t FirstUndone() const;
+    // Up to `max` units handed back by a dead worker (empty: none).
+    std::pair<uint64_t, uint64_t> TakeReturned(uint64_t max);
+    static std::pair<uint64_t, uint64_t> Slot(const Block& b, size_t i);
   };
   std::map<uint64_t, WorkPool> work_pools_;
   // A per-clock grant whose gradient is not known to be applied yet.
@@ -284,6 +290,12 @@ class Coordinator {
   // clock a snapshot may cut at records where the pool stood (every unit
   // before the first one not known to be done).
   void RecordPooledWorkAt(int64_t clock, uint64_t pool_id, const WorkPool& p);
+  void RecordWorkAt(int64_t clock, uint64_t pool_id, uint64_t position);
+  // A snapshot's manifest becomes where the job restarts from (--restore,
+  // a rollback).
+  void AdoptRestorePoint(const std::string& dir, const snapshot::Manifest& m);
+  std::vector<Waiter> table_waiters_;  // CreateTable of a known table while a resumed cluster is not ready
+  std::vector<uint32_t> table_waiter_specs_;  // ... and the table each asked for
   // A restored job resumes there: pools before `resume_pool_` are finished,
   // that one starts at `resume_position_`.
   uint64_t resume_pool_ = 0, resume_position_ = 0;

@@ -42,13 +42,17 @@ Status Coordinator::PrepareRestore() {
     }
   }
   tables_ = std::move(tables);
+  AdoptRestorePoint(dir, m);
+  LOG_INFO << "restoring from " << dir << " (clock " << m.clock << ", " << m.tables.size() << " tables, written by "
+           << m.num_servers << " servers)";
+  return Status::OK();
+}
+
+void Coordinator::AdoptRestorePoint(const std::string& dir, const snapshot::Manifest& m) {
   restore_dir_ = dir;
   clock_base_ = m.clock;
   resume_pool_ = m.work_pool;
   resume_position_ = m.work_position;
-  LOG_INFO << "restoring from " << dir << " (clock " << m.clock << ", " << m.tables.size() << " tables, written by "
-           << m.num_servers << " servers)";
-  return Status::OK();
 }
 
 void Coordinator::AskServers(SnapOp& op, wire::MsgType type, int64_t clock) {
@@ -190,18 +194,18 @@ void Coordinator::FinishSnapshot(SnapOp& op, const Status& failure) {
     if (auto w = work_at_.find(op.clock); w != work_at_.end()) {
       m.work_pool = w->second.first;
       m.work_position = w->second.second;
-    } else if (opts_.consistency != Consistency::kSync) {
-      // Pools claimed a few batches at a time have no clocks: the first
-      // pool not used up, from the first unit not known to be done now.
-      // (Batches trained between the cut and now are not trained again
+    } else if (!work_pools_.empty()) {
+      // No claim was seen at or after the cut clock (none recorded): the
+      // first pool not used up, from its first unit not known to be done
+      // now. (Batches trained between the cut and now are not trained again
       // after a rollback to this snapshot.)
+      LOG_WARN << "snapshot at clock " << label << ": no work position recorded at its clock; using the pools' now";
+      m.work_pool = work_pools_.rbegin()->first + 1;  // every pool used up: the next one, from its start
+      m.work_position = 0;
       for (const auto& [id, p] : work_pools_) {
         if (p.used_up() && p.last.empty()) continue;
-        uint64_t pos = p.next;
-        for (const auto& [rank, g] : p.last) pos = std::min(pos, g.first);
-        for (const auto& r : p.returned) pos = std::min(pos, r.first);
         m.work_pool = id;
-        m.work_position = pos;
+        m.work_position = p.FirstUndone();
         break;
       }
     }
@@ -278,10 +282,9 @@ void Coordinator::HandleRollback(const std::string& from, const wire::Header& h)
   // Everything that followed the snapshot is forgotten: the servers and
   // workers that register now are new processes; the job's clocks start
   // again at 0, labelled from the snapshot's clock.
-  restore_dir_ = dir;
-  clock_base_ = m.clock;
-  resume_pool_ = m.work_pool;
-  resume_position_ = m.work_position;
+  AdoptRestorePoint(dir, m);
+  opts_.partitions = m.partitions;
+  last_claims_.clear();
   for (auto& op : snap_ops_)
     if (!op.done) FinishSnapshot(op, Status::Unavailable("the job was rolled back to " + dir));
   snap_ops_.clear();

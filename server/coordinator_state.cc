@@ -8,6 +8,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -30,7 +31,6 @@ constexpr char kStateKey[] = "coordinator-state";
 struct Coordinator::StateStore {
   std::unique_ptr<rocksdb::DB> db;
   std::string path;
-  bool failing = false;  // the last write failed (logged once until one succeeds)
 };
 
 Status Coordinator::OpenState(bool* resumed) {
@@ -62,6 +62,7 @@ Status Coordinator::OpenState(bool* resumed) {
 }
 
 Status Coordinator::LoadState(const std::string& value) {
+  if (value.empty()) return Status::BadMessage("the saved state is empty");
   std::vector<uint64_t> aligned((value.size() + 7) / 8);
   std::memcpy(aligned.data(), value.data(), value.size());
   const auto* buf = reinterpret_cast<const uint8_t*>(aligned.data());
@@ -75,6 +76,8 @@ Status Coordinator::LoadState(const std::string& value) {
                             std::to_string(st->num_workers()) + " workers, this one " +
                             std::to_string(opts_.num_servers) + " and " + std::to_string(opts_.num_workers) +
                             " (a --state-dir holds one job: give a new one to start another)");
+  if (st->partitions() < opts_.num_servers || st->partitions() > (1u << 20))
+    return Status::BadMessage("the saved state has " + std::to_string(st->partitions()) + " partitions");
   opts_.partitions = st->partitions();
   std::vector<TableSpec> tables;
   if (st->tables())
@@ -102,6 +105,7 @@ Status Coordinator::LoadState(const std::string& value) {
       if (w->state() > static_cast<uint8_t>(WorkerState::kVacant)) return Status::BadMessage("a saved worker state is unknown");
       workers_[r].state = static_cast<WorkerState>(w->state());
       workers_[r].id.host = w->host() ? w->host()->str() : "";
+      workers_[r].id.pid = w->pid();
       workers_[r].last_seen = now;  // a live one has a heartbeat deadline to show up in
     }
   }
@@ -113,15 +117,24 @@ Status Coordinator::LoadState(const std::string& value) {
       p.next = dp->next();
       p.last_clock = dp->last_clock();
       if (p.next > p.total) return Status::BadMessage("a saved work pool is past its end");
+      // Every range a pool holds must lie in the pool: [begin, end) with
+      // begin <= end <= total (they are handed out as they are).
+      auto range_ok = [&](uint64_t b, uint64_t e) { return b <= e && e <= p.total; };
       if (dp->returned()) {
         if (dp->returned()->size() % 2) return Status::BadMessage("a saved work pool's returned units are odd");
-        for (uint32_t i = 0; i + 1 < dp->returned()->size(); i += 2)
+        for (uint32_t i = 0; i + 1 < dp->returned()->size(); i += 2) {
+          if (!range_ok(dp->returned()->Get(i), dp->returned()->Get(i + 1)))
+            return Status::BadMessage("a saved returned range is outside its pool");
           p.returned.emplace_back(dp->returned()->Get(i), dp->returned()->Get(i + 1));
+        }
       }
       if (dp->last()) {
         if (dp->last()->size() % 3) return Status::BadMessage("a saved work pool's grants are not triples");
-        for (uint32_t i = 0; i + 2 < dp->last()->size(); i += 3)
+        for (uint32_t i = 0; i + 2 < dp->last()->size(); i += 3) {
+          if (dp->last()->Get(i) >= workers_.size() || !range_ok(dp->last()->Get(i + 1), dp->last()->Get(i + 2)))
+            return Status::BadMessage("a saved grant names an unknown worker or lies outside its pool");
           p.last[static_cast<uint32_t>(dp->last()->Get(i))] = {dp->last()->Get(i + 1), dp->last()->Get(i + 2)};
+        }
       }
       if (dp->blocks())
         for (const auto* db : *dp->blocks()) {
@@ -131,15 +144,22 @@ Status Coordinator::LoadState(const std::string& value) {
           b.per = db->per();
           if (db->ranks()) b.ranks.assign(db->ranks()->begin(), db->ranks()->end());
           if (db->taken()) b.taken.assign(db->taken()->begin(), db->taken()->end());
-          if (b.taken.size() != b.ranks.size()) return Status::BadMessage("a saved block is inconsistent");
+          if (b.taken.size() != b.ranks.size() || b.per == 0 || !range_ok(b.begin, b.end) ||
+              std::any_of(b.ranks.begin(), b.ranks.end(), [&](uint32_t r) { return r >= workers_.size(); }))
+            return Status::BadMessage("a saved block is inconsistent");
           p.blocks.emplace(db->clock(), std::move(b));
         }
       work_pools_.emplace(dp->id(), std::move(p));
     }
   clock_grants_.clear();
   if (st->grants())
-    for (const auto* g : *st->grants())
+    for (const auto* g : *st->grants()) {
+      auto pool = work_pools_.find(g->pool());
+      if (g->rank() >= workers_.size() || pool == work_pools_.end() || g->begin() > g->end() ||
+          g->end() > pool->second.total)
+        return Status::BadMessage("a saved per-clock grant names an unknown worker or pool, or lies outside it");
       clock_grants_[g->rank()].push_back({g->pool(), g->clock(), g->begin(), g->end()});
+    }
   work_at_.clear();
   if (st->work_at()) {
     if (st->work_at()->size() % 3) return Status::BadMessage("the saved work positions are not triples");
@@ -150,11 +170,17 @@ Status Coordinator::LoadState(const std::string& value) {
   last_claims_.clear();
   if (st->claims()) {
     if (st->claims()->size() % 5) return Status::BadMessage("the saved claims are not 5-tuples");
-    for (uint32_t i = 0; i + 4 < st->claims()->size(); i += 5)
+    for (uint32_t i = 0; i + 4 < st->claims()->size(); i += 5) {
+      if (st->claims()->Get(i) >= workers_.size() || st->claims()->Get(i + 3) > st->claims()->Get(i + 4))
+        return Status::BadMessage("a saved claim names an unknown worker or an inverted range");
       last_claims_[static_cast<uint32_t>(st->claims()->Get(i))] = {st->claims()->Get(i + 1), st->claims()->Get(i + 2),
                                                                    st->claims()->Get(i + 3), st->claims()->Get(i + 4)};
+    }
   }
   restore_dir_ = st->restore_dir() ? st->restore_dir()->str() : "";
+  constexpr int64_t kClockLimit = int64_t{1} << 60;  // labels are base + clock: far from overflowing
+  if (st->clock_base() < 0 || st->clock_base() > kClockLimit || st->latest_snapshot_clock() > kClockLimit)
+    return Status::BadMessage("the saved clocks are out of range");
   clock_base_ = st->clock_base();
   resume_pool_ = st->resume_pool();
   resume_position_ = st->resume_position();
@@ -167,7 +193,7 @@ Status Coordinator::LoadState(const std::string& value) {
   return Status::OK();
 }
 
-void Coordinator::SaveState() {
+bool Coordinator::SaveState() {
   flatbuffers::FlatBufferBuilder b(4096);
   std::vector<flatbuffers::Offset<wire::TableSpec>> tables;
   for (const auto& t : tables_) tables.push_back(wire::BuildTableSpec(b, t));
@@ -176,7 +202,7 @@ void Coordinator::SaveState() {
     servers.push_back(wire::CreateDurableServer(b, b.CreateString(s.endpoint), s.budget, b.CreateString(s.id.host)));
   std::vector<flatbuffers::Offset<wire::DurableWorker>> workers;
   for (const auto& w : workers_)
-    workers.push_back(wire::CreateDurableWorker(b, static_cast<uint8_t>(w.state), b.CreateString(w.id.host)));
+    workers.push_back(wire::CreateDurableWorker(b, static_cast<uint8_t>(w.state), b.CreateString(w.id.host), w.id.pid));
   std::vector<flatbuffers::Offset<wire::DurablePool>> pools;
   for (const auto& [id, p] : work_pools_) {
     std::vector<uint64_t> returned, last;
@@ -208,11 +234,10 @@ void Coordinator::SaveState() {
   rocksdb::Status rs = state_->db->Put(
       wo, kStateKey, rocksdb::Slice(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize()));
   if (!rs.ok()) {
-    if (!state_->failing) LOG_ERROR << "cannot save the coordinator's state in " << state_->path << ": " << rs.ToString();
-    state_->failing = true;
-  } else {
-    state_->failing = false;
+    LOG_ERROR << "cannot save the coordinator's state in " << state_->path << ": " << rs.ToString();
+    return false;
   }
+  return true;
 }
 
 void Coordinator::ForgetState() {
@@ -223,12 +248,19 @@ void Coordinator::ForgetState() {
   if (!rs.ok()) LOG_WARN << "cannot clear the finished job's state in " << state_->path << ": " << rs.ToString();
 }
 
-void Coordinator::CloseState() { state_.reset(); }
-
 void Coordinator::StateStoreDeleter::operator()(StateStore* s) const { delete s; }
 
 void Coordinator::Commit() {
-  if (state_ && dirty_) SaveState();
+  if (state_ && shutdown_) {
+    ForgetState();  // the job ended: nothing to resume (cleared before the Shutdown messages leave)
+  } else if (state_ && dirty_ && !SaveState() && !shutdown_) {
+    // Its replies would promise what a restarted coordinator forgets: they
+    // are dropped, and the job stops, saying why.
+    outbox_.clear();
+    fatal_ = Status::Internal("cannot save the coordinator's state in " + opts_.state_dir + ": the job stops");
+    ShutdownJob();
+    ForgetState();
+  }
   dirty_ = false;
   for (auto& frames : outbox_) {
     Status s = SendMultipart(sock_, frames);

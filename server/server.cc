@@ -589,7 +589,10 @@ void Server::Tick(const wire::Header& h, std::vector<zmq::message_t>& frames) {
                       Status::InvalidArgument("tick for clock " + std::to_string(h.clock()) +
                                               " but worker " + std::to_string(rank) + " is at clock " +
                                               std::to_string(clocks_[rank]) + ": a tick was lost"));
-  if (h.clock() == clocks_[rank]) clocks_[rank]++;
+  if (h.clock() == clocks_[rank]) {
+    clocks_[rank]++;
+    if (view_.consistency == Consistency::kSync && !h.idle() && h.clock() >= applied_clock_) ++trained_[h.clock()];
+  }
   m_.ticks.SingleWriterInc();
   wire::Fields ok;
   ok.request_id = h.request_id();
@@ -637,16 +640,23 @@ void Server::Join(const wire::Header& h, std::vector<zmq::message_t>& frames) {
 }
 
 void Server::AggregateClock(int64_t clock) {
+  uint32_t trained = 0;  // workers whose tick of `clock` said they trained a batch
+  if (auto tr = trained_.find(clock); tr != trained_.end()) {
+    trained = tr->second;
+    trained_.erase(tr);
+  }
   auto it = buffered_.find(clock);
   if (it == buffered_.end()) return;
   auto& list = it->second;
   std::sort(list.begin(), list.end(), [](const Buffered& a, const Buffered& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.arrival < b.arrival;
   });
-  // Each table's step is the mean of the gradients pushed to it for this
-  // clock: one per worker that trained a batch in it (a worker without one
-  // — the epoch's last clock, just joined — pushes nothing; a dead worker's
-  // unfinished pushes were dropped). docs/consistency.md, "Sync".
+  // The step is the mean over the workers that trained a batch at this
+  // clock: those whose tick said so (a worker without a batch — the
+  // epoch's last clock — ticks idle; a dead worker never ticked, and its
+  // pushes were dropped). The same count on every server, also for a
+  // sparse table whose keys reach only some. Without such ticks (none
+  // counted), the workers that pushed to the table. docs/consistency.md.
   std::vector<uint32_t> contributors(tables_.size(), 0);
   std::vector<int> last_rank(tables_.size(), -1);
   for (const auto& b : list)
@@ -671,7 +681,8 @@ void Server::AggregateClock(int64_t clock) {
     touched[b.table] = 1;
   }
   for (size_t i = 0; i < tables_.size(); ++i)
-    if (touched[i]) tables_[i]->ApplyAccumulated(1.0f / static_cast<float>(std::max<uint32_t>(contributors[i], 1)));
+    if (touched[i])
+      tables_[i]->ApplyAccumulated(1.0f / static_cast<float>(std::max<uint32_t>(trained ? trained : contributors[i], 1)));
   buffered_.erase(it);
 }
 

@@ -233,6 +233,7 @@ class Server {
   std::vector<uint64_t> last_seq_;                    // per worker rank: push dedup
   int64_t applied_clock_ = 0;                         // sync: clocks < this are applied
   std::map<int64_t, std::vector<Buffered>> buffered_; // sync: by clock
+  std::map<int64_t, uint32_t> trained_;               // sync: workers whose tick of a clock said they trained a batch
   uint64_t arrivals_ = 0;
   std::deque<Parked> parked_;
 

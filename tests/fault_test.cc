@@ -237,6 +237,52 @@ TEST_F(FaultTest, ADeadWorkersBatchGoesToTheNextClaimerAndItsRankRejoins) {
   EXPECT_FLOAT_EQ(out[0], -5.0f);  // -3 - mean(1, 3)
 }
 
+// Sync: a clock's step is the mean over the workers that trained a batch in
+// it, counted from their ticks — the same count on every server, also for a
+// sparse table whose keys reach only some servers; a worker without a batch
+// ticks idle and is not counted.
+TEST_F(FaultTest, ASyncStepIsTheMeanOverTheWorkersThatTrained) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  o.partitions = 8;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  auto w1 = testing::ConnectClient(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(w0 && w1);
+  TableSpec spec;
+  spec.name = "emb";
+  spec.kind = TableKind::kSparse;
+  spec.cols = 1;
+  spec.optimizer = OptimizerKind::kSGD;
+  spec.lr = 1.0f;
+  Table t, t1;
+  ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w1->GetTable("emb", &t1).ok());
+  // Clock 0: disjoint keys (spread over both servers), gradients 2 and 4.
+  std::vector<uint64_t> k0, k1;
+  for (uint64_t k = 0; k < 16; ++k) {
+    k0.push_back(k);
+    k1.push_back(1000 + k);
+  }
+  std::vector<float> two(16, 2.0f), four(16, 4.0f), out(16);
+  ASSERT_TRUE(w0->Push(t, k0, two).Wait().ok());
+  Status pushed = w1->Push(t1, k1, four).Wait();
+  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+  ASSERT_TRUE(w0->Clock().ok());
+  ASSERT_TRUE(w1->Clock().ok());
+  ASSERT_TRUE(w0->Pull(t, k0, out).Wait().ok());
+  for (float v : out) EXPECT_FLOAT_EQ(v, -1.0f);  // 2 / 2 workers
+  ASSERT_TRUE(w1->Pull(t1, k1, out).Wait().ok());
+  for (float v : out) EXPECT_FLOAT_EQ(v, -2.0f);  // 4 / 2 workers
+  // Clock 1: worker 1 has no batch (idle tick): worker 0's gradient alone.
+  ASSERT_TRUE(w0->Push(t, k0, two).Wait().ok());
+  ASSERT_TRUE(w0->Clock().ok());
+  ASSERT_TRUE(w1->Clock(/*trained=*/false).ok());
+  ASSERT_TRUE(w0->Pull(t, k0, out).Wait().ok());
+  for (float v : out) EXPECT_FLOAT_EQ(v, -3.0f);
+}
+
 // The server applies a worker's push once per sequence number: a push sent
 // again after its reply was lost is answered OK and not applied twice.
 TEST_F(FaultTest, APushRetriedAfterALostReplyIsAppliedOnce) {

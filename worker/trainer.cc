@@ -71,6 +71,10 @@ Status EpochBatches::Next(Batch* b) {
       if (!g.wait) handed_ = g.handed;
       return Status::OK();
     }
+    if (g.end > examples_ || g.pool == 0 || g.pool > static_cast<uint64_t>(epoch_))
+      return Status::Internal("the coordinator granted examples [" + std::to_string(g.begin) + ", " +
+                              std::to_string(g.end) + ") of epoch " + std::to_string(g.pool) + " to a worker in epoch " +
+                              std::to_string(epoch_) + " of " + std::to_string(examples_) + " examples");
     b->epoch = static_cast<int>(g.pool);
     b->first = g.begin;
     b->n = static_cast<int>(g.size());
@@ -328,7 +332,7 @@ Status MlpTrainer::IdleStep() {
   RETURN_IF_ERROR(WaitPulls(&min_clock));
   RETURN_IF_ERROR(DrainPushes());
   RETURN_IF_ERROR(tick_.Wait());
-  tick_ = ps_.ClockAsync();
+  tick_ = ps_.ClockAsync(/*trained=*/false);
   IssuePulls(false);
   return Status::OK();
 }

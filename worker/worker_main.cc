@@ -220,7 +220,7 @@ int RunSparseLr(const Options& o, Client& ps) {
       Batch b;
       CHECK_OK(epoch_batches.Next(&b));
       if (b.idle) {  // sync: no batch for this worker at this clock
-        CHECK_OK(ps.Clock());
+        CHECK_OK(ps.Clock(/*trained=*/false));
         continue;
       }
       if (b.n == 0) break;

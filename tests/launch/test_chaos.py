@@ -27,7 +27,7 @@ EPOCHS = 6
 
 def worker_command():
     return [WORKER, "--coordinator", "{coordinator}", "--rank", "{rank}", "--model", "mlp", "--hidden", "64",
-            "--epochs", str(EPOCHS), "--train-limit", "30000", "--optimizer", "adam", "--lr", "0.0003",
+            "--epochs", str(EPOCHS), "--optimizer", "adam", "--lr", "0.0003",
             "--progress-sec", "0.2"]
 
 

@@ -248,11 +248,13 @@ class SHARDPS_EXPORT Client {
 
   // Ends this worker's current iteration: tells every server (in order after
   // this worker's pushes) and advances clock() by one. Workers only.
-  Status Clock();
+  // `trained` false: this worker trained no batch in it (under sync the
+  // clock's step is the mean over the workers that did).
+  Status Clock(bool trained = true);
   // The same without waiting: clock() advances at once, the Request
   // completes when every server acknowledged the tick. Pulls issued after it
   // carry the new clock (and wait, at the server, as the model says).
-  Request ClockAsync();
+  Request ClockAsync(bool trained = true);
   // Waits until every live worker reached the barrier. Workers only.
   Status Barrier(std::chrono::milliseconds timeout);
   // Dynamic work sharing: claims up to `max_units` consecutive units of the
