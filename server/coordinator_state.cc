@@ -44,6 +44,10 @@ Status Coordinator::OpenState(bool* resumed) {
   o.create_if_missing = true;
   o.max_open_files = 16;
   o.keep_log_file_num = 2;
+  // One small value: RocksDB's statistics threads would only add work (and
+  // write to its LOG every few minutes).
+  o.stats_dump_period_sec = 0;
+  o.stats_persist_period_sec = 0;
   rocksdb::DB* db = nullptr;
   rocksdb::Status rs = rocksdb::DB::Open(o, store->path, &db);
   if (!rs.ok())
