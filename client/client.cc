@@ -658,9 +658,10 @@ class ClientImpl {
     });
   }
 
-  shardps::Request ClockAsync(bool trained) {
-    if (opts_.role != ClientRole::kWorker)
-      return shardps::Request(FailedCall(Status::InvalidArgument("Clock() is for workers only")));
+  // A header-only message of this worker to every server, one call; `f`
+  // gives the type and the fields of its own. `clocks`: the replies'
+  // min_clock/max_clock are gathered (Join).
+  std::shared_ptr<Call> ToEveryServer(wire::Fields f, const char* op, bool clocks) {
     uint32_t servers;
     {
       std::lock_guard<std::mutex> lock(vmu_);
@@ -668,24 +669,30 @@ class ClientImpl {
     }
     auto call = std::make_shared<Call>();
     call->parts_left = static_cast<int>(servers);
-    call->op = "clock tick";
+    call->op = op;
     call->default_timeout = opts_.request_timeout;
-    const int64_t c = clock_.fetch_add(1);
+    f.role = role_wire();
+    f.rank = rank_;
     thread_local flatbuffers::FlatBufferBuilder fbb;
     for (uint32_t sv = 0; sv < servers; ++sv) {
       Outgoing o;
       o.target = static_cast<int>(sv);
       o.call = call;
       o.timeout = opts_.request_timeout;
-      wire::Fields f;
-      f.type = wire::MsgType::Tick;
-      f.role = role_wire();
-      f.rank = rank_;
-      f.clock = c;
-      f.idle = !trained;
+      o.dest.clocks = clocks;
       EnqueueFrames(std::move(o), f, {}, false, fbb);
     }
-    return shardps::Request(call);
+    return call;
+  }
+
+  shardps::Request ClockAsync(bool trained) {
+    if (opts_.role != ClientRole::kWorker)
+      return shardps::Request(FailedCall(Status::InvalidArgument("Clock() is for workers only")));
+    wire::Fields f;
+    f.type = wire::MsgType::Tick;
+    f.clock = clock_.fetch_add(1);
+    f.idle = !trained;
+    return shardps::Request(ToEveryServer(f, "clock tick", false));
   }
 
   Status Barrier(Millis timeout) {
@@ -744,29 +751,10 @@ class ClientImpl {
     const auto deadline = Clock::now() + opts_.connect_timeout;
     int64_t want = -1;
     for (int round = 0, retries = 0;;) {
-      uint32_t servers;
-      {
-        std::lock_guard<std::mutex> lock(vmu_);
-        servers = view_.num_servers;
-      }
-      auto call = std::make_shared<Call>();
-      call->parts_left = static_cast<int>(servers);
-      call->op = "join";
-      call->default_timeout = opts_.request_timeout;
-      flatbuffers::FlatBufferBuilder fbb;
-      for (uint32_t sv = 0; sv < servers; ++sv) {
-        Outgoing o;
-        o.target = static_cast<int>(sv);
-        o.call = call;
-        o.timeout = opts_.request_timeout;
-        o.dest.clocks = true;
-        wire::Fields f;
-        f.type = wire::MsgType::Join;
-        f.role = role_wire();
-        f.rank = rank_;
-        f.clock = want;
-        EnqueueFrames(std::move(o), f, {}, false, fbb);
-      }
+      wire::Fields f;
+      f.type = wire::MsgType::Join;
+      f.clock = want;
+      auto call = ToEveryServer(f, "join", true);
       Status s = shardps::Request(call).Wait();
       if (s.code() == Code::kUnavailable && Clock::now() < deadline && ++retries < 1000) {
         std::this_thread::sleep_for(Millis(10));

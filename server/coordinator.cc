@@ -379,14 +379,7 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
   TableSpec spec;
   Status s = wire::DecodeTableSpec(h.body_as_TableSpec(), &spec);
   if (!s.ok()) return ReplyError(from, h.request_id(), Status::InvalidArgument(s.message()));
-  auto reply_spec = [&](const TableSpec& t) {
-    fbb_.Clear();
-    auto body = wire::BuildTableSpec(fbb_, t);
-    wire::Fields f;
-    f.request_id = h.request_id();
-    f.table = t.id;
-    Reply(from, wire::Encode(fbb_, f, wire::Body::TableSpec, body.Union()));
-  };
+  const Waiter asker{from, h.request_id()};
   for (const auto& t : tables_) {
     if (t.name != spec.name) continue;
     if (!t.SameShape(spec))
@@ -396,16 +389,15 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
     for (const auto& p : pending_tables_)
       if (p.table_id == t.id) {  // still being defined: answer with the first creator
         PendingTable extra = p;
-        extra.creator = {from, h.request_id()};
+        extra.creator = asker;
         pending_tables_.push_back(extra);
         return;
       }
     if (!cluster_ready_ && resumed_) {  // the servers may not hold it yet: answered once they all do
-      table_waiters_.push_back({from, h.request_id()});
-      table_waiter_specs_.push_back(t.id);
+      table_waiters_.push_back({asker, t.id});
       return;
     }
-    return reply_spec(t);
+    return ReplyTableSpec(asker, t.id);
   }
   if (Status b = CheckBudget(spec, tables_.size()); !b.ok()) return ReplyError(from, h.request_id(), b);
   spec.id = static_cast<uint32_t>(tables_.size());
@@ -413,14 +405,23 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
   LOG_INFO << "table '" << spec.name << "' (" << ToString(spec.kind) << ", id " << spec.id << ") defined";
   PendingTable p;
   p.table_id = spec.id;
-  p.creator = {from, h.request_id()};
+  p.creator = asker;
   p.update_id = next_update_id_++;
   p.deadline = Clock::now() + opts_.ack_timeout;
   for (uint32_t r = 0; r < servers_.size(); ++r)
     if (servers_[r].registered && servers_[r].alive) p.waiting_for.insert(r);
   BroadcastUpdate(p.update_id);
-  if (p.waiting_for.empty()) return reply_spec(spec);
+  if (p.waiting_for.empty()) return ReplyTableSpec(asker, spec.id);
   pending_tables_.push_back(std::move(p));
+}
+
+void Coordinator::ReplyTableSpec(const Waiter& to, uint32_t table) {
+  fbb_.Clear();
+  auto body = wire::BuildTableSpec(fbb_, tables_[table]);
+  wire::Fields f;
+  f.request_id = to.request_id;
+  f.table = table;
+  Reply(to.routing_id, wire::Encode(fbb_, f, wire::Body::TableSpec, body.Union()));
 }
 
 void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
@@ -433,27 +434,14 @@ void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
       LOG_INFO << "every server holds the shard map: the cluster is ready";
       for (const auto& w : cluster_waiters_) ReplyCluster(w.routing_id, w.request_id, 0);
       cluster_waiters_.clear();
-      for (size_t i = 0; i < table_waiters_.size(); ++i) {  // CreateTable resent to a resumed coordinator
-        fbb_.Clear();
-        auto body = wire::BuildTableSpec(fbb_, tables_[table_waiter_specs_[i]]);
-        wire::Fields f;
-        f.request_id = table_waiters_[i].request_id;
-        f.table = table_waiter_specs_[i];
-        Reply(table_waiters_[i].routing_id, wire::Encode(fbb_, f, wire::Body::TableSpec, body.Union()));
-      }
+      for (const auto& [w, table] : table_waiters_) ReplyTableSpec(w, table);  // resent to a resumed coordinator
       table_waiters_.clear();
-      table_waiter_specs_.clear();
     }
   }
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
     if (it->update_id <= h.request_id()) it->waiting_for.erase(static_cast<uint32_t>(rank));
     if (it->waiting_for.empty()) {
-      fbb_.Clear();
-      auto body = wire::BuildTableSpec(fbb_, tables_[it->table_id]);
-      wire::Fields f;
-      f.request_id = it->creator.request_id;
-      f.table = it->table_id;
-      Reply(it->creator.routing_id, wire::Encode(fbb_, f, wire::Body::TableSpec, body.Union()));
+      ReplyTableSpec(it->creator, it->table_id);
       it = pending_tables_.erase(it);
     } else {
       ++it;

@@ -82,7 +82,6 @@ class Coordinator {
   // the snapshot to start from and takes its tables.
   Status Bind();
   const std::string& endpoint() const { return endpoint_; }
-  bool resumed() const { return resumed_; }  // Bind() took a saved job's state
   // Serves until a Shutdown request or `stop` becomes true.
   Status Run(const std::atomic<bool>& stop);
 
@@ -294,8 +293,11 @@ class Coordinator {
   // A snapshot's manifest becomes where the job restarts from (--restore,
   // a rollback).
   void AdoptRestorePoint(const std::string& dir, const snapshot::Manifest& m);
-  std::vector<Waiter> table_waiters_;  // CreateTable of a known table while a resumed cluster is not ready
-  std::vector<uint32_t> table_waiter_specs_;  // ... and the table each asked for
+  // CreateTable of a known table while a resumed cluster is not ready: the
+  // asker and the table.
+  std::vector<std::pair<Waiter, uint32_t>> table_waiters_;
+  // The answer to a CreateTable: the table's spec (and id).
+  void ReplyTableSpec(const Waiter& to, uint32_t table);
   // A restored job resumes there: pools before `resume_pool_` are finished,
   // that one starts at `resume_position_`.
   uint64_t resume_pool_ = 0, resume_position_ = 0;

@@ -612,11 +612,8 @@ void Server::Join(const wire::Header& h, std::vector<zmq::message_t>& frames) {
     // It starts with the fastest live worker (under sync: at least the
     // clock being applied), so nobody waits for it to catch up, and it
     // waits for the others as the model says.
+    int64_t start = MaxClock();  // (it is still joining: not counted)
     joining_[rank] = 0;
-    int64_t start = -1;
-    for (size_t r = 0; r < clocks_.size(); ++r)
-      if (live_[r] && !joining_[r] && static_cast<int>(r) != rank) start = std::max(start, clocks_[r]);
-    if (start < 0) start = std::max(clocks_[rank], MaxClock());
     if (view_.consistency == Consistency::kSync) start = std::max(start, applied_clock_);
     clocks_[rank] = start;
     LOG_INFO << "worker " << rank << " joined at clock " << start;

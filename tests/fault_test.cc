@@ -99,7 +99,7 @@ TEST_F(FaultTest, PerClockClaimsCutEachClockInRankOrderAndEndTogether) {
 // point: no heartbeats, no Leave.
 class RawWorker {
  public:
-  RawWorker(zmq::context_t& ctx, int rank) : rank_(rank) {}
+  explicit RawWorker(int rank) : rank_(rank) {}
   Status Send(zmq::socket_t& s, wire::Fields f, flatbuffers::Offset<void> body = {},
               wire::Body type = wire::Body::NONE, const float* values = nullptr, size_t n = 0) {
     f.request_id = ++id_;
@@ -135,14 +135,15 @@ class RawWorker {
     if (s.ok()) *g = WorkRange{h_->body_as_WorkGrant()->begin(), h_->body_as_WorkGrant()->end()};
     return s;
   }
-  Status Push(zmq::socket_t& server, uint32_t table, uint64_t rows, const float* g) {
+  // Rows [0, rows) of `table`; `seq` 0: the next push sequence number.
+  Status Push(zmq::socket_t& server, uint32_t table, uint64_t rows, const float* g, uint64_t seq = 0) {
     fbb_.Clear();
     wire::Fields f;
     f.type = wire::MsgType::Push;
     f.table = table;
     f.row_begin = 0;
     f.row_end = rows;
-    f.seq = ++seq_;
+    f.seq = seq ? seq : ++seq_;
     return Send(server, f, {}, wire::Body::NONE, g, rows);
   }
   Status Tick(zmq::socket_t& server) {
@@ -179,7 +180,7 @@ TEST_F(FaultTest, ADeadWorkersBatchGoesToTheNextClaimerAndItsRankRejoins) {
   server.set(zmq::sockopt::linger, 0);
   coord.connect(cluster_.coordinator());
   server.connect(cluster_.ServerEndpoint(0));
-  RawWorker w1(ctx, 1);
+  RawWorker w1(1);
   ASSERT_TRUE(w1.Register(coord).ok());
   auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
   ASSERT_TRUE(w0);
@@ -302,37 +303,16 @@ TEST_F(FaultTest, APushRetriedAfterALostReplyIsAppliedOnce) {
   Table t;
   ASSERT_TRUE(w->CreateTable(spec, &t).ok());
 
+  // Rank 0's pushes, numbered by hand (its client `w` pushes nothing).
   zmq::context_t ctx(1);
-  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
-  raw.set(zmq::sockopt::linger, 0);
-  raw.connect(cluster_.ServerEndpoint(0));
-  flatbuffers::FlatBufferBuilder fbb;
-  std::vector<uint64_t> scratch;
+  zmq::socket_t server(ctx, zmq::socket_type::dealer);
+  server.set(zmq::sockopt::linger, 0);
+  server.connect(cluster_.ServerEndpoint(0));
+  RawWorker raw(0);
   const float one = 1.0f;
-  auto push = [&](uint64_t request_id, uint64_t seq, bool read_reply) {
-    wire::Fields f;
-    f.type = wire::MsgType::Push;
-    f.request_id = request_id;
-    f.role = wire::Role::Worker;
-    f.rank = 0;
-    f.table = t.id;
-    f.row_begin = 0;
-    f.row_end = 1;
-    f.seq = seq;
-    raw.send(wire::EncodeSimple(fbb, f), zmq::send_flags::sndmore);
-    raw.send(zmq::message_t(&one, 4), zmq::send_flags::none);
-    if (!read_reply) return Status::OK();
-    zmq::pollitem_t items[] = {{raw.handle(), 0, ZMQ_POLLIN, 0}};
-    if (zmq::poll(items, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
-    zmq::message_t m;
-    (void)raw.recv(m);
-    const wire::Header* h = nullptr;
-    Status st = wire::ParseHeader(m, scratch, &h);
-    return st.ok() ? wire::ReplyStatus(h) : st;
-  };
-  ASSERT_TRUE(push(1, 1, true).ok());
-  ASSERT_TRUE(push(2, 1, true).ok());  // the same push again: answered, not applied
-  ASSERT_TRUE(push(3, 2, true).ok());  // the next one
+  ASSERT_TRUE(raw.Push(server, t.id, 1, &one, 1).ok());
+  ASSERT_TRUE(raw.Push(server, t.id, 1, &one, 1).ok());  // the same push again: answered, not applied
+  ASSERT_TRUE(raw.Push(server, t.id, 1, &one, 2).ok());  // the next one
   std::vector<float> out(1);
   ASSERT_TRUE(w->Pull(t, out).Wait().ok());
   EXPECT_FLOAT_EQ(out[0], -2.0f);
