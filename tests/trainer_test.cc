@@ -147,6 +147,44 @@ TEST_F(TrainerTest, BoundedWithAStragglerTrainsEveryBatchOnceBetweenThem) {
   EXPECT_GT(r0.result.final_accuracy, 0.8) << r0.out;
 }
 
+// One worker under async, so every update a push could have missed is its
+// own: with the next step's pulls sent behind each layer's push (the
+// default) no push is stale; sent after forward, before the pushes, every
+// push after the first of an epoch misses exactly its own previous step.
+Outcome TrainAlone(LocalCluster& cluster, TrainerOptions::PrefetchMode mode) {
+  ClusterOptions co;
+  co.servers = 2;
+  co.workers = 1;
+  co.consistency = "async";
+  Outcome r;
+  if (Status s = cluster.Start(co); !s.ok()) return r.status = s, r;
+  const Dataset train = Synthetic(512, 5), test = Synthetic(200, 6);
+  TrainerOptions o;
+  o.epochs = 2;
+  o.batch = 16;
+  o.progress_sec = 1000;
+  o.prefetch = mode;
+  TrainOne(cluster, 0, o, train, test, &r);
+  return r;
+}
+
+TEST_F(TrainerTest, AsyncPerLayerPrefetchReadsTheWorkersOwnStep) {
+  const Outcome r = TrainAlone(cluster_, TrainerOptions::PrefetchMode::kPerLayer);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString() << r.out;
+  EXPECT_EQ(r.result.batches, 2 * 32);
+  EXPECT_EQ(r.result.push_staleness_max, 0u) << r.out;
+  EXPECT_GT(r.result.final_accuracy, 0.9) << r.out;
+}
+
+TEST_F(TrainerTest, AsyncEarlyPrefetchMissesTheWorkersOwnStep) {
+  const Outcome r = TrainAlone(cluster_, TrainerOptions::PrefetchMode::kEarly);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString() << r.out;
+  EXPECT_EQ(r.result.push_staleness_max, 1u) << r.out;
+  // 31 of each epoch's 32 pushes are 1 stale (the first follows a fresh pull).
+  EXPECT_NEAR(r.result.push_staleness_mean, 31.0 / 32.0, 1e-9) << r.out;
+  EXPECT_GT(r.result.final_accuracy, 0.9) << r.out;
+}
+
 TEST_F(TrainerTest, TooLittleDataForOneBatchIsAClearError) {
   ClusterOptions co;
   co.servers = 1;

@@ -172,13 +172,16 @@ MlpTrainer::MlpTrainer(Client& ps, Device& dev, Mlp& mlp, std::vector<Table> wt,
     }
 }
 
+// pulls_[2l], pulls_[2l + 1]: layer l's weights and bias.
+void MlpTrainer::IssueLayerPulls(int l, bool ahead) {
+  std::span<float> w(pw_[l].data(), pw_[l].size()), b(pb_[l].data(), pb_[l].size());
+  pulls_[2 * l] = ahead ? ps_.Prefetch(wt_[l], w) : ps_.Pull(wt_[l], w);
+  pulls_[2 * l + 1] = ahead ? ps_.Prefetch(bt_[l], b) : ps_.Pull(bt_[l], b);
+}
+
 void MlpTrainer::IssuePulls(bool ahead) {
-  pulls_.clear();
-  for (int l = 0; l < L_; ++l) {
-    std::span<float> w(pw_[l].data(), pw_[l].size()), b(pb_[l].data(), pb_[l].size());
-    pulls_.push_back(ahead ? ps_.Prefetch(wt_[l], w) : ps_.Pull(wt_[l], w));
-    pulls_.push_back(ahead ? ps_.Prefetch(bt_[l], b) : ps_.Pull(bt_[l], b));
-  }
+  pulls_.assign(2 * L_, Request());
+  for (int l = 0; l < L_; ++l) IssueLayerPulls(l, ahead);
 }
 
 Status MlpTrainer::WaitPulls(int64_t* min_clock) {
@@ -301,25 +304,32 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   have_params_ = true;
   fills_this_clock_ = 0;
   mlp_.Forward(dx_.data(), n_);
-  const bool fetch_now = prefetch_early_ && !(o_.evaluator && last_of_epoch);
-  if (fetch_now) {
+  const bool ahead = prefetch_ahead_ && !(o_.evaluator && last_of_epoch);
+  const bool early = ahead && o_.prefetch == TrainerOptions::PrefetchMode::kEarly;
+  const bool per_layer = ahead && o_.prefetch == TrainerOptions::PrefetchMode::kPerLayer;
+  if (early) {
     // The parameters are on the device: fetch the next step's now, so they
     // travel while backward runs and the gradients are pushed.
     dev_.Sync();
     IssuePulls(true);
   }
   RETURN_IF_ERROR(DrainPushes());  // the previous step's gradient buffers are free again
+  if (per_layer) pulls_.assign(2 * L_, Request());
   mlp_.Backward(dx_.data(), dy_.data(), n_, dstats_.data(), [&](int l) {
     dev_.Download(gw_[l].data(), mlp_.grad_weight(l).data(), gw_[l].size());
     dev_.Download(gb_[l].data(), mlp_.grad_bias(l).data(), gb_[l].size());
     PushLayer(l, gw_[l].data(), gb_[l].data());
+    // Behind the push on each server's connection: the values include this
+    // step. (The downloads above waited for the device, which had long read
+    // the pulled values this pull overwrites.)
+    if (per_layer) IssueLayerPulls(l, true);
   });
   pending_fills_ = 0;
   RETURN_IF_ERROR(tick_.Wait());  // the previous tick (long answered)
   tick_ = ps_.ClockAsync();
   // Otherwise fetch now, after this step's pushes and tick: the servers
   // answer when the model allows.
-  if (!fetch_now) IssuePulls(false);
+  if (!ahead) IssuePulls(false);
   return Status::OK();
 }
 
@@ -410,8 +420,9 @@ Status MlpTrainer::Run(TrainResult* result) {
   // Under bounded staleness (s >= 1) and async the next step's pull may be
   // sent before this step's pushes (Client::Prefetch); under sync it would
   // only be parked, and the evaluator wants the end-of-epoch model.
-  prefetch_early_ = !o_.late_prefetch && (ps_.consistency() == Consistency::kAsync ||
-                                          (ps_.consistency() == Consistency::kBounded && ps_.staleness() >= 1));
+  prefetch_ahead_ = o_.prefetch != TrainerOptions::PrefetchMode::kLate &&
+                   (ps_.consistency() == Consistency::kAsync ||
+                    (ps_.consistency() == Consistency::kBounded && ps_.staleness() >= 1));
   EpochBatches batches(
       [this](uint64_t pool, uint64_t total, uint32_t max, const ClaimOptions& co, WorkRange* out) {
         return ps_.ClaimWork(pool, total, max, co, out);

@@ -126,7 +126,17 @@ struct TrainerOptions {
   int work_chunk = 8;
   int max_fill = 2;            // bounded: batches per clock trained while held back
   bool fill_at_once = true;    // push each at once (else with the next step, PushSteps)
-  bool late_prefetch = false;  // bounded/async: pull after the pushes, not during backward
+  // Bounded (s >= 1) and async: when the next step's parameters are fetched
+  // (under sync and s = 0 always after the tick).
+  //  kPerLayer: each layer's pull right after its push, during backward: the
+  //    servers handle it after this worker's step (one connection per server
+  //    is in order), the pulls of the layers done first travel while the
+  //    rest of backward runs.
+  //  kEarly: every pull after forward, before backward: the most overlap, but
+  //    the values miss this worker's own step (staleness >= 1 always).
+  //  kLate: after every push and the tick.
+  enum class PrefetchMode { kPerLayer, kEarly, kLate };
+  PrefetchMode prefetch = PrefetchMode::kPerLayer;
   double slowdown = 1.0;       // > 1: this worker is a straggler
   double progress_sec = 2.0;
   bool evaluator = false;      // evaluates on `test` after each epoch
@@ -165,6 +175,7 @@ class MlpTrainer {
 
  private:
   void IssuePulls(bool ahead);
+  void IssueLayerPulls(int l, bool ahead);
   Status WaitPulls(int64_t* min_clock);
   Status DrainPushes();
   void LoadBatch(const Batch& b);
@@ -186,7 +197,7 @@ class MlpTrainer {
   const TrainerOptions o_;
   const int L_, B_, rank_;
   BatchSource source_ = BatchSource::kShard;
-  bool pooled_ = false, prefetch_early_ = false;
+  bool pooled_ = false, prefetch_ahead_ = false;
   int n_ = 0;  // examples of the batch on the device
   std::vector<uint32_t> order_;  // the current epoch's example order (kShard: this worker's shard)
   int order_epoch_ = 0;

@@ -46,7 +46,7 @@ struct Options {
   uint64_t seed = 1;
   double slowdown = 1.0;
   int slow_rank = -1;  // -1: every worker is slowed down
-  bool late_prefetch = false;  // bounded/async: pull after the pushes, not during backward
+  std::string prefetch = "per-layer";  // bounded/async: when the next step's pulls go (TrainerOptions)
   double progress_sec = 2.0;
   std::string csv, save_params;
   double min_accuracy = -1;
@@ -138,7 +138,9 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   to.work_chunk = o.work_chunk;
   to.max_fill = o.max_fill;
   to.fill_at_once = o.fill_push == "at-once";
-  to.late_prefetch = o.late_prefetch;
+  to.prefetch = o.prefetch == "early"  ? TrainerOptions::PrefetchMode::kEarly
+                : o.prefetch == "late" ? TrainerOptions::PrefetchMode::kLate
+                                       : TrainerOptions::PrefetchMode::kPerLayer;
   to.slowdown = (o.slow_rank < 0 || o.slow_rank == rank) ? o.slowdown : 1.0;
   to.progress_sec = o.progress_sec;
   to.evaluator = evaluator;
@@ -329,7 +331,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--slowdown", o.slowdown, "run this many times slower (a straggler), e.g. 2")->check(CLI::Range(1.0, 1000.0))->capture_default_str();
   app.add_option("--slow-rank", o.slow_rank, "only this worker is slowed down (default: all)")->check(CLI::Range(-1, 65535));
-  app.add_flag("--late-prefetch", o.late_prefetch, "bounded/async: send the next step's pull after this step's pushes, not during backward");
+  app.add_option("--prefetch", o.prefetch, "bounded/async: when the next step's parameters are pulled: per-layer (each layer's pull right after its push, during backward), early (after forward, before the pushes: the values miss this worker's own step), late (after the pushes and the tick)")->check(CLI::IsMember({"per-layer", "early", "late"}))->capture_default_str();
   app.add_option("--progress-sec", o.progress_sec, "seconds between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "the evaluating worker writes (time, epoch, loss, accuracy) here");
   app.add_option("--save-params", o.save_params, "the evaluating worker writes the final parameters (float32) here");

@@ -239,11 +239,14 @@ class SHARDPS_EXPORT Client {
   Request PullView(const Table& t, RowRange rows, PulledRows* out);
   Request PullView(const Table& t, PulledRows* out);
   // The whole dense table as the *next* iteration (clock() + 1) may read it,
-  // issued before this iteration's pushes so that it travels while the
-  // caller computes. Under bounded staleness s >= 1 and async the servers
-  // may answer before this worker's own pushes of this iteration arrive
-  // (which the bound allows); under sync the answer waits for the end of
-  // this clock, like a Pull after Clock() would.
+  // issued before this iteration's tick so that it travels while the
+  // caller computes. Each server handles a client's requests in the order
+  // they were issued: a Prefetch issued after this iteration's Push of the
+  // table reads the values with that push applied (pushing a layer, then
+  // prefetching it, as backward goes); one issued before it may miss it
+  // (under bounded staleness s >= 1 and async the bound allows that).
+  // Under sync the answer waits for the end of this clock, like a Pull
+  // after Clock() would.
   Request Prefetch(const Table& t, std::span<float> out);
 
   // Ends this worker's current iteration: tells every server (in order after
