@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <thread>
 
@@ -18,6 +19,16 @@ double NowSeconds() {
 
 bool HeldBack(Consistency c, int64_t clock, uint32_t staleness, int64_t last_min_clock) {
   return c == Consistency::kBounded && clock - static_cast<int64_t>(staleness) > last_min_clock;
+}
+
+void HoldHistory::Add(bool held) {
+  bits_ = ((bits_ << 1) | (held ? 1u : 0u)) & ((1u << kWindow) - 1);
+  n_ = std::min(n_ + 1, kWindow);
+}
+
+bool HoldHistory::Persistent() const {
+  if (min_fraction_ <= 0) return true;
+  return n_ == kWindow && std::popcount(bits_) >= min_fraction_ * kWindow;
 }
 
 double StragglerSleep(double own, double quickest_pull, double slowdown) {
@@ -153,6 +164,7 @@ MlpTrainer::MlpTrainer(Client& ps, Device& dev, Mlp& mlp, std::vector<Table> wt,
       dy_(&dev, o.batch),
       dstats_(&dev, 2),
       on_device_(2 * mlp.num_layers()),
+      holds_(o.fill_when_held),
       recent_waits_(32, 1e9) {
   // Host buffers (page-locked on a GPU, so uploads run asynchronously).
   for (int l = 0; l < L_; ++l) {
@@ -448,10 +460,11 @@ Status MlpTrainer::Run(TrainResult* result) {
       if (b.n == 0) break;
       const double t0 = NowSeconds();
       LoadBatch(b);
-      const bool fill = source_ == BatchSource::kPool && have_params_ &&
+      const bool held = source_ == BatchSource::kPool && have_params_ &&
                         HeldBack(ps_.consistency(), ps_.clock(), ps_.staleness(), last_min_clock_) &&
-                        fills_this_clock_ < o_.max_fill &&
                         std::any_of(pulls_.begin(), pulls_.end(), [](const Request& q) { return !q.Done(); });
+      if (fills_this_clock_ == 0 && have_params_) holds_.Add(held);  // once per clock
+      const bool fill = held && fills_this_clock_ < o_.max_fill && holds_.Persistent();
       double waited = 0;
       if (fill)
         RETURN_IF_ERROR(FillStep());

@@ -29,6 +29,26 @@ double NowSeconds();  // steady clock
 // clocks behind this worker's clock.
 bool HeldBack(Consistency c, int64_t clock, uint32_t staleness, int64_t last_min_clock);
 
+// Whether the bound holds this worker back persistently (a straggler in
+// the job), from the last kWindow clocks: Add() once per clock whether its
+// pull was held when the batch was ready. Extra batches are trained only
+// then: two workers of the same speed on a busy machine are held back now
+// and then, and an extra batch on older parameters (2-4 updates stale) costs
+// more accuracy per epoch than the wait it saves (docs/consistency.md).
+class HoldHistory {
+ public:
+  static constexpr int kWindow = 16;
+  explicit HoldHistory(double min_fraction) : min_fraction_(min_fraction) {}
+  void Add(bool held);
+  // At least min_fraction of a full window was held (0: always true).
+  bool Persistent() const;
+
+ private:
+  double min_fraction_;
+  uint32_t bits_ = 0;  // the last kWindow clocks, newest in bit 0
+  int n_ = 0;          // clocks seen, up to kWindow
+};
+
 // A straggler (--slowdown k): the extra sleep after a step whose own share
 // took `own` seconds (compute and pushes) when the quickest recent pull took
 // `quickest_pull`: (own + quickest_pull) * (k - 1).
@@ -125,6 +145,7 @@ struct TrainerOptions {
   bool static_shards = false;  // own shard (every world-th example) instead of the pool
   int work_chunk = 8;
   int max_fill = 2;            // bounded: batches per clock trained while held back
+  double fill_when_held = 0.5;  // ... once at least this fraction of the last 16 clocks were held back
   bool fill_at_once = true;    // push each at once (else with the next step, PushSteps)
   // Bounded (s >= 1) and async: when the next step's parameters are fetched
   // (under sync and s = 0 always after the tick).
@@ -216,6 +237,7 @@ class MlpTrainer {
   std::vector<std::vector<PullStamp>> fill_based_;
   int pending_fills_ = 0;     // with-next: fills not pushed yet
   int fills_this_clock_ = 0;
+  HoldHistory holds_;
   bool have_params_ = false;
   int64_t stale_ = 0, last_min_clock_ = 0;
   std::vector<double> recent_waits_;

@@ -133,6 +133,22 @@ TEST(Trainer, HeldBackOnlyUnderBoundedStalenessBeyondTheBound) {
   EXPECT_TRUE(HeldBack(Consistency::kBounded, 1, 0, 0));
 }
 
+TEST(Trainer, ExtraBatchesOnlyWhenHeldBackPersistently) {
+  HoldHistory h(0.5);
+  for (int i = 0; i < HoldHistory::kWindow - 1; ++i) h.Add(true);
+  EXPECT_FALSE(h.Persistent());  // not a full window yet
+  h.Add(true);
+  EXPECT_TRUE(h.Persistent());
+  // Held at every other clock: exactly half of the window.
+  for (int i = 0; i < HoldHistory::kWindow; ++i) h.Add(i % 2 == 0);
+  EXPECT_TRUE(h.Persistent());
+  h.Add(false);  // the oldest held clock leaves the window, 7 of 16 remain
+  EXPECT_FALSE(h.Persistent());
+  for (int i = 0; i < HoldHistory::kWindow; ++i) h.Add(false);
+  EXPECT_FALSE(h.Persistent());
+  EXPECT_TRUE(HoldHistory(0).Persistent());  // 0: whenever held back
+}
+
 TEST(Trainer, AStragglerSleepsItsOwnShareTimesTheSlowdownLessOne) {
   EXPECT_DOUBLE_EQ(StragglerSleep(0.010, 0.002, 2.0), 0.012);
   EXPECT_DOUBLE_EQ(StragglerSleep(0.010, 0.002, 3.0), 0.024);
