@@ -1157,6 +1157,9 @@ Request Client::Pull(const Table& t, std::span<float> out) { return Pull(t, RowR
 Request Client::Prefetch(const Table& t, std::span<float> out) {
   return impl_->RangeRequest(false, t, RowRange{0, t.spec.rows}, out.data(), out.size(), 1);
 }
+Request Client::PullCurrent(const Table& t, std::span<float> out) {
+  return impl_->RangeRequest(false, t, RowRange{0, t.spec.rows}, out.data(), out.size(), clock() > 0 ? -1 : 0);
+}
 Request Client::Pull(const Table& t, RowRange rows, std::span<float> out) {
   return impl_->RangeRequest(false, t, rows, out.data(), out.size());
 }

@@ -341,6 +341,36 @@ TEST_F(ClusterTest, PrefetchReadsForTheNextClock) {
   for (size_t i = 0; i < next.size(); ++i) EXPECT_FLOAT_EQ(next[i], now[i] - 0.5f);
 }
 
+TEST_F(ClusterTest, PullCurrentReadsTheNewestValuesWhileTheNextClockIsHeldBack) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  o.consistency = "bounded";
+  o.staleness = 0;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto fast = Connect(cluster_, ClientRole::kWorker, 0);
+  auto slow = Connect(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(fast && slow);
+  Table w, ws;
+  ASSERT_TRUE(fast->CreateTable(DenseSpec("w", 100, 1), &w).ok());
+  ASSERT_TRUE(slow->CreateTable(DenseSpec("w", 100, 1), &ws).ok());
+  std::vector<float> before(w.size()), held(w.size()), now(w.size()), g(w.size(), 1.0f);
+  ASSERT_TRUE(fast->Pull(w, before).Wait().ok());
+  ASSERT_TRUE(fast->Push(w, g).Wait().ok());
+  ASSERT_TRUE(fast->Clock().ok());
+  // Clock 1 needs the slow worker at clock 1 (s = 0): held back.
+  Request next = fast->Pull(w, held);
+  EXPECT_EQ(next.Wait(1s).code(), Code::kTimeout);
+  // The clock already read (0): answered at once, with the push applied.
+  Request current = fast->PullCurrent(w, now);
+  ASSERT_TRUE(current.Wait(30s).ok());
+  EXPECT_FALSE(next.Done());
+  for (size_t i = 0; i < now.size(); ++i) EXPECT_FLOAT_EQ(now[i], before[i] - 0.5f);
+  ASSERT_TRUE(slow->Clock().ok());
+  ASSERT_TRUE(next.Wait(30s).ok());
+  EXPECT_EQ(next.min_clock(), 1);
+}
+
 TEST_F(ClusterTest, BarrierWaitsForEveryLiveWorkerAndALeavingWorkerReleasesIt) {
   ClusterOptions o;
   o.servers = 1;

@@ -174,6 +174,11 @@ MlpTrainer::MlpTrainer(Client& ps, Device& dev, Mlp& mlp, std::vector<Table> wt,
     gb_.emplace_back(&dev, mlp.bias_size(l));
   }
   const int max_fill = std::max(0, o.max_fill);
+  if (max_fill > 0 && o.fill_fresh)
+    for (int l = 0; l < L_; ++l) {
+      fpw_.emplace_back(&dev, mlp.weight_size(l));
+      fpb_.emplace_back(&dev, mlp.bias_size(l));
+    }
   fill_w_.resize(max_fill);
   fill_b_.resize(max_fill);
   fill_based_.resize(max_fill);
@@ -247,7 +252,10 @@ void MlpTrainer::UploadPulled() {
 // Layer l's push: the fills not pushed yet (with-next), then gw/gb (unless
 // null), each an optimizer step based on the parameters it was computed on.
 void MlpTrainer::PushLayer(int l, const float* gwl, const float* gbl) {
-  if (pending_fills_ == 0) {
+  // A plain push is stamped with the latest-issued pull waited on: after a
+  // fill on fresh values that is the fill's pull, not the one this step's
+  // parameters came from, so outside sync the stamp is given explicitly.
+  if (pending_fills_ == 0 && ps_.consistency() == Consistency::kSync) {
     pushes_.push_back(ps_.Push(wt_[l], std::span<const float>(gwl, gw_[l].size())));
     pushes_.push_back(ps_.Push(bt_[l], std::span<const float>(gbl, gb_[l].size())));
     return;
@@ -283,6 +291,25 @@ Status MlpTrainer::FillStep() {
   ++filled_;
   RETURN_IF_ERROR(DrainPushes());  // the fill buffers of earlier pushes must be free
   const int f = fills_this_clock_ - 1;
+  if (o_.fill_fresh) {
+    // The newest values the servers hold, at the clock already read (no
+    // wait for the slowest): the batch's gradient is then about as stale as
+    // a step's, not 2-4 updates (the parameters at hand miss this worker's
+    // last step and everything since its last pull).
+    std::vector<Request> fresh;
+    for (int l = 0; l < L_; ++l) {
+      fresh.push_back(ps_.PullCurrent(wt_[l], std::span<float>(fpw_[l].data(), fpw_[l].size())));
+      fresh.push_back(ps_.PullCurrent(bt_[l], std::span<float>(fpb_[l].data(), fpb_[l].size())));
+    }
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      RETURN_IF_ERROR(fresh[i].Wait());
+      on_device_[i] = fresh[i].stamp();
+    }
+    for (int l = 0; l < L_; ++l) {
+      dev_.Upload(mlp_.weight(l).data(), fpw_[l].data(), fpw_[l].size());
+      dev_.Upload(mlp_.bias(l).data(), fpb_[l].data(), fpb_[l].size());
+    }
+  }
   fill_based_[f] = on_device_;
   mlp_.Forward(dx_.data(), n_);
   mlp_.Backward(dx_.data(), dy_.data(), n_, dstats_.data(), [&](int l) {

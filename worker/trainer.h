@@ -146,6 +146,7 @@ struct TrainerOptions {
   int work_chunk = 8;
   int max_fill = 2;            // bounded: batches per clock trained while held back
   double fill_when_held = 0.5;  // ... once at least this fraction of the last 16 clocks were held back
+  bool fill_fresh = true;      // ... on the newest values (Client::PullCurrent), not the ones at hand
   bool fill_at_once = true;    // push each at once (else with the next step, PushSteps)
   // Bounded (s >= 1) and async: when the next step's parameters are fetched
   // (under sync and s = 0 always after the tick).
@@ -235,6 +236,7 @@ class MlpTrainer {
   // were computed on (fill_w_[f][l]).
   std::vector<std::vector<HostBuffer>> fill_w_, fill_b_;
   std::vector<std::vector<PullStamp>> fill_based_;
+  std::vector<HostBuffer> fpw_, fpb_;  // fill_fresh: the newest parameters, per layer
   int pending_fills_ = 0;     // with-next: fills not pushed yet
   int fills_this_clock_ = 0;
   HoldHistory holds_;

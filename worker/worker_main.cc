@@ -56,6 +56,7 @@ struct Options {
   int work_chunk = 8;          // batches per claim from the pool
   int max_fill = 2;            // batches per clock trained while the next parameters are on their way
   double fill_when_held = 0.5;  // ... once held back at this fraction of the last 16 clocks
+  std::string fill_params = "fresh";  // ... on the newest values, or "at-hand"
   std::string staleness_rule = "default";
   float dc_lambda = 0.04f;
   std::string fill_push = "at-once";  // or "with-next"
@@ -139,6 +140,7 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   to.work_chunk = o.work_chunk;
   to.max_fill = o.max_fill;
   to.fill_when_held = o.fill_when_held;
+  to.fill_fresh = o.fill_params == "fresh";
   to.fill_at_once = o.fill_push == "at-once";
   to.prefetch = o.prefetch == "early"  ? TrainerOptions::PrefetchMode::kEarly
                 : o.prefetch == "late" ? TrainerOptions::PrefetchMode::kLate
@@ -347,6 +349,7 @@ int main(int argc, char** argv) {
   app.add_option("--fill-push", o.fill_push, "bounded: a batch trained while held back is pushed at once, or with the next step's gradients (as steps of one push)")->check(CLI::IsMember({"at-once", "with-next"}))->capture_default_str();
   app.add_option("--max-fill", o.max_fill, "bounded/async: batches per clock trained on the current parameters while the next ones are held back (0: wait); each is its own optimizer step, pushed with the next step's gradients")->check(CLI::Range(0, 63))->capture_default_str();
   app.add_option("--fill-when-held", o.fill_when_held, "bounded: train such batches only while held back at least this fraction of the last 16 clocks (a persistent straggler; 0: whenever held back)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--fill-params", o.fill_params, "bounded: such a batch trains on the newest values the servers hold (fresh: one pull at the clock already read, answered at once) or on the parameters at hand")->check(CLI::IsMember({"fresh", "at-hand"}))->capture_default_str();
   app.add_option("--examples", o.examples, "sparse-lr: training examples")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--id-space", o.id_space, "sparse-lr: feature ids")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--ids-per-example", o.ids_per_example, "sparse-lr: features per example")->check(CLI::Range(1, 10000))->capture_default_str();

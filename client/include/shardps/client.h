@@ -248,6 +248,12 @@ class SHARDPS_EXPORT Client {
   // Under sync the answer waits for the end of this clock, like a Pull
   // after Clock() would.
   Request Prefetch(const Table& t, std::span<float> out);
+  // The whole dense table's newest values, answered at once: a pull tagged
+  // with the clock before clock() (the last one this worker has read at,
+  // which the model already allowed). For extra work between two clocks —
+  // while the next clock's pull is held back for the slowest worker — on
+  // fresher parameters than the ones at hand. At clock 0 a plain Pull.
+  Request PullCurrent(const Table& t, std::span<float> out);
 
   // Ends this worker's current iteration: tells every server (in order after
   // this worker's pushes) and advances clock() by one. Workers only.
