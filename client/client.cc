@@ -26,6 +26,8 @@ namespace shardps {
 namespace detail {
 
 constexpr uint64_t kNoVersion = ~0ull;
+// RangeRequest's clock_ahead for Client::PullCurrent: clock() - 1, at least 0.
+constexpr int64_t kPreviousClock = INT64_MIN;
 
 // Per table, the versions of the latest-issued pull a caller waited on: what
 // a Push without an explicit stamp was computed on.
@@ -488,6 +490,9 @@ class ClientImpl {
     auto call = NewDataCall(push, t, servers);
     call->parts_left = static_cast<int>(segs.size());
     const auto bases = push ? StepBases(t, steps, nsteps) : decltype(StepBases(t, steps, nsteps)){};
+    // One read for every part (another thread may tick meanwhile).
+    const int64_t now = clock_.load(std::memory_order_relaxed);
+    const int64_t clock = clock_ahead == kPreviousClock ? std::max<int64_t>(0, now - 1) : now + clock_ahead;
     thread_local flatbuffers::FlatBufferBuilder fbb;
     for (const auto& sg : segs) {
       Outgoing o;
@@ -501,7 +506,7 @@ class ClientImpl {
       f.role = role_wire();
       f.rank = rank_;
       f.table = t.id;
-      f.clock = clock_.load(std::memory_order_relaxed) + clock_ahead;
+      f.clock = clock;
       f.row_begin = sg.begin;
       f.row_end = sg.end;
       std::vector<uint64_t> seg_bases;
@@ -1158,7 +1163,7 @@ Request Client::Prefetch(const Table& t, std::span<float> out) {
   return impl_->RangeRequest(false, t, RowRange{0, t.spec.rows}, out.data(), out.size(), 1);
 }
 Request Client::PullCurrent(const Table& t, std::span<float> out) {
-  return impl_->RangeRequest(false, t, RowRange{0, t.spec.rows}, out.data(), out.size(), clock() > 0 ? -1 : 0);
+  return impl_->RangeRequest(false, t, RowRange{0, t.spec.rows}, out.data(), out.size(), detail::kPreviousClock);
 }
 Request Client::Pull(const Table& t, RowRange rows, std::span<float> out) {
   return impl_->RangeRequest(false, t, rows, out.data(), out.size());

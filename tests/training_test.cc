@@ -128,12 +128,12 @@ TEST_F(TrainingTest, AsyncWithADelayedWorkerWeighsStaleGradientsAndLearns) {
     max[std::stoi((*it)[1])] = std::stol((*it)[3]);
   }
   ASSERT_EQ(mean.size(), 2u) << out;
-  // Nearly every push of a prefetching worker misses at least its own
-  // previous one (not the first after a pull that was not a prefetch).
-  EXPECT_GT(mean[0], 0.5) << out;
-  EXPECT_GT(mean[1], 0.5) << out;
-  // The slow worker's gradients miss the fast one's many updates.
-  EXPECT_GT(max[1], 1) << out;
+  // The workers read their own steps (per-layer prefetch): a push misses
+  // only the other worker's, which arrive while it computes (or, for the
+  // slow one, sleeps) — about one per push here, and at times several.
+  EXPECT_GT(mean[0], 0.0) << out;
+  EXPECT_GT(mean[1], 0.0) << out;
+  EXPECT_GE(std::max(max[0], max[1]), 2) << out;
 }
 
 TEST_F(TrainingTest, SparseLogisticRegressionLearnsTheClickModel) {

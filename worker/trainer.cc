@@ -282,15 +282,18 @@ Status MlpTrainer::FlushFills() {
 }
 
 // Pooled, held back: rather than idle while the bound holds the next
-// clock's parameters back, train this batch on the parameters at hand (the
-// ones the bound allowed for this clock). It is an optimizer step of its
-// own, based on the pull those parameters came from; each such batch is one
-// the slower workers do not have to train.
+// clock's parameters back, train this batch on the newest values (or, with
+// fill_fresh off, the parameters at hand: the ones the bound allowed for
+// this clock). It is an optimizer step of its own, based on the pull its
+// parameters came from; each such batch is one the slower workers do not
+// have to train.
 Status MlpTrainer::FillStep() {
   ++fills_this_clock_;
   ++filled_;
   RETURN_IF_ERROR(DrainPushes());  // the fill buffers of earlier pushes must be free
-  const int f = fills_this_clock_ - 1;
+  // The buffers of the fills not pushed yet (with-next) are taken; pushed
+  // ones (at once, or flushed at an epoch's end) are free again.
+  const int f = pending_fills_;
   if (o_.fill_fresh) {
     // The newest values the servers hold, at the clock already read (no
     // wait for the slowest): the batch's gradient is then about as stale as
@@ -419,6 +422,8 @@ Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, const Epo
   int64_t mc = INT64_MAX;
   RETURN_IF_ERROR(WaitPulls(&mc));
   UploadPulled();
+  // (A batch trained on these before the next step is based on them.)
+  for (size_t i = 0; i < pulls_.size(); ++i) on_device_[i] = pulls_[i].stamp();
   r->final_accuracy = Evaluate();
   const double mean_loss = epoch_loss / std::max(1, trained);
   // How much of the epoch was trained: the examples its pool handed out

@@ -253,6 +253,10 @@ class SHARDPS_EXPORT Client {
   // which the model already allowed). For extra work between two clocks —
   // while the next clock's pull is held back for the slowest worker — on
   // fresher parameters than the ones at hand. At clock 0 a plain Pull.
+  // Answered at once when this worker has read at clock() - 1 already.
+  // Waited on, it becomes the table's latest pull, the one a plain Push is
+  // stamped with: to push a gradient computed on another pull's values,
+  // use PushSteps with that pull's stamp().
   Request PullCurrent(const Table& t, std::span<float> out);
 
   // Ends this worker's current iteration: tells every server (in order after
