@@ -196,6 +196,20 @@ void MlpTrainer::IssueLayerPulls(int l, bool ahead) {
   pulls_[2 * l + 1] = ahead ? ps_.Prefetch(bt_[l], b) : ps_.Pull(bt_[l], b);
 }
 
+// fill_fresh: layer l's newest values for an extra batch (Client::PullCurrent).
+void MlpTrainer::IssueFreshLayer(int l) {
+  fresh_[2 * l] = ps_.PullCurrent(wt_[l], std::span<float>(fpw_[l].data(), fpw_[l].size()));
+  fresh_[2 * l + 1] = ps_.PullCurrent(bt_[l], std::span<float>(fpb_[l].data(), fpb_[l].size()));
+}
+
+// Fresh values sent ahead for an extra batch that did not come: they are
+// old by now, and their buffers are about to be written again.
+Status MlpTrainer::DropFresh() {
+  for (auto& r : fresh_) RETURN_IF_ERROR(r.Wait());
+  fresh_.clear();
+  return Status::OK();
+}
+
 void MlpTrainer::IssuePulls(bool ahead) {
   pulls_.assign(2 * L_, Request());
   for (int l = 0; l < L_; ++l) IssueLayerPulls(l, ahead);
@@ -298,21 +312,25 @@ Status MlpTrainer::FillStep() {
     // The newest values the servers hold, at the clock already read (no
     // wait for the slowest): the batch's gradient is then about as stale as
     // a step's, not 2-4 updates (the parameters at hand miss this worker's
-    // last step and everything since its last pull).
-    std::vector<Request> fresh;
-    for (int l = 0; l < L_; ++l) {
-      fresh.push_back(ps_.PullCurrent(wt_[l], std::span<float>(fpw_[l].data(), fpw_[l].size())));
-      fresh.push_back(ps_.PullCurrent(bt_[l], std::span<float>(fpb_[l].data(), fpb_[l].size())));
+    // last step and everything since its last pull). Usually sent ahead,
+    // layer by layer behind the last pushes (below and in Step).
+    if (fresh_.empty()) {
+      fresh_.assign(2 * L_, Request());
+      for (int l = 0; l < L_; ++l) IssueFreshLayer(l);
     }
-    for (size_t i = 0; i < fresh.size(); ++i) {
-      RETURN_IF_ERROR(fresh[i].Wait());
-      on_device_[i] = fresh[i].stamp();
+    for (size_t i = 0; i < fresh_.size(); ++i) {
+      RETURN_IF_ERROR(fresh_[i].Wait());
+      on_device_[i] = fresh_[i].stamp();
     }
+    fresh_.clear();
     for (int l = 0; l < L_; ++l) {
       dev_.Upload(mlp_.weight(l).data(), fpw_[l].data(), fpw_[l].size());
       dev_.Upload(mlp_.bias(l).data(), fpb_[l].data(), fpb_[l].size());
     }
   }
+  // Another extra batch may follow: its values go behind this one's pushes.
+  const bool fresh_ahead = o_.fill_fresh && o_.fill_at_once && fills_this_clock_ < o_.max_fill;
+  if (fresh_ahead) fresh_.assign(2 * L_, Request());
   fill_based_[f] = on_device_;
   mlp_.Forward(dx_.data(), n_);
   mlp_.Backward(dx_.data(), dy_.data(), n_, dstats_.data(), [&](int l) {
@@ -325,6 +343,7 @@ Status MlpTrainer::FillStep() {
       pushes_.push_back(ps_.PushSteps(wt_[l], sw));
       pushes_.push_back(ps_.PushSteps(bt_[l], sb));
     }
+    if (fresh_ahead) IssueFreshLayer(l);  // (the download above waited for the device)
   });
   if (!o_.fill_at_once) ++pending_fills_;
   return Status::OK();
@@ -336,6 +355,7 @@ Status MlpTrainer::FillStep() {
 Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   int64_t min_clock = INT64_MAX;
   const double w0 = NowSeconds();
+  RETURN_IF_ERROR(DropFresh());
   RETURN_IF_ERROR(WaitPulls(&min_clock));
   *waited = NowSeconds() - w0;
   recent_waits_[wait_i_++ % recent_waits_.size()] = *waited;
@@ -357,6 +377,12 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   }
   RETURN_IF_ERROR(DrainPushes());  // the previous step's gradient buffers are free again
   if (per_layer) pulls_.assign(2 * L_, Request());
+  // The next clock's pull will likely be held back and an extra batch
+  // trained: its fresh values go behind this step's pushes too.
+  const bool fresh_ahead = o_.fill_fresh && o_.max_fill > 0 && source_ == BatchSource::kPool &&
+                           HeldBack(ps_.consistency(), ps_.clock() + 1, ps_.staleness(), min_clock) &&
+                           holds_.Persistent();
+  if (fresh_ahead) fresh_.assign(2 * L_, Request());
   mlp_.Backward(dx_.data(), dy_.data(), n_, dstats_.data(), [&](int l) {
     dev_.Download(gw_[l].data(), mlp_.grad_weight(l).data(), gw_[l].size());
     dev_.Download(gb_[l].data(), mlp_.grad_bias(l).data(), gb_[l].size());
@@ -365,6 +391,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
     // step. (The downloads above waited for the device, which had long read
     // the pulled values this pull overwrites.)
     if (per_layer) IssueLayerPulls(l, true);
+    if (fresh_ahead) IssueFreshLayer(l);
   });
   pending_fills_ = 0;
   RETURN_IF_ERROR(tick_.Wait());  // the previous tick (long answered)
@@ -528,6 +555,7 @@ Status MlpTrainer::Run(TrainResult* result) {
   }
   RETURN_IF_ERROR(DrainPushes());
   RETURN_IF_ERROR(tick_.Wait());
+  RETURN_IF_ERROR(DropFresh());
   int64_t mc = INT64_MAX;
   RETURN_IF_ERROR(WaitPulls(&mc));
   r.seconds = NowSeconds() - t_start_;

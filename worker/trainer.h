@@ -198,6 +198,8 @@ class MlpTrainer {
  private:
   void IssuePulls(bool ahead);
   void IssueLayerPulls(int l, bool ahead);
+  void IssueFreshLayer(int l);
+  Status DropFresh();
   Status WaitPulls(int64_t* min_clock);
   Status DrainPushes();
   void LoadBatch(const Batch& b);
@@ -237,6 +239,7 @@ class MlpTrainer {
   std::vector<std::vector<HostBuffer>> fill_w_, fill_b_;
   std::vector<std::vector<PullStamp>> fill_based_;
   std::vector<HostBuffer> fpw_, fpb_;  // fill_fresh: the newest parameters, per layer
+  std::vector<Request> fresh_;        // ... their pulls (fresh_[2l], [2l + 1]), sent ahead of the extra batch
   int pending_fills_ = 0;     // with-next: fills not pushed yet
   int fills_this_clock_ = 0;
   HoldHistory holds_;
