@@ -256,10 +256,14 @@ void MlpTrainer::LoadBatch(const Batch& b) {
   dev_.Zero(dstats_.data(), 2);
 }
 
-void MlpTrainer::UploadPulled() {
+// The parameters that the (answered) pulls `from` read into `w`/`b` onto
+// the device, with their stamps: what the next batch is computed on.
+void MlpTrainer::LoadParams(const std::vector<Request>& from, const std::vector<HostBuffer>& w,
+                            const std::vector<HostBuffer>& b) {
+  for (size_t i = 0; i < from.size(); ++i) on_device_[i] = from[i].stamp();
   for (int l = 0; l < L_; ++l) {
-    dev_.Upload(mlp_.weight(l).data(), pw_[l].data(), pw_[l].size());
-    dev_.Upload(mlp_.bias(l).data(), pb_[l].data(), pb_[l].size());
+    dev_.Upload(mlp_.weight(l).data(), w[l].data(), w[l].size());
+    dev_.Upload(mlp_.bias(l).data(), b[l].data(), b[l].size());
   }
 }
 
@@ -318,15 +322,9 @@ Status MlpTrainer::FillStep() {
       fresh_.assign(2 * L_, Request());
       for (int l = 0; l < L_; ++l) IssueFreshLayer(l);
     }
-    for (size_t i = 0; i < fresh_.size(); ++i) {
-      RETURN_IF_ERROR(fresh_[i].Wait());
-      on_device_[i] = fresh_[i].stamp();
-    }
+    for (auto& r : fresh_) RETURN_IF_ERROR(r.Wait());
+    LoadParams(fresh_, fpw_, fpb_);
     fresh_.clear();
-    for (int l = 0; l < L_; ++l) {
-      dev_.Upload(mlp_.weight(l).data(), fpw_[l].data(), fpw_[l].size());
-      dev_.Upload(mlp_.bias(l).data(), fpb_[l].data(), fpb_[l].size());
-    }
   }
   // Another extra batch may follow: its values go behind this one's pushes.
   const bool fresh_ahead = o_.fill_fresh && o_.fill_at_once && fills_this_clock_ < o_.max_fill;
@@ -361,8 +359,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   recent_waits_[wait_i_++ % recent_waits_.size()] = *waited;
   stale_ = std::max<int64_t>(0, ps_.clock() - min_clock);
   last_min_clock_ = min_clock;
-  for (size_t i = 0; i < pulls_.size(); ++i) on_device_[i] = pulls_[i].stamp();
-  UploadPulled();
+  LoadParams(pulls_, pw_, pb_);
   have_params_ = true;
   fills_this_clock_ = 0;
   mlp_.Forward(dx_.data(), n_);
@@ -448,9 +445,7 @@ Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, const Epo
   // last step: the model as of the end of this epoch.
   int64_t mc = INT64_MAX;
   RETURN_IF_ERROR(WaitPulls(&mc));
-  UploadPulled();
-  // (A batch trained on these before the next step is based on them.)
-  for (size_t i = 0; i < pulls_.size(); ++i) on_device_[i] = pulls_[i].stamp();
+  LoadParams(pulls_, pw_, pb_);  // (an extra batch before the next step is based on them)
   r->final_accuracy = Evaluate();
   const double mean_loss = epoch_loss / std::max(1, trained);
   // How much of the epoch was trained: the examples its pool handed out

@@ -33,8 +33,8 @@ bool HeldBack(Consistency c, int64_t clock, uint32_t staleness, int64_t last_min
 // the job), from the last kWindow clocks: Add() once per clock whether its
 // pull was held when the batch was ready. Extra batches are trained only
 // then: two workers of the same speed on a busy machine are held back now
-// and then, and an extra batch on older parameters (2-4 updates stale) costs
-// more accuracy per epoch than the wait it saves (docs/consistency.md).
+// and then, and extra batches then cost more accuracy per epoch than the
+// short waits they save (docs/consistency.md).
 class HoldHistory {
  public:
   static constexpr int kWindow = 16;
@@ -210,7 +210,8 @@ class MlpTrainer {
   Status Step(bool last_of_epoch, double* waited);
   Status EndEpoch(int epoch, double epoch_loss, int trained, const EpochBatches& batches, TrainResult* r);
   double Evaluate();
-  void UploadPulled();
+  void LoadParams(const std::vector<Request>& from, const std::vector<HostBuffer>& w,
+                  const std::vector<HostBuffer>& b);
 
   Client& ps_;
   Device& dev_;
