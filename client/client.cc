@@ -1081,6 +1081,23 @@ uint64_t Request::staleness() const {
   return call_->staleness;
 }
 
+int64_t PullStamp::UpdatesSince(const PullStamp& earlier) const {
+  if (!versions_ || !earlier.versions_ || table_ != earlier.table_ ||
+      versions_->size() != earlier.versions_->size())
+    return -1;
+  constexpr int kCountBits = 48;  // below the server's incarnation tag (server.h)
+  constexpr uint64_t kCount = (1ull << kCountBits) - 1;
+  int64_t most = -1;
+  for (size_t i = 0; i < versions_->size(); ++i) {
+    const uint64_t now = (*versions_)[i], then = (*earlier.versions_)[i];
+    if (now == detail::kNoVersion && then == detail::kNoVersion) continue;  // a server neither read
+    if (now == detail::kNoVersion || then == detail::kNoVersion || now >> kCountBits != then >> kCountBits) return -1;
+    if ((now & kCount) < (then & kCount)) return -1;  // `earlier` is the later one
+    most = std::max(most, static_cast<int64_t>((now & kCount) - (then & kCount)));
+  }
+  return most;
+}
+
 PullStamp Request::stamp() const {
   PullStamp s;
   if (!call_) return s;

@@ -212,6 +212,39 @@ TEST_F(StalenessTest, AStaleGradientIsWeighedByItsStalenessAndReported) {
   EXPECT_EQ(Sample(m, "shardps_push_steps_total"), 12) << m;
 }
 
+// What a worker's weight prediction measures (worker/trainer.h): the
+// updates between two of its pulls, by any worker, on every server.
+TEST_F(StalenessTest, TwoStampsSayHowManyUpdatesLayBetweenThePulls) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  o.consistency = "async";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  auto w1 = testing::ConnectClient(cluster_, ClientRole::kWorker, 1);
+  ASSERT_TRUE(w0 && w1);
+  Table t, u;
+  ASSERT_TRUE(w0->CreateTable(Spec("a", OptimizerKind::kSGD), &t).ok());
+  ASSERT_TRUE(w0->CreateTable(Spec("b", OptimizerKind::kSGD), &u).ok());
+  ASSERT_TRUE(w1->GetTable("a", &t).ok());
+  std::vector<float> out(300 * 3), other(300 * 3);
+  const std::vector<float> g = Gradient(300 * 3, 1);
+  Request first = w1->Pull(t, out);
+  ASSERT_TRUE(first.Wait().ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(w0->Push(t, g).Wait().ok());
+  ASSERT_TRUE(w1->Push(t, g).Wait().ok());
+  Request second = w1->Pull(t, out);
+  ASSERT_TRUE(second.Wait().ok());
+  EXPECT_EQ(second.stamp().UpdatesSince(first.stamp()), 3);
+  EXPECT_EQ(second.stamp().UpdatesSince(second.stamp()), 0);
+  EXPECT_EQ(first.stamp().UpdatesSince(second.stamp()), -1);  // the other way round
+  Request of_u = w0->Pull(u, other);
+  ASSERT_TRUE(of_u.Wait().ok());
+  EXPECT_EQ(second.stamp().UpdatesSince(of_u.stamp()), -1);  // another table
+  EXPECT_EQ(second.stamp().UpdatesSince(PullStamp()), -1);
+  EXPECT_EQ(PullStamp().UpdatesSince(first.stamp()), -1);
+}
+
 // Delay compensation, by hand: worker 1 reads w = 0; worker 0 takes w to -3;
 // worker 1's gradient 1 becomes 1 + lambda * 1 * 1 * (-3 - 0) = -0.5 with
 // lambda 0.5, and SGD at lr 1 makes w = -3 + 0.5. A push based on a pull the

@@ -151,7 +151,7 @@ TEST_F(TrainerTest, BoundedWithAStragglerTrainsEveryBatchOnceBetweenThem) {
 // own: with the next step's pulls sent behind each layer's push (the
 // default) no push is stale; sent after forward, before the pushes, every
 // push after the first of an epoch misses exactly its own previous step.
-Outcome TrainAlone(LocalCluster& cluster, TrainerOptions::PrefetchMode mode) {
+Outcome TrainAlone(LocalCluster& cluster, TrainerOptions::PrefetchMode mode, double predict = 1.0) {
   ClusterOptions co;
   co.servers = 2;
   co.workers = 1;
@@ -164,6 +164,7 @@ Outcome TrainAlone(LocalCluster& cluster, TrainerOptions::PrefetchMode mode) {
   o.batch = 16;
   o.progress_sec = 1000;
   o.prefetch = mode;
+  o.predict = predict;
   TrainOne(cluster, 0, o, train, test, &r);
   return r;
 }
@@ -174,6 +175,29 @@ TEST_F(TrainerTest, AsyncPerLayerPrefetchReadsTheWorkersOwnStep) {
   EXPECT_EQ(r.result.batches, 2 * 32);
   EXPECT_EQ(r.result.push_staleness_max, 0u) << r.out;
   EXPECT_GT(r.result.final_accuracy, 0.9) << r.out;
+  EXPECT_EQ(r.result.prediction, 0.0) << r.out;  // nothing stale: nothing to predict
+}
+
+// Weight prediction extrapolates by the staleness share of the drift: with
+// no stale push it leaves the values pulled alone, and the run is the same
+// one, loss for loss, as without it.
+TEST_F(TrainerTest, PredictionChangesNothingWhenNoPushIsStale) {
+  const Outcome with = TrainAlone(cluster_, TrainerOptions::PrefetchMode::kPerLayer, 1.0);
+  LocalCluster other;
+  const Outcome without = TrainAlone(other, TrainerOptions::PrefetchMode::kPerLayer, 0.0);
+  ASSERT_TRUE(with.status.ok()) << with.status.ToString() << with.out;
+  ASSERT_TRUE(without.status.ok()) << without.status.ToString() << without.out;
+  EXPECT_EQ(with.result.final_accuracy, without.result.final_accuracy);
+  auto epochs = [](const std::string& out) {  // the epoch lines up to their time
+    std::string lines;
+    for (size_t at = out.find("| epoch "); at != std::string::npos; at = out.find("| epoch ", at + 1))
+      lines += out.substr(at, out.find("% |", at) - at) + "\n";
+    return lines;
+  };
+  EXPECT_FALSE(epochs(with.out).empty()) << with.out;
+  EXPECT_EQ(epochs(with.out), epochs(without.out));
+  EXPECT_NE(with.out.find("predicted 0.00 of a step ahead"), std::string::npos) << with.out;
+  EXPECT_EQ(without.out.find("predicted"), std::string::npos) << without.out;
 }
 
 TEST_F(TrainerTest, AsyncEarlyPrefetchMissesTheWorkersOwnStep) {
@@ -183,6 +207,10 @@ TEST_F(TrainerTest, AsyncEarlyPrefetchMissesTheWorkersOwnStep) {
   // 31 of each epoch's 32 pushes are 1 stale (the first follows a fresh pull).
   EXPECT_NEAR(r.result.push_staleness_mean, 31.0 / 32.0, 1e-9) << r.out;
   EXPECT_GT(r.result.final_accuracy, 0.9) << r.out;
+  // Every push lands one update after its pull, and a load is one update
+  // after the one before: the batches were computed a whole update ahead
+  // (the staleness mean starts at 0 and is near 1 by the end).
+  EXPECT_NEAR(r.result.prediction, 1.0, 0.02) << r.out;
 }
 
 TEST_F(TrainerTest, TooLittleDataForOneBatchIsAClearError) {

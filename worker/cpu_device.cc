@@ -81,6 +81,17 @@ class CpuDevice final : public Device {
     }
   }
   void Zero(float* x, size_t n) override { std::fill(x, x + n, 0.0f); }
+  void Extrapolate(float* w, float* prev, size_t n, float a) override {
+    if (a == 0.0f) {
+      std::copy_n(w, n, prev);
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const float t = w[i];
+      w[i] = t + a * (t - prev[i]);
+      prev[i] = t;
+    }
+  }
 };
 
 }  // namespace

@@ -37,6 +37,13 @@ __global__ void ReluBackwardKernel(float* g, const float* act, size_t n) {
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < n && !(act[i] > 0.0f)) g[i] = 0.0f;
 }
+__global__ void ExtrapolateKernel(float* w, float* prev, size_t n, float a) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float t = w[i];
+  w[i] = t + a * (t - prev[i]);
+  prev[i] = t;
+}
 // One thread per row: classes are few (10 for Fashion-MNIST).
 __global__ void SoftmaxXentKernel(const float* logits, const float* labels, int rows, int cols, float* grad,
                                   float* stats) {
@@ -126,6 +133,12 @@ class CudaDevice final : public Device {
   }
   void Zero(float* x, size_t n) override {
     Check(cudaMemsetAsync(x, 0, n * sizeof(float), stream_), "memset");
+  }
+  void Extrapolate(float* w, float* prev, size_t n, float a) override {
+    if (a == 0.0f)
+      Check(cudaMemcpyAsync(prev, w, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "copy");
+    else
+      ExtrapolateKernel<<<Blocks(n, 256), 256, 0, stream_>>>(w, prev, n, a);
   }
 
  private:

@@ -76,6 +76,11 @@ class Device {
   virtual void ColumnSum(const float* x, int rows, int cols, float* out) = 0;
   // out[j] = 0 for j < n.
   virtual void Zero(float* x, size_t n) = 0;
+  // Parameters extrapolated along their drift (weight prediction, the
+  // worker's --predict): for each i < n, t = w[i]; w[i] = t + a * (t - prev[i]);
+  // prev[i] = t. With a = 0, w is unchanged and prev takes it (prev is not
+  // read: it may hold anything, NaN included).
+  virtual void Extrapolate(float* w, float* prev, size_t n, float a) = 0;
 };
 
 // Host memory from Device::AllocHost, `size` floats. Movable.

@@ -2,6 +2,7 @@
 // skip, saying why.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -73,6 +74,34 @@ TEST_F(CudaVsCpu, SoftmaxCrossEntropyAndColumnSum) {
           [](Device* d, std::vector<float*>& p) { d->SoftmaxCrossEntropy(p[0], p[1], 64, 10, p[2], p[3]); }, 1e-3f);
   Compare({Random(50 * 20), std::vector<float>(20)}, 1, [](Device* d, std::vector<float*>& p) { d->ColumnSum(p[0], 50, 20, p[1]); });
   Compare({Random(100)}, 0, [](Device* d, std::vector<float*>& p) { d->Zero(p[0], 100); });
+  for (int out = 0; out < 2; ++out)  // the extrapolated values, then the values kept
+    Compare({Random(1000), Random(1000)}, out,
+            [](Device* d, std::vector<float*>& p) { d->Extrapolate(p[0], p[1], 1000, 0.45f); });
+}
+
+// The CPU backend against the definition (it is the reference above).
+TEST(CpuDevice, Extrapolate) {
+  auto d = MakeCpuDevice();
+  const std::vector<float> w0 = {1.0f, -2.0f, 0.5f}, prev0 = {0.5f, -2.5f, 0.5f};
+  DeviceBuffer w(d.get(), 3), prev(d.get(), 3);
+  d->Upload(w.data(), w0.data(), 3);
+  d->Upload(prev.data(), prev0.data(), 3);
+  d->Extrapolate(w.data(), prev.data(), 3, 0.5f);
+  std::vector<float> got(3), kept(3);
+  d->Download(got.data(), w.data(), 3);
+  d->Download(kept.data(), prev.data(), 3);
+  EXPECT_EQ(got, (std::vector<float>{1.25f, -1.75f, 0.5f}));
+  EXPECT_EQ(kept, w0);
+  // a = 0: unchanged, and kept, whatever prev held (a first load's is not
+  // initialised).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> junk = {nan, std::numeric_limits<float>::infinity(), nan};
+  d->Upload(prev.data(), junk.data(), 3);
+  d->Extrapolate(w.data(), prev.data(), 3, 0.0f);
+  d->Download(got.data(), w.data(), 3);
+  d->Download(kept.data(), prev.data(), 3);
+  EXPECT_EQ(got, (std::vector<float>{1.25f, -1.75f, 0.5f}));
+  EXPECT_EQ(kept, got);
 }
 
 TEST_F(CudaVsCpu, WholeMlpStep) {

@@ -31,6 +31,11 @@ bool HoldHistory::Persistent() const {
   return n_ == kWindow && std::popcount(bits_) >= min_fraction_ * kWindow;
 }
 
+double PredictionFactor(double k, double tau, int64_t between) {
+  if (k <= 0 || tau <= 0 || between <= 0) return 0.0;
+  return k * tau / static_cast<double>(between);
+}
+
 double StragglerSleep(double own, double quickest_pull, double slowdown) {
   if (slowdown <= 1.0) return 0.0;
   return std::max(0.0, own + quickest_pull) * (slowdown - 1.0);
@@ -229,6 +234,7 @@ Status MlpTrainer::DrainPushes() {
     const uint64_t st = r.staleness();
     stale_max_ = std::max(stale_max_, st);
     stale_sum_ += st;
+    tau_.Add(st);
     ++stale_n_;
   }
   pushes_.clear();
@@ -257,14 +263,27 @@ void MlpTrainer::LoadBatch(const Batch& b) {
 }
 
 // The parameters that the (answered) pulls `from` read into `w`/`b` onto
-// the device, with their stamps: what the next batch is computed on.
+// the device, with their stamps: what the next batch is computed on
+// (to_train: extrapolated when predicting; the evaluation takes them as read).
 void MlpTrainer::LoadParams(const std::vector<Request>& from, const std::vector<HostBuffer>& w,
-                            const std::vector<HostBuffer>& b) {
+                            const std::vector<HostBuffer>& b, bool to_train) {
   for (size_t i = 0; i < from.size(); ++i) on_device_[i] = from[i].stamp();
+  const bool predict = to_train && predicting_;
   for (int l = 0; l < L_; ++l) {
     dev_.Upload(mlp_.weight(l).data(), w[l].data(), w[l].size());
     dev_.Upload(mlp_.bias(l).data(), b[l].data(), b[l].size());
+    if (!predict) continue;
+    // Each table by its own drift (the first load, with nothing to
+    // extrapolate from, only keeps the values: a = 0).
+    float a[2];
+    for (int k = 0; k < 2; ++k)
+      a[k] = static_cast<float>(
+          PredictionFactor(o_.predict, tau_.mean(), on_device_[2 * l + k].UpdatesSince(prev_stamps_[2 * l + k])));
+    dev_.Extrapolate(mlp_.weight(l).data(), prev_w_[l].data(), w[l].size(), a[0]);
+    dev_.Extrapolate(mlp_.bias(l).data(), prev_b_[l].data(), b[l].size(), a[1]);
+    if (l == 0) last_a_ = a[0];
   }
+  if (predict) prev_stamps_ = on_device_;
 }
 
 // Layer l's push: the fills not pushed yet (with-next), then gw/gb (unless
@@ -323,7 +342,7 @@ Status MlpTrainer::FillStep() {
       for (int l = 0; l < L_; ++l) IssueFreshLayer(l);
     }
     for (auto& r : fresh_) RETURN_IF_ERROR(r.Wait());
-    LoadParams(fresh_, fpw_, fpb_);
+    LoadParams(fresh_, fpw_, fpb_, true);
     fresh_.clear();
   }
   // Another extra batch may follow: its values go behind this one's pushes.
@@ -359,7 +378,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   recent_waits_[wait_i_++ % recent_waits_.size()] = *waited;
   stale_ = std::max<int64_t>(0, ps_.clock() - min_clock);
   last_min_clock_ = min_clock;
-  LoadParams(pulls_, pw_, pb_);
+  LoadParams(pulls_, pw_, pb_, true);
   have_params_ = true;
   fills_this_clock_ = 0;
   mlp_.Forward(dx_.data(), n_);
@@ -445,7 +464,7 @@ Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, const Epo
   // last step: the model as of the end of this epoch.
   int64_t mc = INT64_MAX;
   RETURN_IF_ERROR(WaitPulls(&mc));
-  LoadParams(pulls_, pw_, pb_);  // (an extra batch before the next step is based on them)
+  LoadParams(pulls_, pw_, pb_, false);  // (an extra batch at hand before the next step is based on them)
   r->final_accuracy = Evaluate();
   const double mean_loss = epoch_loss / std::max(1, trained);
   // How much of the epoch was trained: the examples its pool handed out
@@ -486,6 +505,16 @@ Status MlpTrainer::Run(TrainResult* result) {
   // Under bounded staleness (s >= 1) and async the next step's pull may be
   // sent before this step's pushes (Client::Prefetch); under sync it would
   // only be parked, and the evaluator wants the end-of-epoch model.
+  // Weight prediction wherever a push may be stale: bounded (any s: the
+  // other workers' pushes of the same clock land in between) and async.
+  predicting_ = o_.predict > 0 && ps_.consistency() != Consistency::kSync;
+  if (predicting_ && prev_w_.empty()) {
+    prev_stamps_.assign(2 * L_, PullStamp());
+    for (int l = 0; l < L_; ++l) {
+      prev_w_.emplace_back(&dev_, mlp_.weight_size(l));
+      prev_b_.emplace_back(&dev_, mlp_.bias_size(l));
+    }
+  }
   prefetch_ahead_ = o_.prefetch != TrainerOptions::PrefetchMode::kLate &&
                    (ps_.consistency() == Consistency::kAsync ||
                     (ps_.consistency() == Consistency::kBounded && ps_.staleness() >= 1));
@@ -558,12 +587,15 @@ Status MlpTrainer::Run(TrainResult* result) {
   r.filled = filled_;
   r.push_staleness_max = stale_max_;
   r.push_staleness_mean = static_cast<double>(stale_sum_) / std::max<uint64_t>(1, stale_n_);
+  r.prediction = last_a_;
+  char predicted[64] = "";
+  if (predicting_) std::snprintf(predicted, sizeof predicted, " | predicted %.2f of a step ahead", last_a_);
   std::fprintf(o_.out,
                "worker %d | finished %d epochs in %.1f s | %ld batches (%ld while the next parameters were held back) | "
-               "%.0f samples/s | push staleness mean %.2f max %llu updates\n",
+               "%.0f samples/s | push staleness mean %.2f max %llu updates%s\n",
                rank_, r.epochs_done, r.seconds, r.batches, r.filled,
                static_cast<double>(progress.samples()) / std::max(1e-9, r.seconds), r.push_staleness_mean,
-               static_cast<unsigned long long>(r.push_staleness_max));
+               static_cast<unsigned long long>(r.push_staleness_max), predicted);
   std::fflush(o_.out);
   *result = r;
   return Status::OK();

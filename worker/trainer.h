@@ -49,6 +49,29 @@ class HoldHistory {
   int n_ = 0;          // clocks seen, up to kWindow
 };
 
+// Weight prediction (bounded staleness, async; docs/consistency.md,
+// "Predicted parameters"): a gradient is computed on the parameters
+// extrapolated to where they are expected to be when its push is applied,
+// w + a * (w - w_prev), w_prev the values loaded for the worker's previous
+// batch. The rows took `between` updates from w_prev to w (the pulls'
+// stamps, PullStamp::UpdatesSince), and a push lands about tau updates
+// after its pull (tau: the recent staleness of this worker's pushes):
+// a = k * tau / between, k the lookahead (--predict; 1: the expected
+// position, 2 (the default): twice as far, measured best for SGD, momentum
+// and Adam; 0: off). 0 when nothing is stale or `between` is not known.
+double PredictionFactor(double k, double tau, int64_t between);
+
+// Recent push staleness (updates), for the prediction: an exponential mean
+// over the last ~50 pushes' replies.
+class StalenessMean {
+ public:
+  void Add(uint64_t staleness) { mean_ += 0.02 * (static_cast<double>(staleness) - mean_); }
+  double mean() const { return mean_; }
+
+ private:
+  double mean_ = 0;
+};
+
 // A straggler (--slowdown k): the extra sleep after a step whose own share
 // took `own` seconds (compute and pushes) when the quickest recent pull took
 // `quickest_pull`: (own + quickest_pull) * (k - 1).
@@ -159,6 +182,10 @@ struct TrainerOptions {
   //  kLate: after every push and the tick.
   enum class PrefetchMode { kPerLayer, kEarly, kLate };
   PrefetchMode prefetch = PrefetchMode::kPerLayer;
+  // Bounded staleness and async: each batch is computed on the parameters
+  // extrapolated along their drift to where they are expected when its push
+  // is applied (PredictionFactor); the lookahead k, 0: on the values pulled.
+  double predict = 2.0;
   double slowdown = 1.0;       // > 1: this worker is a straggler
   double progress_sec = 2.0;
   bool evaluator = false;      // evaluates on `test` after each epoch
@@ -175,6 +202,7 @@ struct TrainResult {
   double final_accuracy = -1;  // evaluator: after the last epoch
   uint64_t push_staleness_max = 0;
   double push_staleness_mean = 0;
+  double prediction = 0;     // bounded/async: the last batch's extrapolation factor (PredictionFactor, weights of layer 0)
   double seconds = 0;
 };
 
@@ -211,7 +239,7 @@ class MlpTrainer {
   Status EndEpoch(int epoch, double epoch_loss, int trained, const EpochBatches& batches, TrainResult* r);
   double Evaluate();
   void LoadParams(const std::vector<Request>& from, const std::vector<HostBuffer>& w,
-                  const std::vector<HostBuffer>& b);
+                  const std::vector<HostBuffer>& b, bool to_train);
 
   Client& ps_;
   Device& dev_;
@@ -244,6 +272,12 @@ class MlpTrainer {
   int pending_fills_ = 0;     // with-next: fills not pushed yet
   int fills_this_clock_ = 0;
   HoldHistory holds_;
+  // predict: the values loaded for the previous batch (device), per layer.
+  bool predicting_ = false;
+  std::vector<DeviceBuffer> prev_w_, prev_b_;
+  std::vector<PullStamp> prev_stamps_;  // ... and their stamps, as on_device_
+  StalenessMean tau_;
+  double last_a_ = 0;
   bool have_params_ = false;
   int64_t stale_ = 0, last_min_clock_ = 0;
   std::vector<double> recent_waits_;

@@ -156,6 +156,30 @@ TEST(Trainer, AStragglerSleepsItsOwnShareTimesTheSlowdownLessOne) {
   EXPECT_DOUBLE_EQ(StragglerSleep(-1.0, 0.0, 2.0), 0.0);  // a clock step back: no negative sleep
 }
 
+TEST(Trainer, PredictionGoesTheStalenessShareOfADrift) {
+  // Two workers reading their own step: a drift of 2 updates between loads,
+  // the push lands 1 update after its pull.
+  EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 1.0, 2), 0.5);
+  EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 3.0, 4), 0.75);
+  EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 1.0, 1), 1.0);  // a pull that missed its own step
+  EXPECT_DOUBLE_EQ(PredictionFactor(2.0, 1.0, 2), 1.0);
+  EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 0.0, 2), 0.0);  // nothing stale: the values as pulled
+  EXPECT_DOUBLE_EQ(PredictionFactor(0.0, 2.0, 2), 0.0);  // off
+  EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 1.0, 0), 0.0);  // no drift
+  EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 1.0, -1), 0.0);  // not known (a server restarted, the first load)
+}
+
+TEST(Trainer, TheStalenessMeanFollowsTheRecentPushes) {
+  StalenessMean m;
+  EXPECT_EQ(m.mean(), 0.0);
+  m.Add(1);
+  EXPECT_DOUBLE_EQ(m.mean(), 0.02);
+  for (int i = 0; i < 500; ++i) m.Add(2);
+  EXPECT_NEAR(m.mean(), 2.0, 1e-3);
+  for (int i = 0; i < 500; ++i) m.Add(0);
+  EXPECT_NEAR(m.mean(), 0.0, 1e-3);
+}
+
 TEST(Progress, ALineSaysEpochStepLossRateAndStaleness) {
   FILE* f = std::tmpfile();
   ASSERT_NE(f, nullptr);

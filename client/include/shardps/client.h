@@ -156,6 +156,11 @@ class SHARDPS_EXPORT PullStamp {
  public:
   PullStamp() = default;
   bool empty() const { return !versions_; }
+  // The updates the rows took between `earlier` (a pull of the same table)
+  // and this pull: the largest difference of a server's version. -1 when
+  // not known: either stamp empty, another table, or a server that restarted
+  // in between or was not read by both.
+  int64_t UpdatesSince(const PullStamp& earlier) const;
 
  private:
   friend class Request;
