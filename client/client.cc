@@ -1085,7 +1085,7 @@ int64_t PullStamp::UpdatesSince(const PullStamp& earlier) const {
   if (!versions_ || !earlier.versions_ || table_ != earlier.table_ ||
       versions_->size() != earlier.versions_->size())
     return -1;
-  constexpr int kCountBits = 48;  // below the server's incarnation tag (server.h)
+  constexpr int kCountBits = wire::kVersionCountBits;  // below the server's incarnation tag
   constexpr uint64_t kCount = (1ull << kCountBits) - 1;
   int64_t most = -1;
   for (size_t i = 0; i < versions_->size(); ++i) {

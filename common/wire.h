@@ -27,6 +27,10 @@ static_assert(std::endian::native == std::endian::little,
 constexpr uint16_t kProtocolVersion = static_cast<uint16_t>(Protocol::Version);
 // A header is small; anything larger is refused before verification.
 constexpr size_t kMaxHeaderBytes = 1 << 20;
+// A table version (Header.table_version, base_versions): the server's
+// update count in the low bits, its incarnation (random per start, never 0)
+// above them, so versions of two incarnations are never compared.
+constexpr int kVersionCountBits = 48;
 
 // Verifies `data` (8-byte aligned) as a Header of this protocol version.
 // Returns BadMessage (not a valid FlatBuffer, not aligned, too large, bad enum values) or

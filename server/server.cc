@@ -38,6 +38,7 @@ Server::Server(zmq::context_t& ctx, ServerOptions opts)
 }
 
 uint64_t Server::NewVersionTag() {
+  static_assert(kVersionBits == wire::kVersionCountBits, "clients read the count below the tag");
   std::random_device rd;
   uint64_t t = 0;
   while (t == 0) t = rd() & 0xffff;

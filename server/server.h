@@ -199,7 +199,7 @@ class Server {
   // The versions this server hands out carry its incarnation in the top 16
   // bits (random per start, never 0), so a stamp from before a restart is
   // recognised as unknown rather than compared with new counts.
-  static constexpr int kVersionBits = 48;
+  static constexpr int kVersionBits = 48;  // wire::kVersionCountBits (asserted in server.cc)
   const uint64_t version_tag_ = NewVersionTag();
   static uint64_t NewVersionTag();
   struct DcSlot {

@@ -178,6 +178,13 @@ TEST_F(TrainerTest, AsyncPerLayerPrefetchReadsTheWorkersOwnStep) {
   EXPECT_EQ(r.result.prediction, 0.0) << r.out;  // nothing stale: nothing to predict
 }
 
+std::string EpochLines(const std::string& out) {  // "| epoch N done | ... | test accuracy A" per epoch
+  std::string lines;
+  for (size_t at = out.find("| epoch "); at != std::string::npos; at = out.find("| epoch ", at + 1))
+    lines += out.substr(at, out.find("% |", at) - at) + "\n";
+  return lines;
+}
+
 // Weight prediction extrapolates by the staleness share of the drift: with
 // no stale push it leaves the values pulled alone, and the run is the same
 // one, loss for loss, as without it.
@@ -188,16 +195,23 @@ TEST_F(TrainerTest, PredictionChangesNothingWhenNoPushIsStale) {
   ASSERT_TRUE(with.status.ok()) << with.status.ToString() << with.out;
   ASSERT_TRUE(without.status.ok()) << without.status.ToString() << without.out;
   EXPECT_EQ(with.result.final_accuracy, without.result.final_accuracy);
-  auto epochs = [](const std::string& out) {  // the epoch lines up to their time
-    std::string lines;
-    for (size_t at = out.find("| epoch "); at != std::string::npos; at = out.find("| epoch ", at + 1))
-      lines += out.substr(at, out.find("% |", at) - at) + "\n";
-    return lines;
-  };
-  EXPECT_FALSE(epochs(with.out).empty()) << with.out;
-  EXPECT_EQ(epochs(with.out), epochs(without.out));
-  EXPECT_NE(with.out.find("predicted 0.00 of a step ahead"), std::string::npos) << with.out;
-  EXPECT_EQ(without.out.find("predicted"), std::string::npos) << without.out;
+  EXPECT_FALSE(EpochLines(with.out).empty()) << with.out;
+  EXPECT_EQ(EpochLines(with.out), EpochLines(without.out));
+  EXPECT_NE(with.out.find("computed 0.00 updates ahead"), std::string::npos) << with.out;
+  EXPECT_EQ(without.out.find("updates ahead"), std::string::npos) << without.out;
+}
+
+// With every push 1 stale (the early prefetch) the batches are computed on
+// extrapolated values: the run is not the one on the values pulled.
+TEST_F(TrainerTest, PredictionMovesTheValuesTrainedOnWhenPushesAreStale) {
+  const Outcome with = TrainAlone(cluster_, TrainerOptions::PrefetchMode::kEarly, 1.0);
+  LocalCluster other;
+  const Outcome without = TrainAlone(other, TrainerOptions::PrefetchMode::kEarly, 0.0);
+  ASSERT_TRUE(with.status.ok()) << with.status.ToString() << with.out;
+  ASSERT_TRUE(without.status.ok()) << without.status.ToString() << without.out;
+  ASSERT_FALSE(EpochLines(with.out).empty()) << with.out;
+  EXPECT_NE(EpochLines(with.out), EpochLines(without.out));
+  EXPECT_GT(with.result.final_accuracy, 0.9) << with.out;
 }
 
 TEST_F(TrainerTest, AsyncEarlyPrefetchMissesTheWorkersOwnStep) {
@@ -208,9 +222,10 @@ TEST_F(TrainerTest, AsyncEarlyPrefetchMissesTheWorkersOwnStep) {
   EXPECT_NEAR(r.result.push_staleness_mean, 31.0 / 32.0, 1e-9) << r.out;
   EXPECT_GT(r.result.final_accuracy, 0.9) << r.out;
   // Every push lands one update after its pull, and a load is one update
-  // after the one before: the batches were computed a whole update ahead
-  // (the staleness mean starts at 0 and is near 1 by the end).
-  EXPECT_NEAR(r.result.prediction, 1.0, 0.02) << r.out;
+  // after the one before: the batches were computed about one update ahead
+  // (the staleness mean starts at 0 and nears 1; k = 1 caps it at 1).
+  EXPECT_GT(r.result.prediction, 0.9) << r.out;
+  EXPECT_LE(r.result.prediction, 1.0) << r.out;
 }
 
 TEST_F(TrainerTest, TooLittleDataForOneBatchIsAClearError) {

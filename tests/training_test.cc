@@ -113,7 +113,7 @@ TEST_F(TrainingTest, BoundedStalenessSharesEachEpochsBatchesWithAStraggler) {
 // Async with a delayed worker: its gradients arrive stale, the servers
 // measure that (the workers report what their push replies said) and weigh
 // them by the default rule, the workers compute their batches on predicted
-// parameters (the default --predict 1), and the model still learns.
+// parameters (the default --predict 2), and the model still learns.
 TEST_F(TrainingTest, AsyncWithADelayedWorkerWeighsStaleGradientsAndLearns) {
   std::string out;
   int rc = Launch(2, "async",
@@ -138,7 +138,7 @@ TEST_F(TrainingTest, AsyncWithADelayedWorkerWeighsStaleGradientsAndLearns) {
   // The fast worker's pushes are stale (the slow one's land in between):
   // its batches are computed ahead of the values pulled.
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 0 \| finished .* predicted ([0-9.]+) of a step ahead)")))
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 0 \| finished .* computed ([0-9.]+) updates ahead)")))
       << out;
   EXPECT_GT(std::stod(m[1]), 0.0) << out;
 }

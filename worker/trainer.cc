@@ -33,7 +33,7 @@ bool HoldHistory::Persistent() const {
 
 double PredictionFactor(double k, double tau, int64_t between) {
   if (k <= 0 || tau <= 0 || between <= 0) return 0.0;
-  return k * tau / static_cast<double>(between);
+  return std::min(k, k * tau / static_cast<double>(between));
 }
 
 double StragglerSleep(double own, double quickest_pull, double slowdown) {
@@ -276,12 +276,13 @@ void MlpTrainer::LoadParams(const std::vector<Request>& from, const std::vector<
     // Each table by its own drift (the first load, with nothing to
     // extrapolate from, only keeps the values: a = 0).
     float a[2];
-    for (int k = 0; k < 2; ++k)
-      a[k] = static_cast<float>(
-          PredictionFactor(o_.predict, tau_.mean(), on_device_[2 * l + k].UpdatesSince(prev_stamps_[2 * l + k])));
+    for (int k = 0; k < 2; ++k) {
+      const int64_t between = on_device_[2 * l + k].UpdatesSince(prev_stamps_[2 * l + k]);
+      a[k] = static_cast<float>(PredictionFactor(o_.predict, tau_.mean(), between));
+      if (l == 0 && k == 0) last_ahead_ = a[k] * static_cast<double>(std::max<int64_t>(0, between));
+    }
     dev_.Extrapolate(mlp_.weight(l).data(), prev_w_[l].data(), w[l].size(), a[0]);
     dev_.Extrapolate(mlp_.bias(l).data(), prev_b_[l].data(), b[l].size(), a[1]);
-    if (l == 0) last_a_ = a[0];
   }
   if (predict) prev_stamps_ = on_device_;
 }
@@ -587,9 +588,9 @@ Status MlpTrainer::Run(TrainResult* result) {
   r.filled = filled_;
   r.push_staleness_max = stale_max_;
   r.push_staleness_mean = static_cast<double>(stale_sum_) / std::max<uint64_t>(1, stale_n_);
-  r.prediction = last_a_;
+  r.prediction = last_ahead_;
   char predicted[64] = "";
-  if (predicting_) std::snprintf(predicted, sizeof predicted, " | predicted %.2f of a step ahead", last_a_);
+  if (predicting_) std::snprintf(predicted, sizeof predicted, " | computed %.2f updates ahead", last_ahead_);
   std::fprintf(o_.out,
                "worker %d | finished %d epochs in %.1f s | %ld batches (%ld while the next parameters were held back) | "
                "%.0f samples/s | push staleness mean %.2f max %llu updates%s\n",

@@ -58,7 +58,10 @@ class HoldHistory {
 // after its pull (tau: the recent staleness of this worker's pushes):
 // a = k * tau / between, k the lookahead (--predict; 1: the expected
 // position, 2 (the default): twice as far, measured best for SGD, momentum
-// and Adam; 0: off). 0 when nothing is stale or `between` is not known.
+// and Adam; 0: off), at most k (never further than k times the drift seen:
+// `between` may be a single update, the worker's own). 0 when nothing is
+// stale or `between` is not known. The batch is then a * between updates
+// ahead of the values pulled.
 double PredictionFactor(double k, double tau, int64_t between);
 
 // Recent push staleness (updates), for the prediction: an exponential mean
@@ -202,7 +205,7 @@ struct TrainResult {
   double final_accuracy = -1;  // evaluator: after the last epoch
   uint64_t push_staleness_max = 0;
   double push_staleness_mean = 0;
-  double prediction = 0;     // bounded/async: the last batch's extrapolation factor (PredictionFactor, weights of layer 0)
+  double prediction = 0;     // bounded/async: how many updates ahead the last batch was computed (layer 0's weights)
   double seconds = 0;
 };
 
@@ -277,7 +280,7 @@ class MlpTrainer {
   std::vector<DeviceBuffer> prev_w_, prev_b_;
   std::vector<PullStamp> prev_stamps_;  // ... and their stamps, as on_device_
   StalenessMean tau_;
-  double last_a_ = 0;
+  double last_ahead_ = 0;
   bool have_params_ = false;
   int64_t stale_ = 0, last_min_clock_ = 0;
   std::vector<double> recent_waits_;

@@ -162,6 +162,8 @@ TEST(Trainer, PredictionGoesTheStalenessShareOfADrift) {
   EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 1.0, 2), 0.5);
   EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 3.0, 4), 0.75);
   EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 1.0, 1), 1.0);  // a pull that missed its own step
+  EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 3.0, 1), 1.0);  // never further than k drifts
+  EXPECT_DOUBLE_EQ(PredictionFactor(2.0, 3.0, 2), 2.0);
   EXPECT_DOUBLE_EQ(PredictionFactor(2.0, 1.0, 2), 1.0);
   EXPECT_DOUBLE_EQ(PredictionFactor(1.0, 0.0, 2), 0.0);  // nothing stale: the values as pulled
   EXPECT_DOUBLE_EQ(PredictionFactor(0.0, 2.0, 2), 0.0);  // off

@@ -47,6 +47,7 @@ struct Options {
   double slowdown = 1.0;
   int slow_rank = -1;  // -1: every worker is slowed down
   double predict = 2.0;  // bounded/async: weight prediction's lookahead (TrainerOptions)
+  bool predict_given = false;
   std::string prefetch = "per-layer";  // bounded/async: when the next step's pulls go (TrainerOptions)
   double progress_sec = 2.0;
   std::string csv, save_params;
@@ -146,7 +147,9 @@ int RunMlp(const Options& o, Client& ps, Device& dev) {
   to.prefetch = o.prefetch == "early"  ? TrainerOptions::PrefetchMode::kEarly
                 : o.prefetch == "late" ? TrainerOptions::PrefetchMode::kLate
                                        : TrainerOptions::PrefetchMode::kPerLayer;
-  to.predict = o.predict;
+  // Delay compensation corrects the same drift on the servers: not both,
+  // unless asked for.
+  to.predict = o.staleness_rule == "dc" && !o.predict_given ? 0.0 : o.predict;
   to.slowdown = (o.slow_rank < 0 || o.slow_rank == rank) ? o.slowdown : 1.0;
   to.progress_sec = o.progress_sec;
   to.evaluator = evaluator;
@@ -338,7 +341,7 @@ int main(int argc, char** argv) {
   app.add_option("--slowdown", o.slowdown, "run this many times slower (a straggler), e.g. 2")->check(CLI::Range(1.0, 1000.0))->capture_default_str();
   app.add_option("--slow-rank", o.slow_rank, "only this worker is slowed down (default: all)")->check(CLI::Range(-1, 65535));
   app.add_option("--prefetch", o.prefetch, "bounded/async: when the next step's parameters are pulled: per-layer (each layer's pull right after its push, during backward), early (after forward, before the pushes: the values miss this worker's own step), late (after the pushes and the tick)")->check(CLI::IsMember({"per-layer", "early", "late"}))->capture_default_str();
-  app.add_option("--predict", o.predict, "bounded/async: compute each gradient on the parameters extrapolated along their drift to where they are expected when its push is applied, this many times that far (1: the expected position; 2 learned best; 0: on the values pulled)")->check(CLI::Range(0.0, 8.0))->capture_default_str();
+  app.add_option("--predict", o.predict, "bounded/async: compute each gradient on the parameters extrapolated along their drift to where they are expected when its push is applied, this many times that far (1: the expected position; 2 learned best; 0: on the values pulled; with --staleness-rule dc the default is 0)")->check(CLI::Range(0.0, 8.0))->capture_default_str();
   app.add_option("--progress-sec", o.progress_sec, "seconds between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "the evaluating worker writes (time, epoch, loss, accuracy) here");
   app.add_option("--save-params", o.save_params, "the evaluating worker writes the final parameters (float32) here");
@@ -358,6 +361,7 @@ int main(int argc, char** argv) {
   app.add_option("--ids-per-example", o.ids_per_example, "sparse-lr: features per example")->check(CLI::Range(1, 10000))->capture_default_str();
   app.add_option("--eval-examples", o.eval_examples, "sparse-lr: test examples")->check(CLI::Range(1, 10000000))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  o.predict_given = app.count("--predict") > 0;
   if (o.model == "mlp") (void)ParseHidden(o.hidden);  // a bad --hidden is refused before connecting
 
   DieWithParentIfAsked();

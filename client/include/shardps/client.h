@@ -156,10 +156,13 @@ class SHARDPS_EXPORT PullStamp {
  public:
   PullStamp() = default;
   bool empty() const { return !versions_; }
-  // The updates the rows took between `earlier` (a pull of the same table)
-  // and this pull: the largest difference of a server's version. -1 when
-  // not known: either stamp empty, another table, or a server that restarted
-  // in between or was not read by both.
+  // The updates the rows took between `earlier` (a pull of the same rows of
+  // the same table) and this pull: the largest difference of a server's
+  // version. -1 when not known: either stamp empty (a stamp is there once
+  // the pull's Wait() returned OK), another table, or a server that
+  // restarted in between or was not read by both. (Pulls of different rows
+  // of one table are not told apart: a version counts the updates of the
+  // partitions a pull read.)
   int64_t UpdatesSince(const PullStamp& earlier) const;
 
  private:
