@@ -346,7 +346,11 @@ PYBIND11_MODULE(_shardps, m) {
           }, py::arg("timeout") = py::none())
       .def("done", [](const PyRequest& r) { return r.req.Done(); })
       .def_property_readonly("min_clock", [](const PyRequest& r) { return r.req.min_clock(); })
-      .def_property_readonly("max_clock", [](const PyRequest& r) { return r.req.max_clock(); });
+      .def_property_readonly("max_clock", [](const PyRequest& r) { return r.req.max_clock(); })
+      .def_property_readonly("staleness", [](const PyRequest& r) { return r.req.staleness(); })
+      .def("updates_since", [](const PyRequest& r, const PyRequest& earlier) {
+            return r.req.stamp().UpdatesSince(earlier.req.stamp());
+          }, py::arg("earlier"));
 
   py::class_<PyClient>(m, "Client")
       .def(py::init<const std::string&, int, const std::string&, double, double, const std::string&>(),

@@ -54,8 +54,28 @@ def test_staleness_rule_weighs_a_stale_push(cluster_factory):
         g = np.ones((1, 1), np.float32)
         for _ in range(2):
             ps.push(w, g)  # staleness 0, then 1: full steps
-        ps.push(w, g)  # 2 updates stale: half a step
+        r = ps.push_async(w, g)  # 2 updates stale: half a step
+        r.wait()
+        assert r.staleness == 2
         np.testing.assert_allclose(ps.pull(w), [[-2.5]])
+
+
+def test_two_pulls_say_how_many_updates_lay_between_them(cluster_factory):
+    c = cluster_factory(servers=2, consistency="async")
+    with shardps.connect(c.endpoint) as ps:
+        w = ps.create_table("w", rows=4, cols=2, optimizer="sgd", lr=1.0)
+        first = ps.pull_async(w)
+        first.wait()
+        for _ in range(3):
+            ps.push(w, np.ones((4, 2), np.float32))
+        second = ps.pull_async(w)
+        second.wait()
+        assert second.updates_since(first) == 3
+        assert first.updates_since(second) == -1  # the other way round
+        v = ps.create_table("v", rows=4, cols=2)
+        other = ps.pull_async(v)
+        other.wait()
+        assert second.updates_since(other) == -1  # another table
 
 
 def test_arrays_are_refused_with_a_reason(cluster_factory):

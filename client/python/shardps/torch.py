@@ -41,13 +41,25 @@ class ShardedModel:
     ...) configure the server-side optimizer. `push_in_backward`: push each
     gradient from its hook as soon as backward produced it (else all in
     step()). `prefetch`: step() sends the next iteration's pulls before it
-    waits for this one's pushes (bounded staleness and async)."""
+    waits for this one's pushes (bounded staleness and async). `predict`:
+    weight prediction's lookahead K (bounded staleness and async; 0: off,
+    shardps-worker's default is 2): pull() then leaves the parameters
+    extrapolated to where they are expected when this iteration's pushes
+    land, w + a * (w - w_prev), a = min(K, K * tau / D) -- D the updates
+    between this pull and the previous one, tau the recent staleness of
+    the pushes (docs/consistency.md, "Predicted parameters"). The model
+    then holds predicted values between iterations: pull(predict=False)
+    before evaluating or saving it."""
 
     def __init__(self, client, module, optimizer="sgd", lr=0.01, init="he", stddev=0.05, seed=1, prefix="",
-                 push_in_backward=True, prefetch=False, **optimizer_args):
+                 push_in_backward=True, prefetch=False, predict=0.0, **optimizer_args):
         if any(p.device.type != "cpu" for p in module.parameters()):
             raise ValueError("shardps.torch maps CPU parameters (move the model to the CPU, or copy to/from it)")
+        if not predict >= 0:
+            raise ValueError(f"predict must be >= 0 (0: off), got {predict}")
         self.client, self.module, self.prefetching = client, module, prefetch
+        self.predict = float(predict) if client.consistency != "sync" else 0.0
+        self._prev, self._prev_reqs, self._tau = None, None, 0.0
         self.params, self.tables, self.views = [], [], []
         self._pushes, self._staged, self._prefetch = [], None, None
         for name, p in module.named_parameters():
@@ -80,18 +92,39 @@ class ShardedModel:
             return grad
         return push
 
-    def pull(self):
-        """The current parameters into the model's storage (waits)."""
+    def pull(self, predict=True):
+        """The current parameters into the model's storage (waits);
+        extrapolated when the model was made with `predict` (unless
+        predict=False: the values as pulled, e.g. to evaluate)."""
         if self._prefetch is not None:
-            for r in self._prefetch:
+            reqs = self._prefetch
+            for r in reqs:
                 r.wait()
             for view, staged in zip(self.views, self._staged):
                 np.copyto(view, staged)
             self._prefetch = None
-            return
-        reqs = [self.client.pull_async(t, out=v) for t, v in zip(self.tables, self.views)]
-        for r in reqs:
-            r.wait()
+        else:
+            reqs = [self.client.pull_async(t, out=v) for t, v in zip(self.tables, self.views)]
+            for r in reqs:
+                r.wait()
+        if predict and self.predict > 0:
+            self._extrapolate(reqs)
+
+    def _extrapolate(self, reqs):
+        first = self._prev is None
+        if first:
+            self._prev = [np.empty_like(v) for v in self.views]
+        k = self.predict
+        for i, view in enumerate(self.views):
+            between = -1 if first else reqs[i].updates_since(self._prev_reqs[i])
+            a = min(k, k * self._tau / between) if self._tau > 0 and between > 0 else 0.0
+            if a > 0:
+                pulled = view.copy()
+                view += np.float32(a) * (view - self._prev[i])
+                self._prev[i] = pulled
+            else:
+                np.copyto(self._prev[i], view)
+        self._prev_reqs = reqs
 
     def push_grads(self):
         """Pushes every parameter's .grad now (when not pushing in backward)."""
@@ -115,6 +148,7 @@ class ShardedModel:
             self.start_prefetch()
         for r in self._pushes:
             r.wait()
+            self._tau += 0.02 * (r.staleness - self._tau)  # as shardps-worker's StalenessMean
         self._pushes = []
         for p in self.params:
             p.grad = None
