@@ -60,6 +60,8 @@ def main():
     ap.add_argument("--test-limit", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--prefetch", action="store_true", help="bounded/async: pull the next step during this one")
+    ap.add_argument("--predict", type=float, default=0.0,
+                    help="bounded/async: weight prediction's lookahead K (0: off; shardps-worker's default is 2)")
     ap.add_argument("--min-accuracy", type=float, default=-1, help="exit 3 if the final accuracy is lower (0..1)")
     args = ap.parse_args()
     if not args.coordinator:
@@ -81,7 +83,7 @@ def main():
     with shardps.connect(args.coordinator, rank=None if args.rank < 0 else args.rank) as ps:
         rank, world = ps.rank, ps.num_workers
         sm = shardps.torch.ShardedModel(ps, model, optimizer=args.optimizer, lr=args.lr, seed=args.seed,
-                                        prefix="torch.", prefetch=args.prefetch)
+                                        prefix="torch.", prefetch=args.prefetch, predict=args.predict)
         print(f"worker {rank} | torch mlp {'-'.join(map(str, dims))} | {ps.consistency} consistency | "
               f"{args.optimizer} lr {args.lr}", flush=True)
         sm.pull()
@@ -104,8 +106,12 @@ def main():
                 print(f"worker {rank} | stopped on request in epoch {epoch}", flush=True)
                 break
             if rank == 0:
+                if sm.predict:
+                    sm.pull(predict=False)  # evaluate the values as pulled, not the predicted ones
                 with torch.no_grad():
                     final_acc = (model(tx).argmax(1) == ty).float().mean().item()
+                if sm.predict:
+                    sm.pull()
                 print(f"worker {rank} | epoch {epoch} done | train loss {total_loss / max(1, steps):.4f} | "
                       f"test accuracy {100 * final_acc:.2f}% | {time.time() - t0:.1f} s", flush=True)
         secs = time.time() - t0
