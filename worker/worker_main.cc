@@ -350,7 +350,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", o.max_steps, "at most this many steps per epoch (per worker)")->check(CLI::NonNegativeNumber);
   app.add_flag("--static-shards", o.static_shards, "bounded/async: train only this rank's shard, not batches claimed from the epoch's shared pool");
   app.add_option("--work-chunk", o.work_chunk, "bounded/async: batches claimed from the pool at a time")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  app.add_option("--staleness-rule", o.staleness_rule, "bounded/async: how the servers weigh a stale gradient: default, none, scale-lr (docs/consistency.md)")->capture_default_str();
+  app.add_option("--staleness-rule", o.staleness_rule, "bounded/async: how the servers weigh a stale gradient: default (scale-lr), none, scale-lr, dc (delay compensation; makes --predict default to 0) (docs/consistency.md)")->capture_default_str();
   app.add_option("--dc-lambda", o.dc_lambda, "--staleness-rule dc: lambda of the delay compensation")->check(CLI::Range(0.0f, 1e6f))->capture_default_str();
   app.add_option("--fill-push", o.fill_push, "bounded: a batch trained while held back is pushed at once, or with the next step's gradients (as steps of one push)")->check(CLI::IsMember({"at-once", "with-next"}))->capture_default_str();
   app.add_option("--max-fill", o.max_fill, "bounded: batches per clock trained while the next parameters are held back (0: wait); each is its own optimizer step (--fill-params, --fill-push, --fill-when-held)")->check(CLI::Range(0, 63))->capture_default_str();
