@@ -106,12 +106,8 @@ def main():
                 print(f"worker {rank} | stopped on request in epoch {epoch}", flush=True)
                 break
             if rank == 0:
-                if sm.predict:
-                    sm.pull(predict=False)  # evaluate the values as pulled, not the predicted ones
-                with torch.no_grad():
+                with torch.no_grad(), sm.pulled():  # the values as pulled, not the predicted ones
                     final_acc = (model(tx).argmax(1) == ty).float().mean().item()
-                if sm.predict:
-                    sm.pull()
                 print(f"worker {rank} | epoch {epoch} done | train loss {total_loss / max(1, steps):.4f} | "
                       f"test accuracy {100 * final_acc:.2f}% | {time.time() - t0:.1f} s", flush=True)
         secs = time.time() - t0

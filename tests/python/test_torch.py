@@ -56,11 +56,13 @@ def test_bsp_through_python_equals_one_process_with_the_combined_batch(cluster_f
         np.testing.assert_array_equal(final[0][k].numpy(), final[1][k].numpy(), err_msg=k)
 
 
-def test_prediction_moves_the_parameters_along_their_drift(cluster_factory):
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_prediction_moves_the_parameters_along_their_drift(cluster_factory, prefetch):
     """Async, two workers in one thread, interleaved so that each push of
     worker 1 misses worker 0's step: worker 1's pulls are extrapolated along
-    the drift between its pulls, w + a (w - w_prev) with 0 < a <= K, and
-    pull(predict=False) gives the values as pulled."""
+    the drift between its pulls, w + a (w - w_prev), a = K * tau / D with
+    D = 2 updates between its pulls (worker 0's and its own): a = tau.
+    `with pulled():` and pull(predict=False) give the values as pulled."""
     torch.set_num_threads(1)
     c = cluster_factory(servers=2, workers=2, consistency="async")
     g = torch.Generator().manual_seed(5)
@@ -70,7 +72,7 @@ def test_prediction_moves_the_parameters_along_their_drift(cluster_factory):
     with shardps.connect(c.endpoint, rank=0) as p0, shardps.connect(c.endpoint, rank=1) as p1:
         m0, m1 = make_model(), make_model()
         s0 = shardps.torch.ShardedModel(p0, m0, lr=0.1, seed=3, predict=2)
-        s1 = shardps.torch.ShardedModel(p1, m1, lr=0.1, seed=3, predict=2)
+        s1 = shardps.torch.ShardedModel(p1, m1, lr=0.1, seed=3, predict=2, prefetch=prefetch)
         s0.pull()
         s1.pull()
 
@@ -78,17 +80,20 @@ def test_prediction_moves_the_parameters_along_their_drift(cluster_factory):
             return [p1.pull(t).reshape(p.shape) for t, p in zip(s1.tables, s1.params)]
 
         prev = as_pulled()
-        for _ in range(3):
+        for i in range(4):
             loss_fn(m0(x), y).backward()
             s0.step()  # lands between worker 1's pull and its push
             loss_fn(m1(x), y).backward()
             s1.step()  # 1 stale: its next parameters are predicted
             now = as_pulled()
+            if i == 2:  # the values as pulled inside the block, the predicted ones after it
+                with s1.pulled():
+                    for p, w in zip(s1.params, now):
+                        np.testing.assert_array_equal(p.detach().numpy(), w)
+            assert 0 < s1._tau < 1
             for p, w, w_prev in zip(s1.params, now, prev):
                 moved, drift = p.detach().numpy() - w, w - w_prev
-                a = float((moved * drift).sum() / (drift * drift).sum())
-                assert 0 < a <= 2 + 1e-6
-                np.testing.assert_allclose(moved, a * drift, rtol=1e-4, atol=1e-6)
+                np.testing.assert_allclose(moved, s1._tau * drift, rtol=1e-3, atol=1e-6)
             prev = now
         s1.pull(predict=False)
         for p, w in zip(s1.params, as_pulled()):
@@ -99,5 +104,8 @@ def test_prediction_is_off_under_sync(cluster_factory):
     c = cluster_factory(servers=1, workers=1, consistency="sync")
     with shardps.connect(c.endpoint, rank=0) as ps:
         assert shardps.torch.ShardedModel(ps, make_model(), predict=2).predict == 0.0
-        with pytest.raises(ValueError, match="predict must be >= 0"):
-            shardps.torch.ShardedModel(ps, make_model(), prefix="b.", predict=-1)
+        for bad in (-1, float("inf"), float("nan")):
+            with pytest.raises(ValueError, match=r"predict must be in \[0, 8\]"):
+                shardps.torch.ShardedModel(ps, make_model(), prefix="b.", predict=bad)
+        with pytest.raises(ValueError, match="compensate the same drift"):
+            shardps.torch.ShardedModel(ps, make_model(), prefix="c.", predict=1, staleness_rule="dc")

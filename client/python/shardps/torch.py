@@ -20,6 +20,8 @@ tensor hooks, so each parameter must be used once per forward (as in
 ordinary layers).
 """
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -48,15 +50,18 @@ class ShardedModel:
     land, w + a * (w - w_prev), a = min(K, K * tau / D) -- D the updates
     between this pull and the previous one, tau the recent staleness of
     the pushes (docs/consistency.md, "Predicted parameters"). The model
-    then holds predicted values between iterations: pull(predict=False)
-    before evaluating or saving it."""
+    then holds predicted values between iterations: evaluate inside
+    `with sm.pulled():` (the values as pulled, no traffic), and
+    pull(predict=False) before saving it at the end."""
 
     def __init__(self, client, module, optimizer="sgd", lr=0.01, init="he", stddev=0.05, seed=1, prefix="",
                  push_in_backward=True, prefetch=False, predict=0.0, **optimizer_args):
         if any(p.device.type != "cpu" for p in module.parameters()):
             raise ValueError("shardps.torch maps CPU parameters (move the model to the CPU, or copy to/from it)")
-        if not predict >= 0:
-            raise ValueError(f"predict must be >= 0 (0: off), got {predict}")
+        if not 0 <= predict <= 8:
+            raise ValueError(f"predict must be in [0, 8] (0: off), got {predict}")
+        if predict > 0 and optimizer_args.get("staleness_rule") == "dc":
+            raise ValueError("predict and staleness_rule='dc' compensate the same drift: use one of them")
         self.client, self.module, self.prefetching = client, module, prefetch
         self.predict = float(predict) if client.consistency != "sync" else 0.0
         self._prev, self._prev_reqs, self._tau = None, None, 0.0
@@ -110,12 +115,29 @@ class ShardedModel:
         if predict and self.predict > 0:
             self._extrapolate(reqs)
 
+    @contextlib.contextmanager
+    def pulled(self):
+        """Inside the block the model holds the values its last pull read,
+        not the predicted ones (e.g. to evaluate); after it, the predicted
+        ones again. Without prediction it changes nothing."""
+        if self.predict <= 0 or self._prev is None:
+            yield
+            return
+        predicted = [v.copy() for v in self.views]
+        for view, as_pulled in zip(self.views, self._prev):
+            np.copyto(view, as_pulled)
+        try:
+            yield
+        finally:
+            for view, p in zip(self.views, predicted):
+                np.copyto(view, p)
+
     def _extrapolate(self, reqs):
         first = self._prev is None
         if first:
             self._prev = [np.empty_like(v) for v in self.views]
         k = self.predict
-        for i, view in enumerate(self.views):
+        for i, view in enumerate(self.views):  # self._prev: the values as pulled
             between = -1 if first else reqs[i].updates_since(self._prev_reqs[i])
             a = min(k, k * self._tau / between) if self._tau > 0 and between > 0 else 0.0
             if a > 0:
