@@ -185,15 +185,24 @@ std::string EpochLines(const std::string& out) {  // "| epoch N done | ... | tes
   return lines;
 }
 
+// One worker alone with the prefetch `mode`, with weight prediction (k = 1)
+// and without it, each on a cluster of its own.
+std::pair<Outcome, Outcome> WithAndWithoutPrediction(LocalCluster& cluster, TrainerOptions::PrefetchMode mode) {
+  std::pair<Outcome, Outcome> r;
+  r.first = TrainAlone(cluster, mode, 1.0);
+  LocalCluster other;
+  r.second = TrainAlone(other, mode, 0.0);
+  EXPECT_TRUE(r.first.status.ok()) << r.first.status.ToString() << r.first.out;
+  EXPECT_TRUE(r.second.status.ok()) << r.second.status.ToString() << r.second.out;
+  return r;
+}
+
 // Weight prediction extrapolates by the staleness share of the drift: with
 // no stale push it leaves the values pulled alone, and the run is the same
 // one, loss for loss, as without it.
 TEST_F(TrainerTest, PredictionChangesNothingWhenNoPushIsStale) {
-  const Outcome with = TrainAlone(cluster_, TrainerOptions::PrefetchMode::kPerLayer, 1.0);
-  LocalCluster other;
-  const Outcome without = TrainAlone(other, TrainerOptions::PrefetchMode::kPerLayer, 0.0);
-  ASSERT_TRUE(with.status.ok()) << with.status.ToString() << with.out;
-  ASSERT_TRUE(without.status.ok()) << without.status.ToString() << without.out;
+  const auto [with, without] = WithAndWithoutPrediction(cluster_, TrainerOptions::PrefetchMode::kPerLayer);
+  ASSERT_FALSE(HasFailure());
   EXPECT_EQ(with.result.final_accuracy, without.result.final_accuracy);
   EXPECT_FALSE(EpochLines(with.out).empty()) << with.out;
   EXPECT_EQ(EpochLines(with.out), EpochLines(without.out));
@@ -204,11 +213,8 @@ TEST_F(TrainerTest, PredictionChangesNothingWhenNoPushIsStale) {
 // With every push 1 stale (the early prefetch) the batches are computed on
 // extrapolated values: the run is not the one on the values pulled.
 TEST_F(TrainerTest, PredictionMovesTheValuesTrainedOnWhenPushesAreStale) {
-  const Outcome with = TrainAlone(cluster_, TrainerOptions::PrefetchMode::kEarly, 1.0);
-  LocalCluster other;
-  const Outcome without = TrainAlone(other, TrainerOptions::PrefetchMode::kEarly, 0.0);
-  ASSERT_TRUE(with.status.ok()) << with.status.ToString() << with.out;
-  ASSERT_TRUE(without.status.ok()) << without.status.ToString() << without.out;
+  const auto [with, without] = WithAndWithoutPrediction(cluster_, TrainerOptions::PrefetchMode::kEarly);
+  ASSERT_FALSE(HasFailure());
   ASSERT_FALSE(EpochLines(with.out).empty()) << with.out;
   EXPECT_NE(EpochLines(with.out), EpochLines(without.out));
   EXPECT_GT(with.result.final_accuracy, 0.9) << with.out;

@@ -506,6 +506,9 @@ Status MlpTrainer::Run(TrainResult* result) {
   // Under bounded staleness (s >= 1) and async the next step's pull may be
   // sent before this step's pushes (Client::Prefetch); under sync it would
   // only be parked, and the evaluator wants the end-of-epoch model.
+  prefetch_ahead_ = o_.prefetch != TrainerOptions::PrefetchMode::kLate &&
+                   (ps_.consistency() == Consistency::kAsync ||
+                    (ps_.consistency() == Consistency::kBounded && ps_.staleness() >= 1));
   // Weight prediction wherever a push may be stale: bounded (any s: the
   // other workers' pushes of the same clock land in between) and async.
   predicting_ = o_.predict > 0 && ps_.consistency() != Consistency::kSync;
@@ -516,9 +519,6 @@ Status MlpTrainer::Run(TrainResult* result) {
       prev_b_.emplace_back(&dev_, mlp_.bias_size(l));
     }
   }
-  prefetch_ahead_ = o_.prefetch != TrainerOptions::PrefetchMode::kLate &&
-                   (ps_.consistency() == Consistency::kAsync ||
-                    (ps_.consistency() == Consistency::kBounded && ps_.staleness() >= 1));
   EpochBatches batches(
       [this](uint64_t pool, uint64_t total, uint32_t max, const ClaimOptions& co, WorkRange* out) {
         return ps_.ClaimWork(pool, total, max, co, out);

@@ -140,9 +140,11 @@ class ShardedModel:
         for i, view in enumerate(self.views):  # self._prev: the values as pulled
             between = -1 if first else reqs[i].updates_since(self._prev_reqs[i])
             a = min(k, k * self._tau / between) if self._tau > 0 and between > 0 else 0.0
-            if a > 0:
-                pulled = view.copy()
-                view += np.float32(a) * (view - self._prev[i])
+            if a > 0:  # one array per step: the values as pulled; the old ones take the drift
+                pulled, drift = view.copy(), self._prev[i]
+                np.subtract(view, drift, out=drift)
+                drift *= np.float32(a)
+                view += drift
                 self._prev[i] = pulled
             else:
                 np.copyto(self._prev[i], view)
