@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/net.h"
+
 namespace shardps {
 
 std::string_view KeyRoleName(KeyRole r) {
@@ -256,6 +258,33 @@ std::string DroppedHandshakesWhy(const KeyFile* key) {
   return "the connection closed during the handshake " + std::to_string(kDropsToRefuse) + " times in a row: " +
          (key ? "the peer does not hold this job's server key, or its security is off"
               : "security may be on there, and this client has no key (--key, ClientOptions.key_file or $SHARDPS_KEY)");
+}
+
+Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* key, zmq::message_t& request,
+                    Clock::time_point deadline, const std::string& peer, zmq::message_t* reply) {
+  bool sent = false;
+  int drops = 0;  // handshakes dropped in a row
+  for (;;) {
+    if (!sent) sent = sock.send(request, zmq::send_flags::dontwait).has_value();
+    std::string why;
+    for (Handshake h; (h = ReadHandshakeEvent(monitor, key, &why)) != Handshake::kNone;) {
+      if (h == Handshake::kSucceeded) drops = 0;
+      if (h == Handshake::kDropped && ++drops >= kDropsToRefuse) {
+        h = Handshake::kRefused;
+        why = DroppedHandshakesWhy(key);
+      }
+      if (h == Handshake::kRefused) return Status::PermissionDenied(peer + ": " + why);
+    }
+    zmq::pollitem_t items[] = {{sock.handle(), 0, static_cast<short>(sent ? ZMQ_POLLIN : ZMQ_POLLOUT), 0},
+                               {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0 || Poll(items, 2, left) < 0)
+      return Status::Timeout(sent ? "no answer from " + peer : "could not send to " + peer + " (no connection)");
+    if (sent && (items[0].revents & ZMQ_POLLIN)) {
+      (void)sock.recv(*reply);
+      return Status::OK();
+    }
+  }
 }
 
 Status MakeCurveServer(zmq::socket_t& s, const KeyFile& k) {

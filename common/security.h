@@ -17,6 +17,7 @@
 //   server <40 Z85 characters: the servers' public key>
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 
@@ -95,6 +96,15 @@ constexpr int kDropsToRefuse = 3;
 Handshake ReadHandshakeEvent(zmq::socket_t& monitor, const KeyFile* key, std::string* why);
 // Why kDropsToRefuse drops in a row are taken as a refusal.
 std::string DroppedHandshakesWhy(const KeyFile* key);
+// One request on `sock` (a DEALER watched by `monitor`, WatchHandshakes) and
+// its first reply, by `deadline`. PermissionDenied when `peer` refuses this
+// client's handshake (`key`: the client's key, nullptr none), with why in
+// words; Timeout when nothing comes. The request is never sent blocking: a
+// handshake that fails with a protocol error (security on there, no key
+// here) takes the DEALER's pipe away for good, and a blocking send would
+// then wait forever.
+Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* key, zmq::message_t& request,
+                    std::chrono::steady_clock::time_point deadline, const std::string& peer, zmq::message_t* reply);
 
 Status MakeCurveServer(zmq::socket_t& s, const KeyFile& k);
 void MakeCurveClient(zmq::socket_t& s, const KeyFile& k);

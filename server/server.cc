@@ -162,10 +162,14 @@ Status Server::Start() {
   zmq::message_t m = wire::Encode(fbb_, f, wire::Body::RegisterRequest, req.Union());
   zmq::message_t again;
   again.copy(m);
-  coord_.send(m, zmq::send_flags::none);
+  // Not a blocking send: a handshake that fails with a protocol error (keys
+  // here, none there) takes the DEALER's only pipe away, and a blocking send
+  // would then wait forever instead of timing out below. Unsent, it is
+  // sent again at once.
+  const bool sent = coord_.send(m, zmq::send_flags::dontwait).has_value();
 
   const auto deadline = Clock::now() + opts_.register_timeout;
-  auto resend = Clock::now() + Millis(2000);
+  auto resend = Clock::now() + Millis(sent ? 2000 : 0);
   std::vector<zmq::message_t> frames;
   while (Clock::now() < deadline) {
     zmq::pollitem_t items[] = {{coord_.handle(), 0, ZMQ_POLLIN, 0}};

@@ -87,28 +87,26 @@ Status RawCall(const std::string& coordinator, const KeyFile& key, wire::MsgType
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
   MakeCurveClient(s, key);
+  zmq::socket_t monitor = WatchHandshakes(ctx, s, "inproc://raw-call");
   s.connect(coordinator);
   flatbuffers::FlatBufferBuilder fbb;
-  Status st;
+  wire::Fields f;
+  f.type = type;
+  f.request_id = 7;
+  f.role = role;
+  zmq::message_t request;
   if (type == wire::MsgType::Register) {
     auto host = fbb.CreateString("h");
     auto req = wire::CreateRegisterRequest(fbb, body_role.value_or(role), 0, 0, host, 1);
-    wire::Fields f;
-    f.type = type;
-    f.request_id = 7;
-    f.role = role;
-    s.send(wire::Encode(fbb, f, wire::Body::RegisterRequest, req.Union()), zmq::send_flags::none);
+    request = wire::Encode(fbb, f, wire::Body::RegisterRequest, req.Union());
   } else {
-    wire::Fields f;
-    f.type = type;
-    f.request_id = 7;
-    f.role = role;
-    s.send(wire::EncodeSimple(fbb, f), zmq::send_flags::none);
+    request = wire::EncodeSimple(fbb, f);
   }
-  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
   zmq::message_t reply;
-  (void)s.recv(reply);
+  if (Status st = RequestReply(s, monitor, &key, request, std::chrono::steady_clock::now() + std::chrono::seconds(30),
+                               "coordinator", &reply);
+      !st.ok())
+    return st;
   std::vector<uint64_t> scratch;
   const wire::Header* h = nullptr;
   if (Status p = wire::ParseHeader(reply, scratch, &h); !p.ok()) return p;
@@ -255,6 +253,36 @@ TEST_F(SecurityTest, ClientsWithoutKeysOrWithKeysNotOnTheListAreRefusedAndLogged
   // The job's own keys still work.
   auto w = Connect(cluster_, ClientRole::kWorker, Key("worker"), &s);
   EXPECT_TRUE(w) << s.ToString();
+}
+
+// A client without a key whose handshake failed before it sent anything:
+// libzmq takes the DEALER's only pipe away on that protocol error, so a
+// blocking send would wait forever (shardps-ctl status did, once, under
+// load in CI). RequestReply says why instead.
+TEST_F(SecurityTest, ARequestAfterTheHandshakeFailedIsRefusedNotHeldForever) {
+  StartSecure(1);
+  zmq::context_t ctx(1);
+  zmq::socket_t d(ctx, zmq::socket_type::dealer);
+  d.set(zmq::sockopt::linger, 0);
+  zmq::socket_t monitor = WatchHandshakes(ctx, d, "inproc://handshake-failed-first");
+  d.connect(cluster_.coordinator());
+  // The failure is reported (the event left unread) and the pipe is gone:
+  // the socket takes nothing more.
+  zmq::pollitem_t event{monitor.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&event, 1, std::chrono::seconds(30)), 1) << "no handshake event within 30 s";
+  EXPECT_TRUE(testing::WaitFor([&] { return (d.get(zmq::sockopt::events) & ZMQ_POLLOUT) == 0; },
+                               std::chrono::seconds(30)))
+      << "the DEALER still takes messages after its handshake failed";
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::Fields f;
+  f.type = wire::MsgType::GetStatus;
+  f.request_id = 1;
+  f.role = wire::Role::Observer;
+  zmq::message_t request = wire::EncodeSimple(fbb, f), reply;
+  Status s = RequestReply(d, monitor, nullptr, request, std::chrono::steady_clock::now() + std::chrono::seconds(60),
+                          "coordinator", &reply);
+  EXPECT_EQ(s.code(), Code::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("has no key"), std::string::npos) << s.ToString();
 }
 
 TEST_F(SecurityTest, KeyFilesAreCheckedWithClearErrors) {

@@ -63,26 +63,13 @@ Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec,
   f.type = type;
   f.request_id = 1;
   f.role = wire::Role::Observer;
-  sock.send(wire::EncodeSimple(fbb, f), zmq::send_flags::none);
+  zmq::message_t request = wire::EncodeSimple(fbb, f);
   const auto deadline = Clock::now() + std::chrono::seconds(timeout_sec);
-  int drops = 0;  // handshakes dropped in a row
-  for (;;) {
-    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
-    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-    if (left.count() <= 0 || Poll(items, 2, left) < 0)
-      return Status::Timeout("no answer from coordinator " + coordinator + " within " + std::to_string(timeout_sec) + " s");
-    std::string why;
-    for (Handshake h; (h = ReadHandshakeEvent(monitor, g_key ? &*g_key : nullptr, &why)) != Handshake::kNone;) {
-      if (h == Handshake::kSucceeded) drops = 0;
-      if (h == Handshake::kDropped && ++drops >= kDropsToRefuse) {
-        h = Handshake::kRefused;
-        why = DroppedHandshakesWhy(g_key ? &*g_key : nullptr);
-      }
-      if (h == Handshake::kRefused) return Status::PermissionDenied("coordinator " + coordinator + ": " + why);
-    }
-    if (items[0].revents & ZMQ_POLLIN) break;
-  }
-  (void)sock.recv(*reply);
+  if (Status s = RequestReply(sock, monitor, g_key ? &*g_key : nullptr, request, deadline, "coordinator " + coordinator,
+                              reply);
+      !s.ok())
+    return s.code() == Code::kTimeout ? Status::Timeout(s.message() + " within " + std::to_string(timeout_sec) + " s")
+                                      : s;
   Status s = wire::ParseHeader(*reply, *scratch, h);
   if (s.ok()) s = wire::ReplyStatus(*h);
   return s;
