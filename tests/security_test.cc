@@ -285,6 +285,23 @@ TEST_F(SecurityTest, ARequestAfterTheHandshakeFailedIsRefusedNotHeldForever) {
   EXPECT_NE(s.message().find("has no key"), std::string::npos) << s.ToString();
 }
 
+// The same for a server that registers: with its key at a coordinator
+// running without keys, its first send may come after the failed handshake.
+// It gives up after its registration timeout and says what to check.
+TEST_F(SecurityTest, AServerWithKeysAtACoordinatorWithoutGivesUpAndSaysWhy) {
+  testing::ClusterOptions o;
+  o.servers = 1;
+  o.workers = 1;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  std::string out;
+  const int rc = RunCommand({BinaryPath("SHARDPS_SERVER"), "--coordinator", cluster_.coordinator(), "--bind",
+                             "tcp://127.0.0.1:0", "--key", Key("server"), "--register-timeout-ms", "3000"},
+                            &out, 120);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("no answer from coordinator"), std::string::npos) << out;
+  EXPECT_NE(out.find("does the coordinator run with this job's keys"), std::string::npos) << out;
+}
+
 TEST_F(SecurityTest, KeyFilesAreCheckedWithClearErrors) {
   // Readable by others: refused (it holds a secret).
   const std::string k = Key("worker");
