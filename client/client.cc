@@ -960,7 +960,14 @@ class ClientImpl {
     pending_[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
     Status st = SendMultipart(*s, o.frames);
     if (!st.ok()) {
+      // A handshake that failed with a protocol error (a refused key, no key
+      // at a job with security on) takes the socket's pipe away, so the send
+      // would block; the monitor has the reason already, and it fails this
+      // request (and the target's others) with it.
+      for (auto& m : monitors_)
+        if (m.target == o.target) OnMonitor(m);
       auto it = pending_.find(o.request_id);
+      if (it == pending_.end()) return;
       it->second.call->PartDone(Status::Unavailable(PeerName(o.target) + ": " + st.message()), false, 0, 0);
       pending_.erase(it);
     }
