@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <random>
 
 #include "common/log.h"
+#include "common/security.h"
 #include "common/wire.h"
 #include "server/optimizer.h"
 
@@ -119,6 +121,14 @@ Server::~Server() {
 }
 
 Status Server::Start() {
+  // The coordinator connection's handshakes are watched while registering: a
+  // refused one (keys here and none there, or the other way round, or a key
+  // the coordinator does not admit) fails the start at once, with the reason.
+  zmq::socket_t monitor;
+  struct StopWatching {
+    zmq::socket_t& s;
+    ~StopWatching() { zmq_socket_monitor(s.handle(), nullptr, 0); }
+  } stop_watching{coord_};
   try {
     data_.set(zmq::sockopt::router_mandatory, 1);
     data_.set(zmq::sockopt::linger, 0);
@@ -142,6 +152,8 @@ Status Server::Start() {
     }
     data_.bind(BindSpec(opts_.bind));
     coord_.set(zmq::sockopt::linger, 0);
+    static std::atomic<int> monitors{0};
+    monitor = WatchHandshakes(ctx_, coord_, "inproc://shardps-server-registers-" + std::to_string(monitors++));
     coord_.connect(opts_.coordinator);
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("server cannot bind '" + opts_.bind + "' or reach coordinator '" +
@@ -164,16 +176,28 @@ Status Server::Start() {
   again.copy(m);
   // Not a blocking send: a handshake that fails with a protocol error (keys
   // here, none there) takes the DEALER's only pipe away, and a blocking send
-  // would then wait forever instead of timing out below. Unsent, it is
-  // sent again at once.
+  // would then wait forever instead of failing below. Unsent, it is tried
+  // again after the first poll.
   const bool sent = coord_.send(m, zmq::send_flags::dontwait).has_value();
 
   const auto deadline = Clock::now() + opts_.register_timeout;
   auto resend = Clock::now() + Millis(sent ? 2000 : 0);
   std::vector<zmq::message_t> frames;
+  const KeyFile* key = opts_.security.enabled ? &opts_.security.key : nullptr;
+  int drops = 0;  // handshakes dropped in a row
   while (Clock::now() < deadline) {
-    zmq::pollitem_t items[] = {{coord_.handle(), 0, ZMQ_POLLIN, 0}};
-    Poll(items, 1, Millis(100));
+    zmq::pollitem_t items[] = {{coord_.handle(), 0, ZMQ_POLLIN, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+    Poll(items, 2, Millis(100));
+    std::string why;
+    for (Handshake hs; (hs = ReadHandshakeEvent(monitor, key, &why)) != Handshake::kNone;) {
+      if (hs == Handshake::kSucceeded) drops = 0;
+      if (hs == Handshake::kDropped && ++drops >= kDropsToRefuse) {
+        hs = Handshake::kRefused;
+        why = DroppedHandshakesWhy(key);
+      }
+      if (hs == Handshake::kRefused)
+        return Status::PermissionDenied("coordinator " + opts_.coordinator + " refused this server: " + why);
+    }
     if (Clock::now() >= resend) {
       // Unanswered: a coordinator that restarted lost it. Sent again (the
       // same request: registering twice from here is harmless).
