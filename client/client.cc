@@ -968,9 +968,9 @@ class ClientImpl {
         if (m.target == o.target) OnMonitor(m);
       auto it = pending_.find(o.request_id);
       if (it == pending_.end()) return;
-      // Without a send limit (sndhwm 0), a send that would block means the
-      // socket has no connection left to queue it on.
-      const std::string why = st.message().rfind("send would block", 0) == 0
+      // Without a send limit (sndhwm 0), a socket that takes nothing has no
+      // connection left to queue on.
+      const std::string why = (s->get(zmq::sockopt::events) & ZMQ_POLLOUT) == 0
                                   ? "no connection to send on (its handshake failed)"
                                   : st.message();
       it->second.call->PartDone(Status::Unavailable(PeerName(o.target) + ": " + why), false, 0, 0);

@@ -260,21 +260,26 @@ std::string DroppedHandshakesWhy(const KeyFile* key) {
               : "security may be on there, and this client has no key (--key, ClientOptions.key_file or $SHARDPS_KEY)");
 }
 
+bool HandshakeRefused(zmq::socket_t& monitor, const KeyFile* key, int* drops, std::string* why) {
+  for (Handshake h; (h = ReadHandshakeEvent(monitor, key, why)) != Handshake::kNone;) {
+    if (h == Handshake::kSucceeded) *drops = 0;
+    if (h == Handshake::kDropped && ++*drops >= kDropsToRefuse) {
+      *why = DroppedHandshakesWhy(key);
+      return true;
+    }
+    if (h == Handshake::kRefused) return true;
+  }
+  return false;
+}
+
 Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* key, zmq::message_t& request,
                     Clock::time_point deadline, const std::string& peer, zmq::message_t* reply) {
   bool sent = false;
   int drops = 0;  // handshakes dropped in a row
   for (;;) {
     if (!sent) sent = sock.send(request, zmq::send_flags::dontwait).has_value();
-    std::string why;
-    for (Handshake h; (h = ReadHandshakeEvent(monitor, key, &why)) != Handshake::kNone;) {
-      if (h == Handshake::kSucceeded) drops = 0;
-      if (h == Handshake::kDropped && ++drops >= kDropsToRefuse) {
-        h = Handshake::kRefused;
-        why = DroppedHandshakesWhy(key);
-      }
-      if (h == Handshake::kRefused) return Status::PermissionDenied(peer + ": " + why);
-    }
+    if (std::string why; HandshakeRefused(monitor, key, &drops, &why))
+      return Status::PermissionDenied(peer + ": " + why);
     zmq::pollitem_t items[] = {{sock.handle(), 0, static_cast<short>(sent ? ZMQ_POLLIN : ZMQ_POLLOUT), 0},
                                {monitor.handle(), 0, ZMQ_POLLIN, 0}};
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());

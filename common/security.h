@@ -96,6 +96,10 @@ constexpr int kDropsToRefuse = 3;
 Handshake ReadHandshakeEvent(zmq::socket_t& monitor, const KeyFile* key, std::string* why);
 // Why kDropsToRefuse drops in a row are taken as a refusal.
 std::string DroppedHandshakesWhy(const KeyFile* key);
+// Reads every event `monitor` holds; true when one refuses this client (or
+// is the kDropsToRefuse-th dropped handshake in a row, counted in *drops
+// across calls), with *why in words.
+bool HandshakeRefused(zmq::socket_t& monitor, const KeyFile* key, int* drops, std::string* why);
 // One request on `sock` (a DEALER watched by `monitor`, WatchHandshakes) and
 // its first reply, by `deadline`. PermissionDenied when `peer` refuses this
 // client's handshake (`key`: the client's key, nullptr none), with why in

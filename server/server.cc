@@ -188,16 +188,8 @@ Status Server::Start() {
   while (Clock::now() < deadline) {
     zmq::pollitem_t items[] = {{coord_.handle(), 0, ZMQ_POLLIN, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, Millis(100));
-    std::string why;
-    for (Handshake hs; (hs = ReadHandshakeEvent(monitor, key, &why)) != Handshake::kNone;) {
-      if (hs == Handshake::kSucceeded) drops = 0;
-      if (hs == Handshake::kDropped && ++drops >= kDropsToRefuse) {
-        hs = Handshake::kRefused;
-        why = DroppedHandshakesWhy(key);
-      }
-      if (hs == Handshake::kRefused)
-        return Status::PermissionDenied("coordinator " + opts_.coordinator + " refused this server: " + why);
-    }
+    if (std::string why; HandshakeRefused(monitor, key, &drops, &why))
+      return Status::PermissionDenied("coordinator " + opts_.coordinator + " refused this server: " + why);
     if (Clock::now() >= resend) {
       // Unanswered: a coordinator that restarted lost it. Sent again (the
       // same request: registering twice from here is harmless).
