@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "common/cluster.h"
+#include "common/handshake.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/security.h"

@@ -20,12 +20,6 @@ namespace shardps {
 
 namespace {
 constexpr char kStateKey[] = "coordinator-state";
-
-#define RETURN_IF_ERROR(expr) \
-  do {                        \
-    Status _s = (expr);       \
-    if (!_s.ok()) return _s;  \
-  } while (0)
 }  // namespace
 
 struct Coordinator::StateStore {
@@ -87,7 +81,7 @@ Status Coordinator::LoadState(const std::string& value) {
   if (st->tables())
     for (const auto* t : *st->tables()) {
       TableSpec spec;
-      RETURN_IF_ERROR(wire::DecodeTableSpec(t, &spec));
+      SHARDPS_RETURN_IF_ERROR(wire::DecodeTableSpec(t, &spec));
       if (spec.id != tables.size()) return Status::BadMessage("the saved table ids are not dense");
       tables.push_back(spec);
     }

@@ -107,47 +107,42 @@ Status GetStrings(const toml::table& t, std::string_view key, std::string_view s
   return Status::OK();
 }
 
-#define RETURN_IF_ERROR(expr)      \
-  do {                             \
-    Status _s = (expr);            \
-    if (!_s.ok()) return _s;       \
-  } while (0)
 
 Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
-  RETURN_IF_ERROR(CheckKeys(t, src, "table",
+  SHARDPS_RETURN_IF_ERROR(CheckKeys(t, src, "table",
                             {"name", "kind", "rows", "cols", "init", "value", "low", "high", "mean",
                              "stddev", "seed", "optimizer", "lr", "momentum", "beta1", "beta2", "eps",
                              "initial_accumulator", "max_rows", "staleness_rule", "dc_lambda"}));
   auto name = t["name"].value<std::string>();
   if (!name) return Status::InvalidArgument(std::string(src) + ": a [[table]] has no name");
   spec->name = *name;
-  RETURN_IF_ERROR(GetEnum(t, "kind", src, &spec->kind));
-  RETURN_IF_ERROR(GetInt<uint64_t>(t, "rows", src, 0, 1ull << 40, &spec->rows));
-  RETURN_IF_ERROR(GetInt<uint32_t>(t, "cols", src, 1, 1u << 24, &spec->cols));
-  RETURN_IF_ERROR(GetEnum(t, "init", src, &spec->init));
+  SHARDPS_RETURN_IF_ERROR(GetEnum(t, "kind", src, &spec->kind));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint64_t>(t, "rows", src, 0, 1ull << 40, &spec->rows));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "cols", src, 1, 1u << 24, &spec->cols));
+  SHARDPS_RETURN_IF_ERROR(GetEnum(t, "init", src, &spec->init));
   switch (spec->init) {
-    case InitKind::kConstant: RETURN_IF_ERROR(GetFloat(t, "value", src, &spec->init_a)); break;
+    case InitKind::kConstant: SHARDPS_RETURN_IF_ERROR(GetFloat(t, "value", src, &spec->init_a)); break;
     case InitKind::kUniform:
-      RETURN_IF_ERROR(GetFloat(t, "low", src, &spec->init_a));
-      RETURN_IF_ERROR(GetFloat(t, "high", src, &spec->init_b));
+      SHARDPS_RETURN_IF_ERROR(GetFloat(t, "low", src, &spec->init_a));
+      SHARDPS_RETURN_IF_ERROR(GetFloat(t, "high", src, &spec->init_b));
       break;
     case InitKind::kNormal:
-      RETURN_IF_ERROR(GetFloat(t, "mean", src, &spec->init_a));
-      RETURN_IF_ERROR(GetFloat(t, "stddev", src, &spec->init_b));
+      SHARDPS_RETURN_IF_ERROR(GetFloat(t, "mean", src, &spec->init_a));
+      SHARDPS_RETURN_IF_ERROR(GetFloat(t, "stddev", src, &spec->init_b));
       break;
     default: break;
   }
-  RETURN_IF_ERROR(GetInt<uint64_t>(t, "seed", src, 0, ~0ull >> 1, &spec->seed));
-  RETURN_IF_ERROR(GetEnum(t, "optimizer", src, &spec->optimizer));
-  RETURN_IF_ERROR(GetFloat(t, "lr", src, &spec->lr));
-  RETURN_IF_ERROR(GetFloat(t, "momentum", src, &spec->momentum));
-  RETURN_IF_ERROR(GetFloat(t, "beta1", src, &spec->beta1));
-  RETURN_IF_ERROR(GetFloat(t, "beta2", src, &spec->beta2));
-  RETURN_IF_ERROR(GetFloat(t, "eps", src, &spec->eps));
-  RETURN_IF_ERROR(GetFloat(t, "initial_accumulator", src, &spec->initial_accumulator));
-  RETURN_IF_ERROR(GetInt<uint64_t>(t, "max_rows", src, 0, ~0ull >> 1, &spec->max_rows));
-  RETURN_IF_ERROR(GetEnum(t, "staleness_rule", src, &spec->staleness_rule));
-  RETURN_IF_ERROR(GetFloat(t, "dc_lambda", src, &spec->dc_lambda));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint64_t>(t, "seed", src, 0, ~0ull >> 1, &spec->seed));
+  SHARDPS_RETURN_IF_ERROR(GetEnum(t, "optimizer", src, &spec->optimizer));
+  SHARDPS_RETURN_IF_ERROR(GetFloat(t, "lr", src, &spec->lr));
+  SHARDPS_RETURN_IF_ERROR(GetFloat(t, "momentum", src, &spec->momentum));
+  SHARDPS_RETURN_IF_ERROR(GetFloat(t, "beta1", src, &spec->beta1));
+  SHARDPS_RETURN_IF_ERROR(GetFloat(t, "beta2", src, &spec->beta2));
+  SHARDPS_RETURN_IF_ERROR(GetFloat(t, "eps", src, &spec->eps));
+  SHARDPS_RETURN_IF_ERROR(GetFloat(t, "initial_accumulator", src, &spec->initial_accumulator));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint64_t>(t, "max_rows", src, 0, ~0ull >> 1, &spec->max_rows));
+  SHARDPS_RETURN_IF_ERROR(GetEnum(t, "staleness_rule", src, &spec->staleness_rule));
+  SHARDPS_RETURN_IF_ERROR(GetFloat(t, "dc_lambda", src, &spec->dc_lambda));
   Status s = spec->Validate();
   if (!s.ok()) return Status::InvalidArgument(Where(src, &t) + ": " + s.message());
   return Status::OK();
@@ -157,12 +152,12 @@ Status ParseHost(const toml::node& n, std::string_view src, LaunchHost* h) {
   if (n.is_string()) {
     h->name = *n.value<std::string>();
   } else if (const toml::table* t = n.as_table()) {
-    RETURN_IF_ERROR(CheckKeys(*t, src, "launch.hosts", {"name", "address", "coordinator", "servers", "workers"}));
-    RETURN_IF_ERROR(GetString(*t, "name", src, &h->name));
-    RETURN_IF_ERROR(GetString(*t, "address", src, &h->address));
-    RETURN_IF_ERROR(GetBool(*t, "coordinator", src, &h->coordinator));
-    RETURN_IF_ERROR(GetInt<int>(*t, "servers", src, 0, 4096, &h->servers));
-    RETURN_IF_ERROR(GetInt<int>(*t, "workers", src, 0, 65536, &h->workers));
+    SHARDPS_RETURN_IF_ERROR(CheckKeys(*t, src, "launch.hosts", {"name", "address", "coordinator", "servers", "workers"}));
+    SHARDPS_RETURN_IF_ERROR(GetString(*t, "name", src, &h->name));
+    SHARDPS_RETURN_IF_ERROR(GetString(*t, "address", src, &h->address));
+    SHARDPS_RETURN_IF_ERROR(GetBool(*t, "coordinator", src, &h->coordinator));
+    SHARDPS_RETURN_IF_ERROR(GetInt<int>(*t, "servers", src, 0, 4096, &h->servers));
+    SHARDPS_RETURN_IF_ERROR(GetInt<int>(*t, "workers", src, 0, 65536, &h->workers));
   } else {
     return Status::InvalidArgument(Where(src, &n) +
                                    ": each of 'hosts' must be a host name or a table {name = ..., servers = N, workers = N}");
@@ -173,11 +168,11 @@ Status ParseHost(const toml::node& n, std::string_view src, LaunchHost* h) {
 }
 
 Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l) {
-  RETURN_IF_ERROR(CheckKeys(t, src, "launch",
+  SHARDPS_RETURN_IF_ERROR(CheckKeys(t, src, "launch",
                             {"mode", "hosts", "interface", "advertise", "coordinator_port", "server_ports",
                              "worker_command", "env", "server_cpus", "bin_dir", "run_dir", "timeout_sec",
                              "ssh_options", "srun_options", "restart_workers", "restart_servers", "restart_coordinator", "max_restarts"}));
-  RETURN_IF_ERROR(GetString(t, "mode", src, &l->mode));
+  SHARDPS_RETURN_IF_ERROR(GetString(t, "mode", src, &l->mode));
   if (l->mode != "local" && l->mode != "ssh" && l->mode != "slurm")
     return Status::InvalidArgument(Where(src, t.get("mode")) + ": 'mode' must be \"local\", \"ssh\" or \"slurm\", got '" +
                                    l->mode + "'");
@@ -187,13 +182,13 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
     l->hosts.clear();
     for (const auto& e : *a) {
       LaunchHost h;
-      RETURN_IF_ERROR(ParseHost(e, src, &h));
+      SHARDPS_RETURN_IF_ERROR(ParseHost(e, src, &h));
       l->hosts.push_back(std::move(h));
     }
   }
-  RETURN_IF_ERROR(GetString(t, "interface", src, &l->interface));
-  RETURN_IF_ERROR(GetString(t, "advertise", src, &l->advertise));
-  RETURN_IF_ERROR(GetInt<uint32_t>(t, "coordinator_port", src, 0, 65535, &l->coordinator_port));
+  SHARDPS_RETURN_IF_ERROR(GetString(t, "interface", src, &l->interface));
+  SHARDPS_RETURN_IF_ERROR(GetString(t, "advertise", src, &l->advertise));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "coordinator_port", src, 0, 65535, &l->coordinator_port));
   if (const toml::node* n = t.get("server_ports")) {
     // 0 (free ports) or "FIRST-LAST".
     const std::string what = ": 'server_ports' must be 0 (free ports) or a range \"FIRST-LAST\" within 1-65535";
@@ -216,7 +211,7 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
       return Status::InvalidArgument(Where(src, n) + what);
     }
   }
-  RETURN_IF_ERROR(GetStrings(t, "worker_command", src, true, &l->worker_command));
+  SHARDPS_RETURN_IF_ERROR(GetStrings(t, "worker_command", src, true, &l->worker_command));
   if (const toml::node* n = t.get("env")) {
     const toml::table* e = n->as_table();
     if (!e) return Status::InvalidArgument(Where(src, n) + ": 'env' must be a table of strings, e.g. env = { OMP_NUM_THREADS = \"1\" }");
@@ -229,31 +224,31 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
   if (const toml::node* n = t.get("server_cpus"); n && n->is_string()) {
     l->server_cpus = {*n->value<std::string>()};
   } else {
-    RETURN_IF_ERROR(GetStrings(t, "server_cpus", src, false, &l->server_cpus));
+    SHARDPS_RETURN_IF_ERROR(GetStrings(t, "server_cpus", src, false, &l->server_cpus));
   }
-  RETURN_IF_ERROR(GetString(t, "bin_dir", src, &l->bin_dir));
-  RETURN_IF_ERROR(GetString(t, "run_dir", src, &l->run_dir));
-  RETURN_IF_ERROR(GetInt<uint32_t>(t, "timeout_sec", src, 1, 30u * 86400, &l->timeout_sec));
-  RETURN_IF_ERROR(GetBool(t, "restart_workers", src, &l->restart_workers));
-  RETURN_IF_ERROR(GetBool(t, "restart_servers", src, &l->restart_servers));
-  RETURN_IF_ERROR(GetBool(t, "restart_coordinator", src, &l->restart_coordinator));
-  RETURN_IF_ERROR(GetInt<uint32_t>(t, "max_restarts", src, 0, 1000000, &l->max_restarts));
-  RETURN_IF_ERROR(GetStrings(t, "ssh_options", src, false, &l->ssh_options));
-  RETURN_IF_ERROR(GetStrings(t, "srun_options", src, false, &l->srun_options));
+  SHARDPS_RETURN_IF_ERROR(GetString(t, "bin_dir", src, &l->bin_dir));
+  SHARDPS_RETURN_IF_ERROR(GetString(t, "run_dir", src, &l->run_dir));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "timeout_sec", src, 1, 30u * 86400, &l->timeout_sec));
+  SHARDPS_RETURN_IF_ERROR(GetBool(t, "restart_workers", src, &l->restart_workers));
+  SHARDPS_RETURN_IF_ERROR(GetBool(t, "restart_servers", src, &l->restart_servers));
+  SHARDPS_RETURN_IF_ERROR(GetBool(t, "restart_coordinator", src, &l->restart_coordinator));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "max_restarts", src, 0, 1000000, &l->max_restarts));
+  SHARDPS_RETURN_IF_ERROR(GetStrings(t, "ssh_options", src, false, &l->ssh_options));
+  SHARDPS_RETURN_IF_ERROR(GetStrings(t, "srun_options", src, false, &l->srun_options));
   return Status::OK();
 }
 
 Status ParseMetrics(const toml::table& t, std::string_view src, MetricsOptions* m) {
-  RETURN_IF_ERROR(CheckKeys(t, src, "metrics", {"enabled", "port", "address"}));
-  RETURN_IF_ERROR(GetBool(t, "enabled", src, &m->enabled));
-  RETURN_IF_ERROR(GetInt<int>(t, "port", src, 0, 65535, &m->port));
-  RETURN_IF_ERROR(GetString(t, "address", src, &m->address));
+  SHARDPS_RETURN_IF_ERROR(CheckKeys(t, src, "metrics", {"enabled", "port", "address"}));
+  SHARDPS_RETURN_IF_ERROR(GetBool(t, "enabled", src, &m->enabled));
+  SHARDPS_RETURN_IF_ERROR(GetInt<int>(t, "port", src, 0, 65535, &m->port));
+  SHARDPS_RETURN_IF_ERROR(GetString(t, "address", src, &m->address));
   return Status::OK();
 }
 
 Status ParseSecurity(const toml::table& t, std::string_view src, SecurityConfig* s) {
-  RETURN_IF_ERROR(CheckKeys(t, src, "security", {"keys"}));
-  RETURN_IF_ERROR(GetString(t, "keys", src, &s->keys));
+  SHARDPS_RETURN_IF_ERROR(CheckKeys(t, src, "security", {"keys"}));
+  SHARDPS_RETURN_IF_ERROR(GetString(t, "keys", src, &s->keys));
   return Status::OK();
 }
 
@@ -309,45 +304,45 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
     return Status::InvalidArgument(std::string(src) + ":" + std::to_string(e.source().begin.line) +
                                    ": " + std::string(e.description()));
   }
-  for (const auto& set : sets) RETURN_IF_ERROR(ApplySet(set, &root));
-  RETURN_IF_ERROR(CheckKeys(root, src, "top level", {"job", "table", "launch", "metrics", "security"}));
+  for (const auto& set : sets) SHARDPS_RETURN_IF_ERROR(ApplySet(set, &root));
+  SHARDPS_RETURN_IF_ERROR(CheckKeys(root, src, "top level", {"job", "table", "launch", "metrics", "security"}));
   if (const toml::node* n = root.get("launch")) {
     const toml::table* t = n->as_table();
     if (!t) return Status::InvalidArgument(Where(src, n) + ": 'launch' must be a table ([launch])");
-    RETURN_IF_ERROR(ParseLaunch(*t, src, &cfg->launch));
+    SHARDPS_RETURN_IF_ERROR(ParseLaunch(*t, src, &cfg->launch));
   }
   if (const toml::node* n = root.get("metrics")) {
     const toml::table* t = n->as_table();
     if (!t) return Status::InvalidArgument(Where(src, n) + ": 'metrics' must be a table ([metrics])");
-    RETURN_IF_ERROR(ParseMetrics(*t, src, &cfg->metrics));
+    SHARDPS_RETURN_IF_ERROR(ParseMetrics(*t, src, &cfg->metrics));
   }
   if (const toml::node* n = root.get("security")) {
     const toml::table* t = n->as_table();
     if (!t) return Status::InvalidArgument(Where(src, n) + ": 'security' must be a table ([security])");
-    RETURN_IF_ERROR(ParseSecurity(*t, src, &cfg->security));
+    SHARDPS_RETURN_IF_ERROR(ParseSecurity(*t, src, &cfg->security));
   }
   if (const toml::table* job = root["job"].as_table()) {
-    RETURN_IF_ERROR(CheckKeys(*job, src, "job", {"servers", "workers", "partitions", "consistency",
+    SHARDPS_RETURN_IF_ERROR(CheckKeys(*job, src, "job", {"servers", "workers", "partitions", "consistency",
                                                  "staleness", "heartbeat_timeout_ms", "join_timeout_ms",
                                                  "snapshot_dir", "snapshot_every_clocks", "snapshot_every_sec",
                                                  "keep_snapshots", "server_memory_mb", "max_workers", "state_dir"}));
-    RETURN_IF_ERROR(GetInt<uint64_t>(*job, "server_memory_mb", src, 0, 1ull << 34, &out->server_memory_mb));
-    RETURN_IF_ERROR(GetString(*job, "snapshot_dir", src, &out->snapshot_dir));
-    RETURN_IF_ERROR(GetString(*job, "state_dir", src, &out->state_dir));
-    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_clocks", src, 0, 1u << 30, &out->snapshot_every_clocks));
-    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_sec", src, 0, 1u << 30, &out->snapshot_every_sec));
-    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "keep_snapshots", src, 1, 100000, &out->keep_snapshots));
-    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "servers", src, 1, 4096, &out->num_servers));
-    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "workers", src, 0, 65536, &out->num_workers));
-    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "max_workers", src, 0, 65536, &out->max_workers));
-    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "partitions", src, 1, 1u << 20, &out->partitions));
-    RETURN_IF_ERROR(GetEnum(*job, "consistency", src, &out->consistency));
-    RETURN_IF_ERROR(GetInt<uint32_t>(*job, "staleness", src, 0, 1u << 30, &out->staleness));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint64_t>(*job, "server_memory_mb", src, 0, 1ull << 34, &out->server_memory_mb));
+    SHARDPS_RETURN_IF_ERROR(GetString(*job, "snapshot_dir", src, &out->snapshot_dir));
+    SHARDPS_RETURN_IF_ERROR(GetString(*job, "state_dir", src, &out->state_dir));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_clocks", src, 0, 1u << 30, &out->snapshot_every_clocks));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_sec", src, 0, 1u << 30, &out->snapshot_every_sec));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "keep_snapshots", src, 1, 100000, &out->keep_snapshots));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "servers", src, 1, 4096, &out->num_servers));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "workers", src, 0, 65536, &out->num_workers));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "max_workers", src, 0, 65536, &out->max_workers));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "partitions", src, 1, 1u << 20, &out->partitions));
+    SHARDPS_RETURN_IF_ERROR(GetEnum(*job, "consistency", src, &out->consistency));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "staleness", src, 0, 1u << 30, &out->staleness));
     int64_t ms = out->heartbeat_timeout.count();
-    RETURN_IF_ERROR(GetInt<int64_t>(*job, "heartbeat_timeout_ms", src, 1, 3600000, &ms));
+    SHARDPS_RETURN_IF_ERROR(GetInt<int64_t>(*job, "heartbeat_timeout_ms", src, 1, 3600000, &ms));
     out->heartbeat_timeout = Millis(ms);
     ms = out->join_timeout.count();
-    RETURN_IF_ERROR(GetInt<int64_t>(*job, "join_timeout_ms", src, 1, 86400000, &ms));
+    SHARDPS_RETURN_IF_ERROR(GetInt<int64_t>(*job, "join_timeout_ms", src, 1, 86400000, &ms));
     out->join_timeout = Millis(ms);
   } else if (root.contains("job")) {
     return Status::InvalidArgument(std::string(src) + ": 'job' must be a table ([job])");
@@ -359,7 +354,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
       const toml::table* t = n.as_table();
       if (!t) return Status::InvalidArgument(Where(src, &n) + ": tables are written [[table]]");
       TableSpec spec;
-      RETURN_IF_ERROR(ParseTable(*t, src, &spec));
+      SHARDPS_RETURN_IF_ERROR(ParseTable(*t, src, &spec));
       out->tables.push_back(std::move(spec));
     }
   }
@@ -378,7 +373,7 @@ Status LoadJobConfig(const std::string& path, const std::vector<std::string>& se
 Status ParseJobConfig(std::string_view text, std::string_view src, CoordinatorOptions* out) {
   JobConfig c;
   c.job = *out;
-  RETURN_IF_ERROR(ParseJobConfig(text, src, {}, &c));
+  SHARDPS_RETURN_IF_ERROR(ParseJobConfig(text, src, {}, &c));
   *out = std::move(c.job);
   return Status::OK();
 }
@@ -386,7 +381,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, CoordinatorOp
 Status LoadJobConfig(const std::string& path, CoordinatorOptions* out) {
   JobConfig c;
   c.job = *out;
-  RETURN_IF_ERROR(LoadJobConfig(path, {}, &c));
+  SHARDPS_RETURN_IF_ERROR(LoadJobConfig(path, {}, &c));
   *out = std::move(c.job);
   return Status::OK();
 }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "common/handshake.h"
 #include "common/log.h"
 #include "common/security.h"
 #include "common/wire.h"

@@ -22,6 +22,7 @@
 
 #include <zmq.hpp>
 
+#include "common/handshake.h"
 #include "common/security.h"
 #include "common/wire.h"
 #include "tests/cluster.h"

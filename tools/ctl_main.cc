@@ -28,6 +28,7 @@
 
 #include <zmq.hpp>
 
+#include "common/handshake.h"
 #include "common/json.h"
 #include "common/net.h"
 #include "common/security.h"

@@ -7,11 +7,6 @@
 
 namespace shardps::worker {
 
-#define RETURN_IF_ERROR(expr)  \
-  do {                         \
-    Status _s = (expr);        \
-    if (!_s.ok()) return _s;   \
-  } while (0)
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -81,7 +76,7 @@ Status EpochBatches::Next(Batch* b) {
     ClaimOptions o;
     o.per_clock = true;
     WorkRange g;
-    RETURN_IF_ERROR(claim_(static_cast<uint64_t>(epoch_), examples_, static_cast<uint32_t>(batch_), o, &g));
+    SHARDPS_RETURN_IF_ERROR(claim_(static_cast<uint64_t>(epoch_), examples_, static_cast<uint32_t>(batch_), o, &g));
     if (g.empty()) {
       b->idle = g.wait;
       if (!g.wait) handed_ = g.handed;
@@ -99,7 +94,7 @@ Status EpochBatches::Next(Batch* b) {
   if (grant_.empty()) {
     ClaimOptions o;
     o.granule = static_cast<uint32_t>(batch_);
-    RETURN_IF_ERROR(claim_(static_cast<uint64_t>(epoch_), examples_,
+    SHARDPS_RETURN_IF_ERROR(claim_(static_cast<uint64_t>(epoch_), examples_,
                            static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, uint64_t{1} * chunk_ * batch_)), o,
                            &grant_));
     if (grant_.empty()) {
@@ -210,7 +205,7 @@ void MlpTrainer::IssueFreshLayer(int l) {
 // Fresh values sent ahead for an extra batch that did not come: they are
 // old by now, and their buffers are about to be written again.
 Status MlpTrainer::DropFresh() {
-  for (auto& r : fresh_) RETURN_IF_ERROR(r.Wait());
+  for (auto& r : fresh_) SHARDPS_RETURN_IF_ERROR(r.Wait());
   fresh_.clear();
   return Status::OK();
 }
@@ -222,7 +217,7 @@ void MlpTrainer::IssuePulls(bool ahead) {
 
 Status MlpTrainer::WaitPulls(int64_t* min_clock) {
   for (auto& r : pulls_) {
-    RETURN_IF_ERROR(r.Wait());
+    SHARDPS_RETURN_IF_ERROR(r.Wait());
     if (min_clock) *min_clock = std::min(*min_clock, r.min_clock());
   }
   return Status::OK();
@@ -230,7 +225,7 @@ Status MlpTrainer::WaitPulls(int64_t* min_clock) {
 
 Status MlpTrainer::DrainPushes() {
   for (auto& r : pushes_) {
-    RETURN_IF_ERROR(r.Wait());
+    SHARDPS_RETURN_IF_ERROR(r.Wait());
     const uint64_t st = r.staleness();
     stale_max_ = std::max(stale_max_, st);
     stale_sum_ += st;
@@ -313,7 +308,7 @@ void MlpTrainer::PushLayer(int l, const float* gwl, const float* gbl) {
 
 Status MlpTrainer::FlushFills() {
   if (pending_fills_ == 0) return Status::OK();
-  RETURN_IF_ERROR(DrainPushes());
+  SHARDPS_RETURN_IF_ERROR(DrainPushes());
   for (int l = 0; l < L_; ++l) PushLayer(l, nullptr, nullptr);
   pending_fills_ = 0;
   return Status::OK();
@@ -328,7 +323,7 @@ Status MlpTrainer::FlushFills() {
 Status MlpTrainer::FillStep() {
   ++fills_this_clock_;
   ++filled_;
-  RETURN_IF_ERROR(DrainPushes());  // the fill buffers of earlier pushes must be free
+  SHARDPS_RETURN_IF_ERROR(DrainPushes());  // the fill buffers of earlier pushes must be free
   // The buffers of the fills not pushed yet (with-next) are taken; pushed
   // ones (at once, or flushed at an epoch's end) are free again.
   const int f = pending_fills_;
@@ -342,7 +337,7 @@ Status MlpTrainer::FillStep() {
       fresh_.assign(2 * L_, Request());
       for (int l = 0; l < L_; ++l) IssueFreshLayer(l);
     }
-    for (auto& r : fresh_) RETURN_IF_ERROR(r.Wait());
+    for (auto& r : fresh_) SHARDPS_RETURN_IF_ERROR(r.Wait());
     LoadParams(fresh_, fpw_, fpb_, true);
     fresh_.clear();
   }
@@ -373,8 +368,8 @@ Status MlpTrainer::FillStep() {
 Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
   int64_t min_clock = INT64_MAX;
   const double w0 = NowSeconds();
-  RETURN_IF_ERROR(DropFresh());
-  RETURN_IF_ERROR(WaitPulls(&min_clock));
+  SHARDPS_RETURN_IF_ERROR(DropFresh());
+  SHARDPS_RETURN_IF_ERROR(WaitPulls(&min_clock));
   *waited = NowSeconds() - w0;
   recent_waits_[wait_i_++ % recent_waits_.size()] = *waited;
   stale_ = std::max<int64_t>(0, ps_.clock() - min_clock);
@@ -392,7 +387,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
     dev_.Sync();
     IssuePulls(true);
   }
-  RETURN_IF_ERROR(DrainPushes());  // the previous step's gradient buffers are free again
+  SHARDPS_RETURN_IF_ERROR(DrainPushes());  // the previous step's gradient buffers are free again
   if (per_layer) pulls_.assign(2 * L_, Request());
   // The next clock's pull will likely be held back and an extra batch
   // trained: its fresh values go behind this step's pushes too.
@@ -411,7 +406,7 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
     if (fresh_ahead) IssueFreshLayer(l);
   });
   pending_fills_ = 0;
-  RETURN_IF_ERROR(tick_.Wait());  // the previous tick (long answered)
+  SHARDPS_RETURN_IF_ERROR(tick_.Wait());  // the previous tick (long answered)
   tick_ = ps_.ClockAsync();
   // Otherwise fetch now, after this step's pushes and tick: the servers
   // answer when the model allows.
@@ -425,9 +420,9 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
 // pushed).
 Status MlpTrainer::IdleStep() {
   int64_t min_clock = INT64_MAX;
-  RETURN_IF_ERROR(WaitPulls(&min_clock));
-  RETURN_IF_ERROR(DrainPushes());
-  RETURN_IF_ERROR(tick_.Wait());
+  SHARDPS_RETURN_IF_ERROR(WaitPulls(&min_clock));
+  SHARDPS_RETURN_IF_ERROR(DrainPushes());
+  SHARDPS_RETURN_IF_ERROR(tick_.Wait());
   tick_ = ps_.ClockAsync(/*trained=*/false);
   IssuePulls(false);
   return Status::OK();
@@ -456,15 +451,15 @@ Status MlpTrainer::EndEpoch(int epoch, double epoch_loss, int trained, const Epo
   if (pooled_ && ps_.consistency() != Consistency::kSync) {
     // The outstanding prefetch may predate this worker's last pushes: read
     // the end-of-epoch model afresh.
-    RETURN_IF_ERROR(DrainPushes());
+    SHARDPS_RETURN_IF_ERROR(DrainPushes());
     int64_t ignored = INT64_MAX;
-    RETURN_IF_ERROR(WaitPulls(&ignored));
+    SHARDPS_RETURN_IF_ERROR(WaitPulls(&ignored));
     IssuePulls(false);
   }
   // Evaluate with the parameters of the pull issued after this worker's
   // last step: the model as of the end of this epoch.
   int64_t mc = INT64_MAX;
-  RETURN_IF_ERROR(WaitPulls(&mc));
+  SHARDPS_RETURN_IF_ERROR(WaitPulls(&mc));
   LoadParams(pulls_, pw_, pb_, false);  // (an extra batch at hand before the next step is based on them)
   r->final_accuracy = Evaluate();
   const double mean_loss = epoch_loss / std::max(1, trained);
@@ -502,7 +497,7 @@ Status MlpTrainer::Run(TrainResult* result) {
   if (examples < static_cast<uint64_t>(B_))
     return Status::InvalidArgument(std::to_string(examples) + " examples per worker is less than one batch of " +
                                    std::to_string(B_));
-  RETURN_IF_ERROR(csv_.Open(o_.evaluator ? o_.csv : ""));
+  SHARDPS_RETURN_IF_ERROR(csv_.Open(o_.evaluator ? o_.csv : ""));
   // Under bounded staleness (s >= 1) and async the next step's pull may be
   // sent before this step's pushes (Client::Prefetch); under sync it would
   // only be parked, and the evaluator wants the end-of-epoch model.
@@ -536,9 +531,9 @@ Status MlpTrainer::Run(TrainResult* result) {
     int trained = 0;
     for (;;) {
       Batch b;
-      RETURN_IF_ERROR(batches.Next(&b));
+      SHARDPS_RETURN_IF_ERROR(batches.Next(&b));
       if (b.idle) {
-        RETURN_IF_ERROR(IdleStep());
+        SHARDPS_RETURN_IF_ERROR(IdleStep());
         continue;
       }
       if (b.n == 0) break;
@@ -551,9 +546,9 @@ Status MlpTrainer::Run(TrainResult* result) {
       const bool fill = held && fills_this_clock_ < o_.max_fill && holds_.Persistent();
       double waited = 0;
       if (fill)
-        RETURN_IF_ERROR(FillStep());
+        SHARDPS_RETURN_IF_ERROR(FillStep());
       else
-        RETURN_IF_ERROR(Step(!pooled_ && b.first + static_cast<uint64_t>(b.n) >= batches.examples(), &waited));
+        SHARDPS_RETURN_IF_ERROR(Step(!pooled_ && b.first + static_cast<uint64_t>(b.n) >= batches.examples(), &waited));
       float stats[2];
       dev_.Download(stats, dstats_.data(), 2);
       const double loss = stats[0] / n_;
@@ -567,7 +562,7 @@ Status MlpTrainer::Run(TrainResult* result) {
       }
       progress.Step(rank_, epoch, static_cast<int>(b.first / B_) + 1, batches.steps(), n_, loss, stale_);
     }
-    RETURN_IF_ERROR(FlushFills());
+    SHARDPS_RETURN_IF_ERROR(FlushFills());
     r.batches += trained;
     if (batches.stopped()) {
       std::fprintf(o_.out, "worker %d | stopped on request in epoch %d after %d batches of it\n", rank_, epoch,
@@ -576,13 +571,13 @@ Status MlpTrainer::Run(TrainResult* result) {
       break;
     }
     r.epochs_done = epoch;
-    RETURN_IF_ERROR(EndEpoch(epoch, epoch_loss, trained, batches, &r));
+    SHARDPS_RETURN_IF_ERROR(EndEpoch(epoch, epoch_loss, trained, batches, &r));
   }
-  RETURN_IF_ERROR(DrainPushes());
-  RETURN_IF_ERROR(tick_.Wait());
-  RETURN_IF_ERROR(DropFresh());
+  SHARDPS_RETURN_IF_ERROR(DrainPushes());
+  SHARDPS_RETURN_IF_ERROR(tick_.Wait());
+  SHARDPS_RETURN_IF_ERROR(DropFresh());
   int64_t mc = INT64_MAX;
-  RETURN_IF_ERROR(WaitPulls(&mc));
+  SHARDPS_RETURN_IF_ERROR(WaitPulls(&mc));
   r.seconds = NowSeconds() - t_start_;
   r.examples = static_cast<uint64_t>(progress.samples());
   r.filled = filled_;

@@ -3,7 +3,8 @@
 // Every fallible call in shardps returns a Status. A Status is either OK or
 // carries a code and a message that says what went wrong and where, e.g.
 //   Status::UnknownTable("table 'emb' is not defined on the coordinator")
-// Callers must check it: `if (!s.ok()) { ... s.ToString() ... }`.
+// Callers must check it: `if (!s.ok()) { ... s.ToString() ... }`, or pass
+// it up with SHARDPS_RETURN_IF_ERROR(expr).
 #pragma once
 
 #include <string>
@@ -74,3 +75,12 @@ class [[nodiscard]] SHARDPS_EXPORT Status {
 };
 
 }  // namespace shardps
+
+// Evaluates `expr` (a Status) and returns it from the enclosing function
+// unless it is OK:
+//   SHARDPS_RETURN_IF_ERROR(ps->Pull(w, params).Wait());
+#define SHARDPS_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::shardps::Status shardps_status_ = (expr);        \
+    if (!shardps_status_.ok()) return shardps_status_; \
+  } while (0)
