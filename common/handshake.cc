@@ -68,12 +68,26 @@ bool HandshakeRefused(zmq::socket_t& monitor, const KeyFile* key, int* drops, st
   return false;
 }
 
-Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* key, zmq::message_t& request,
-                    Clock::time_point deadline, const std::string& peer, zmq::message_t* reply) {
+namespace {
+// Sends `frames` as one message if the socket takes it now; false (nothing
+// sent) when it would block. Once the first frame is taken, ZeroMQ takes
+// the rest of the message: its limits apply to whole messages.
+bool SendIfReady(zmq::socket_t& sock, std::vector<zmq::message_t>& frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    if (!sock.send(frames[i], more | zmq::send_flags::dontwait).has_value()) return false;
+  }
+  return true;
+}
+}  // namespace
+
+Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* key,
+                    std::vector<zmq::message_t>& request, Clock::time_point deadline, const std::string& peer,
+                    std::vector<zmq::message_t>* reply) {
   bool sent = false;
   int drops = 0;  // handshakes dropped in a row
   for (;;) {
-    if (!sent) sent = sock.send(request, zmq::send_flags::dontwait).has_value();
+    if (!sent) sent = SendIfReady(sock, request);
     if (std::string why; HandshakeRefused(monitor, key, &drops, &why))
       return Status::PermissionDenied(peer + ": " + why);
     zmq::pollitem_t items[] = {{sock.handle(), 0, static_cast<short>(sent ? ZMQ_POLLIN : ZMQ_POLLOUT), 0},
@@ -81,11 +95,17 @@ Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* 
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     if (left.count() <= 0 || Poll(items, 2, left) < 0)
       return Status::Timeout(sent ? "no answer from " + peer : "could not send to " + peer + " (no connection)");
-    if (sent && (items[0].revents & ZMQ_POLLIN)) {
-      (void)sock.recv(*reply);
-      return Status::OK();
-    }
+    if (sent && (items[0].revents & ZMQ_POLLIN) && RecvMultipart(sock, reply)) return Status::OK();
   }
+}
+
+Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* key, zmq::message_t& request,
+                    Clock::time_point deadline, const std::string& peer, zmq::message_t* reply) {
+  std::vector<zmq::message_t> frames, replies;
+  frames.push_back(std::move(request));
+  Status s = RequestReply(sock, monitor, key, frames, deadline, peer, &replies);
+  if (s.ok()) *reply = std::move(replies[0]);
+  return s;
 }
 
 }  // namespace shardps

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -47,5 +48,10 @@ bool HandshakeRefused(zmq::socket_t& monitor, const KeyFile* key, int* drops, st
 // then wait forever.
 Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* key, zmq::message_t& request,
                     std::chrono::steady_clock::time_point deadline, const std::string& peer, zmq::message_t* reply);
+// The same for a request of several frames (sent as one message) and a
+// reply of several (every frame of the first message that arrives).
+Status RequestReply(zmq::socket_t& sock, zmq::socket_t& monitor, const KeyFile* key,
+                    std::vector<zmq::message_t>& request, std::chrono::steady_clock::time_point deadline,
+                    const std::string& peer, std::vector<zmq::message_t>* reply);
 
 }  // namespace shardps

@@ -10,12 +10,17 @@
 #include "common/wire.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
+#include "tests/raw_peer.h"
+#include "tests/table_spec.h"
 
 namespace shardps {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::ClusterOptions;
+using testing::Floats;
+using testing::Frames;
+using testing::Keys;
 using testing::LocalCluster;
 
 class BadInputTest : public ::testing::Test {
@@ -32,20 +37,12 @@ class BadInputTest : public ::testing::Test {
     co.role = ClientRole::kObserver;
     co.request_timeout = 30s;
     ASSERT_TRUE(Client::Connect(co, &client_).ok());
-    TableSpec t;
-    t.name = "w";
-    t.rows = 1000;
-    t.cols = 4;
-    t.init = InitKind::kNormal;
-    t.init_b = 1.0f;
-    ASSERT_TRUE(client_->CreateTable(t, &table_).ok());
+    ASSERT_TRUE(client_->CreateTable(testing::Dense("w", 1000, 4).Normal(0, 1), &table_).ok());
     before_.resize(table_.size());
     ASSERT_TRUE(client_->Pull(table_, before_).Wait().ok());
     server0_ = cluster_.ServerEndpoint(0);
     ASSERT_FALSE(server0_.empty());
-    sock_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
-    sock_.set(zmq::sockopt::linger, 0);
-    sock_.connect(server0_);
+    server_ = std::make_unique<testing::RawPeer>(server0_);
   }
   void TearDown() override {
     if (HasFailure()) cluster_.DumpLogs();
@@ -57,25 +54,8 @@ class BadInputTest : public ::testing::Test {
     }
   }
 
-  // Sends raw frames, returns the status of the reply (Timeout if none).
-  Status Exchange(std::vector<zmq::message_t> frames, zmq::socket_t* s = nullptr) {
-    zmq::socket_t& sock = s ? *s : sock_;
-    for (size_t i = 0; i < frames.size(); ++i)
-      sock.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
-    if (zmq::poll(items, 1, 30s) == 0) return Status::Timeout("no reply within 30 s");
-    std::vector<zmq::message_t> reply;
-    zmq::message_t m;
-    do {
-      (void)sock.recv(m);
-      reply.push_back(std::move(m));
-    } while (reply.back().more());
-    const wire::Header* h = nullptr;
-    std::vector<uint64_t> scratch;
-    Status st = wire::ParseHeader(reply[0], scratch, &h);
-    if (!st.ok()) return Status::Internal("unparseable reply: " + st.ToString());
-    return wire::ReplyStatus(h);
-  }
+  // Sends raw frames to server 0, returns the status of the reply.
+  Status Exchange(std::vector<zmq::message_t> frames) { return server_->Exchange(std::move(frames)); }
 
   zmq::message_t Header(wire::MsgType type, uint32_t table, uint64_t keys, uint64_t b, uint64_t e) {
     wire::Fields f;
@@ -85,19 +65,7 @@ class BadInputTest : public ::testing::Test {
     f.key_count = keys;
     f.row_begin = b;
     f.row_end = e;
-    return wire::EncodeSimple(fbb_, f);
-  }
-  static zmq::message_t Floats(size_t n) {
-    zmq::message_t m(n * 4);
-    std::memset(m.data(), 0, m.size());
-    return m;
-  }
-  static zmq::message_t Keys(std::vector<uint64_t> k) { return zmq::message_t(k.data(), k.size() * 8); }
-  template <typename... M>
-  static std::vector<zmq::message_t> Frames(M&&... m) {
-    std::vector<zmq::message_t> v;
-    (v.push_back(std::move(m)), ...);
-    return v;
+    return server_->Header(f);
   }
   // Rows of `table_` that server 0 holds: the first half (contiguous map).
   static constexpr uint64_t kRowsOnServer0 = 500;
@@ -107,9 +75,7 @@ class BadInputTest : public ::testing::Test {
   Table table_;
   std::vector<float> before_;
   std::string server0_;
-  zmq::context_t ctx_{1};
-  zmq::socket_t sock_;
-  flatbuffers::FlatBufferBuilder fbb_;
+  std::unique_ptr<testing::RawPeer> server_;
 };
 
 void ExpectError(const Status& s, Code code, const std::string& words) {
@@ -199,36 +165,33 @@ TEST_F(BadInputTest, TickFromANonWorker) {
 }
 
 TEST_F(BadInputTest, CoordinatorRefusesGarbageAndBadTables) {
-  zmq::socket_t c(ctx_, zmq::socket_type::dealer);
-  c.set(zmq::sockopt::linger, 0);
-  c.connect(cluster_.coordinator());
-  ExpectError(Exchange(Frames(zmq::message_t(std::string("\x01\x02\x03garbage"))), &c), Code::kBadMessage,
-              "header");
+  testing::RawPeer c(cluster_.coordinator());
+  ExpectError(c.Exchange(Frames(zmq::message_t(std::string("\x01\x02\x03garbage")))), Code::kBadMessage, "header");
   // A table that exists with another shape.
-  flatbuffers::FlatBufferBuilder fbb;
+  flatbuffers::FlatBufferBuilder& fbb = c.builder();
+  fbb.Clear();
   TableSpec t = table_.spec;
   t.rows = 7;
   auto body = wire::BuildTableSpec(fbb, t);
   wire::Fields f;
   f.type = wire::MsgType::CreateTable;
-  ExpectError(Exchange(Frames(wire::Encode(fbb, f, wire::Body::TableSpec, body.Union())), &c),
-              Code::kConflict, "already exists");
+  ExpectError(c.Exchange(Frames(c.Header(f, wire::Body::TableSpec, body.Union()))), Code::kConflict,
+              "already exists");
   // An invalid one.
   fbb.Clear();
   t.name = "bad";
   t.cols = 0;
   body = wire::BuildTableSpec(fbb, t);
-  ExpectError(Exchange(Frames(wire::Encode(fbb, f, wire::Body::TableSpec, body.Union())), &c),
-              Code::kInvalidArgument, "cols must be > 0");
+  ExpectError(c.Exchange(Frames(c.Header(f, wire::Body::TableSpec, body.Union()))), Code::kInvalidArgument,
+              "cols must be > 0");
   // Work claims: without their body, and for an empty pool.
-  fbb.Clear();
   wire::Fields claim;
   claim.type = wire::MsgType::ClaimWork;
-  ExpectError(Exchange(Frames(wire::EncodeSimple(fbb, claim)), &c), Code::kBadMessage, "without a WorkClaim body");
+  ExpectError(c.Exchange(Frames(c.Header(claim))), Code::kBadMessage, "without a WorkClaim body");
   fbb.Clear();
   auto wc = wire::CreateWorkClaim(fbb, 1, 0, 4);
-  ExpectError(Exchange(Frames(wire::Encode(fbb, claim, wire::Body::WorkClaim, wc.Union())), &c),
-              Code::kInvalidArgument, "total > 0");
+  ExpectError(c.Exchange(Frames(c.Header(claim, wire::Body::WorkClaim, wc.Union()))), Code::kInvalidArgument,
+              "total > 0");
 }
 
 TEST_F(BadInputTest, ClientRefusesBadArgumentsBeforeSending) {

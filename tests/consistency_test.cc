@@ -18,6 +18,7 @@
 #include "common/process.h"
 #include "server/initializer.h"
 #include "tests/cluster.h"
+#include "tests/table_spec.h"
 
 namespace shardps {
 namespace {
@@ -31,17 +32,7 @@ std::unique_ptr<Client> Connect(const LocalCluster& c, ClientRole role, int rank
 }
 
 TableSpec DenseSpec(const std::string& name, uint64_t rows, uint32_t cols) {
-  TableSpec t;
-  t.name = name;
-  t.rows = rows;
-  t.cols = cols;
-  t.init = InitKind::kUniform;
-  t.init_a = -0.1f;
-  t.init_b = 0.1f;
-  t.seed = 3;
-  t.optimizer = OptimizerKind::kSGD;
-  t.lr = 0.5f;
-  return t;
+  return testing::Dense(name, rows, cols).Uniform(-0.1f, 0.1f).Seed(3).Sgd(0.5f);
 }
 
 class ClusterTest : public ::testing::Test {
@@ -292,13 +283,8 @@ TEST_F(ClusterTest, AWorkerKilledMidTrainingIsDeclaredDeadAndNobodyWaitsForIt) {
   ASSERT_GT(other, 0);
   auto c = Connect(cluster_, ClientRole::kWorker, 0);
   ASSERT_TRUE(c);
-  TableSpec spec;  // the trainer's table (client/examples/linear_trainer.cc)
-  spec.name = "linear.w";
-  spec.rows = 512;
-  spec.cols = 1;
-  spec.lr = 0.1f;
-  Table w;
-  ASSERT_TRUE(c->CreateTable(spec, &w).ok());
+  Table w;  // the trainer's table (client/examples/linear_trainer.cc)
+  ASSERT_TRUE(c->CreateTable(testing::Dense("linear.w", 512, 1).Sgd(0.1f), &w).ok());
   std::vector<float> p(w.size()), g(w.size(), 0.0f);
   auto step = [&] {
     Request pull = c->Pull(w, p);

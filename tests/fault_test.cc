@@ -11,11 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include <zmq.hpp>
-
-#include "common/wire.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
+#include "tests/raw_peer.h"
+#include "tests/table_spec.h"
 
 namespace shardps {
 namespace {
@@ -95,74 +94,6 @@ TEST_F(FaultTest, PerClockClaimsCutEachClockInRankOrderAndEndTogether) {
   for (uint64_t u = 0; u < total; ++u) EXPECT_EQ(seen[u], 1) << "unit " << u;
 }
 
-// A worker process reduced to its messages, so that it can vanish at any
-// point: no heartbeats, no Leave.
-class RawWorker {
- public:
-  explicit RawWorker(int rank) : rank_(rank) {}
-  Status Send(zmq::socket_t& s, wire::Fields f, flatbuffers::Offset<void> body = {},
-              wire::Body type = wire::Body::NONE, const float* values = nullptr, size_t n = 0) {
-    f.request_id = ++id_;
-    f.role = wire::Role::Worker;
-    f.rank = rank_;
-    f.clock = clock_;
-    s.send(wire::Encode(fbb_, f, type, body), values ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    if (values) s.send(zmq::message_t(values, n * 4), zmq::send_flags::none);
-    zmq::pollitem_t items[] = {{s.handle(), 0, ZMQ_POLLIN, 0}};
-    if (zmq::poll(items, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
-    reply_.clear();
-    zmq::message_t m;
-    do {
-      (void)s.recv(m);
-      reply_.push_back(std::move(m));
-    } while (reply_.back().more());
-    Status st = wire::ParseHeader(reply_[0], scratch_, &h_);
-    return st.ok() ? wire::ReplyStatus(h_) : st;
-  }
-  Status Register(zmq::socket_t& coord) {
-    fbb_.Clear();
-    auto req = wire::CreateRegisterRequest(fbb_, wire::Role::Worker, rank_);
-    wire::Fields f;
-    f.type = wire::MsgType::Register;
-    return Send(coord, f, req.Union(), wire::Body::RegisterRequest);
-  }
-  Status Claim(zmq::socket_t& coord, uint64_t pool, uint64_t total, uint32_t per, WorkRange* g) {
-    fbb_.Clear();
-    auto c = wire::CreateWorkClaim(fbb_, pool, total, per, 1, true);
-    wire::Fields f;
-    f.type = wire::MsgType::ClaimWork;
-    Status s = Send(coord, f, c.Union(), wire::Body::WorkClaim);
-    if (s.ok()) *g = WorkRange{h_->body_as_WorkGrant()->begin(), h_->body_as_WorkGrant()->end()};
-    return s;
-  }
-  // Rows [0, rows) of `table`; `seq` 0: the next push sequence number.
-  Status Push(zmq::socket_t& server, uint32_t table, uint64_t rows, const float* g, uint64_t seq = 0) {
-    fbb_.Clear();
-    wire::Fields f;
-    f.type = wire::MsgType::Push;
-    f.table = table;
-    f.row_begin = 0;
-    f.row_end = rows;
-    f.seq = seq ? seq : ++seq_;
-    return Send(server, f, {}, wire::Body::NONE, g, rows);
-  }
-  Status Tick(zmq::socket_t& server) {
-    fbb_.Clear();
-    wire::Fields f;
-    f.type = wire::MsgType::Tick;
-    return Send(server, f);
-  }
-  int64_t clock_ = 0;
-
- private:
-  int rank_;
-  uint64_t id_ = 0, seq_ = 0;
-  flatbuffers::FlatBufferBuilder fbb_;
-  std::vector<uint64_t> scratch_;
-  std::vector<zmq::message_t> reply_;
-  const wire::Header* h_ = nullptr;
-};
-
 // A worker that dies holding a clock's batch before the servers counted
 // that clock: its batch goes to the next claimer, the clock is averaged
 // over the gradient that did arrive, and a new process for that rank
@@ -174,24 +105,13 @@ TEST_F(FaultTest, ADeadWorkersBatchGoesToTheNextClaimerAndItsRankRejoins) {
   o.partitions = 4;
   o.heartbeat_timeout_ms = 1000;
   ASSERT_TRUE(cluster_.Start(o).ok());
-  zmq::context_t ctx(1);
-  zmq::socket_t coord(ctx, zmq::socket_type::dealer), server(ctx, zmq::socket_type::dealer);
-  coord.set(zmq::sockopt::linger, 0);
-  server.set(zmq::sockopt::linger, 0);
-  coord.connect(cluster_.coordinator());
-  server.connect(cluster_.ServerEndpoint(0));
-  RawWorker w1(1);
+  testing::RawPeer coord(cluster_.coordinator()), server(cluster_.ServerEndpoint(0));
+  testing::RawWorker w1(1);
   ASSERT_TRUE(w1.Register(coord).ok());
   auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
   ASSERT_TRUE(w0);
-  TableSpec spec;
-  spec.name = "w";
-  spec.rows = 4;
-  spec.cols = 1;
-  spec.optimizer = OptimizerKind::kSGD;
-  spec.lr = 1.0f;
   Table t;
-  ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w0->CreateTable(testing::Dense("w", 4, 1).Sgd(1.0f), &t).ok());
   std::vector<float> g0 = {1, 1, 1, 1}, g1 = {3, 3, 3, 3}, out(4);
   // Clock 0: both push; the step is the mean (2).
   WorkRange a = Claim(*w0, 1, 100, 10), b;
@@ -201,7 +121,7 @@ TEST_F(FaultTest, ADeadWorkersBatchGoesToTheNextClaimerAndItsRankRejoins) {
   ASSERT_TRUE(w1.Push(server, t.id, 4, g1.data()).ok());
   ASSERT_TRUE(w0->Clock().ok());
   ASSERT_TRUE(w1.Tick(server).ok());
-  w1.clock_ = 1;
+  w1.clock = 1;
   ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
   EXPECT_FLOAT_EQ(out[0], -2.0f);
   // Clock 1: worker 1 claims, pushes and vanishes before its tick.
@@ -251,14 +171,8 @@ TEST_F(FaultTest, ASyncStepIsTheMeanOverTheWorkersThatTrained) {
   auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
   auto w1 = testing::ConnectClient(cluster_, ClientRole::kWorker, 1);
   ASSERT_TRUE(w0 && w1);
-  TableSpec spec;
-  spec.name = "emb";
-  spec.kind = TableKind::kSparse;
-  spec.cols = 1;
-  spec.optimizer = OptimizerKind::kSGD;
-  spec.lr = 1.0f;
   Table t, t1;
-  ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w0->CreateTable(testing::Sparse("emb", 1).Sgd(1.0f), &t).ok());
   ASSERT_TRUE(w1->GetTable("emb", &t1).ok());
   // Clock 0: disjoint keys (spread over both servers), gradients 2 and 4.
   std::vector<uint64_t> k0, k1;
@@ -294,21 +208,12 @@ TEST_F(FaultTest, APushRetriedAfterALostReplyIsAppliedOnce) {
   ASSERT_TRUE(cluster_.Start(o).ok());
   auto w = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
   ASSERT_TRUE(w);
-  TableSpec spec;
-  spec.name = "x";
-  spec.rows = 1;
-  spec.cols = 1;
-  spec.optimizer = OptimizerKind::kSGD;
-  spec.lr = 1.0f;
   Table t;
-  ASSERT_TRUE(w->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w->CreateTable(testing::Dense("x", 1, 1).Sgd(1.0f), &t).ok());
 
   // Rank 0's pushes, numbered by hand (its client `w` pushes nothing).
-  zmq::context_t ctx(1);
-  zmq::socket_t server(ctx, zmq::socket_type::dealer);
-  server.set(zmq::sockopt::linger, 0);
-  server.connect(cluster_.ServerEndpoint(0));
-  RawWorker raw(0);
+  testing::RawPeer server(cluster_.ServerEndpoint(0));
+  testing::RawWorker raw(0);
   const float one = 1.0f;
   ASSERT_TRUE(raw.Push(server, t.id, 1, &one, 1).ok());
   ASSERT_TRUE(raw.Push(server, t.id, 1, &one, 1).ok());  // the same push again: answered, not applied

@@ -13,6 +13,8 @@
 
 #include "common/wire.h"
 #include "tests/cluster.h"
+#include "tests/raw_peer.h"
+#include "tests/table_spec.h"
 
 namespace shardps {
 namespace {
@@ -31,12 +33,8 @@ class LimitsTest : public ::testing::Test {
   }
   // Every server still answers: a small dense table round-trips.
   void ExpectServing(Client& c, const std::string& name) {
-    TableSpec t;
-    t.name = name;
-    t.rows = 64;
-    t.cols = 4;
     Table tab;
-    Status s = c.CreateTable(t, &tab);
+    Status s = c.CreateTable(testing::Dense(name, 64, 4), &tab);
     ASSERT_TRUE(s.ok()) << s.ToString();
     std::vector<float> v(tab.size());
     s = c.Pull(tab, v).Wait();
@@ -55,10 +53,7 @@ TEST_F(LimitsTest, TablesPastTheServersBudgetsAreRefusedAndNothingChanges) {
   auto c = ConnectClient(cluster_, ClientRole::kObserver);
   ASSERT_TRUE(c);
   // The table that killed both servers: 2^36 x 2^20 (each field valid alone).
-  TableSpec huge;
-  huge.name = "huge";
-  huge.rows = 1ull << 36;
-  huge.cols = 1u << 20;
+  TableSpec huge = testing::Dense("huge", 1ull << 36, 1u << 20);
   Table t;
   Status s = c->CreateTable(huge, &t);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
@@ -72,10 +67,7 @@ TEST_F(LimitsTest, TablesPastTheServersBudgetsAreRefusedAndNothingChanges) {
   EXPECT_NE(s.message().find("67108864-byte memory budget"), std::string::npos) << s.ToString();
   // Just over: 2 servers x 64 MiB; a table of 130 MiB (SGD: no state) fits
   // neither half.
-  TableSpec over;
-  over.name = "over";
-  over.cols = 256;
-  over.rows = (130ull << 20) / (256 * 4);
+  TableSpec over = testing::Dense("over", (130ull << 20) / (256 * 4), 256);
   s = c->CreateTable(over, &t);
   EXPECT_EQ(s.code(), Code::kTooLarge) << s.ToString();
   // Just under fits; then the next one no longer does (the budget counts what is held).
@@ -102,13 +94,7 @@ TEST_F(LimitsTest, SparseTablesStopGrowingAtTheirLimitAndObserversCreateNothing)
   auto w = ConnectClient(cluster_, ClientRole::kWorker, 0);
   auto obs = ConnectClient(cluster_, ClientRole::kObserver);
   ASSERT_TRUE(w && obs);
-  TableSpec spec;
-  spec.name = "emb";
-  spec.kind = TableKind::kSparse;
-  spec.cols = 8;
-  spec.max_rows = 1000;
-  spec.init = InitKind::kConstant;
-  spec.init_a = 0.5f;
+  TableSpec spec = testing::Sparse("emb", 8).MaxRows(1000).Constant(0.5f);
   Table t;
   ASSERT_TRUE(w->CreateTable(spec, &t).ok());
   // An observer reads 5000 unknown ids: initial values, and no row made.
@@ -152,12 +138,8 @@ TEST_F(LimitsTest, FarFuturePullsAndHeldPushFloodsAreRefused) {
   auto w0 = ConnectClient(cluster_, ClientRole::kWorker, 0);
   auto w1 = ConnectClient(cluster_, ClientRole::kWorker, 1);
   ASSERT_TRUE(w0 && w1);
-  TableSpec spec;
-  spec.name = "w";
-  spec.rows = 1024;
-  spec.cols = 64;  // 256 KiB a push
   Table t;
-  ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w0->CreateTable(testing::Dense("w", 1024, 64), &t).ok());  // 256 KiB a push
   ASSERT_TRUE(w1->GetTable("w", &t).ok());
   std::vector<float> g(t.size(), 1.0f), out(t.size());
   // Worker 0 ends clock 0, worker 1 does not: worker 0's pushes for clock 1
@@ -175,27 +157,7 @@ TEST_F(LimitsTest, FarFuturePullsAndHeldPushFloodsAreRefused) {
   EXPECT_NE(last.message().find("held-bytes limit"), std::string::npos) << last.ToString();
   // A pull tagged with a clock far ahead would be held for ever: refused at
   // once, naming both clocks. (A raw request: the client never sends one.)
-  zmq::context_t ctx(1);
-  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
-  raw.set(zmq::sockopt::linger, 0);
-  raw.connect(cluster_.ServerEndpoint(0));
-  auto exchange = [&](std::vector<zmq::message_t> frames) {
-    for (size_t i = 0; i < frames.size(); ++i)
-      raw.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    zmq::pollitem_t items[] = {{raw.handle(), 0, ZMQ_POLLIN, 0}};
-    if (zmq::poll(items, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
-    std::vector<zmq::message_t> reply;
-    zmq::message_t m;
-    do {
-      (void)raw.recv(m);
-      reply.push_back(std::move(m));
-    } while (reply.back().more());
-    const wire::Header* h = nullptr;
-    std::vector<uint64_t> scratch;
-    Status st = wire::ParseHeader(reply[0], scratch, &h);
-    return st.ok() ? wire::ReplyStatus(h) : st;
-  };
-  flatbuffers::FlatBufferBuilder fbb;
+  testing::RawPeer raw(cluster_.ServerEndpoint(0));
   wire::Fields f;
   f.type = wire::MsgType::Pull;
   f.request_id = 7;
@@ -206,17 +168,17 @@ TEST_F(LimitsTest, FarFuturePullsAndHeldPushFloodsAreRefused) {
   f.row_begin = 0;
   f.row_end = 1;
   std::vector<zmq::message_t> frames;
-  frames.push_back(wire::EncodeSimple(fbb, f));
-  Status s = exchange(std::move(frames));
+  frames.push_back(raw.Header(f));
+  Status s = raw.Exchange(std::move(frames));
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find("pull for clock 1000000000000 but worker 1 is at clock 0"), std::string::npos)
       << s.ToString();
   // A message of many frames: dropped as read, refused.
   f.clock = 0;
   frames.clear();
-  frames.push_back(wire::EncodeSimple(fbb, f));
+  frames.push_back(raw.Header(f));
   for (int i = 0; i < 100; ++i) frames.emplace_back(1024);
-  s = exchange(std::move(frames));
+  s = raw.Exchange(std::move(frames));
   EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
   EXPECT_NE(s.message().find("at most 66 frames"), std::string::npos) << s.ToString();
   // Pushes of several steps that do not add up (raw: the client never sends them).
@@ -226,9 +188,9 @@ TEST_F(LimitsTest, FarFuturePullsAndHeldPushFloodsAreRefused) {
     p.steps = steps;
     p.base_versions = bases;
     std::vector<zmq::message_t> fr;
-    fr.push_back(wire::EncodeSimple(fbb, p));
+    fr.push_back(raw.Header(p));
     for (size_t i = 0; i < value_frames; ++i) fr.emplace_back(t.cols() * 4);
-    return exchange(std::move(fr));
+    return raw.Exchange(std::move(fr));
   };
   s = push_of(3, 3, {1, 2});
   EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();

@@ -26,6 +26,8 @@
 #include "common/security.h"
 #include "common/wire.h"
 #include "tests/cluster.h"
+#include "tests/raw_peer.h"
+#include "tests/table_spec.h"
 
 namespace shardps {
 namespace {
@@ -84,36 +86,26 @@ class SecurityTest : public ::testing::Test {
 // `body_role`: a Register's role in its body (default: the header's).
 Status RawCall(const std::string& coordinator, const KeyFile& key, wire::MsgType type, wire::Role role,
                std::optional<wire::Role> body_role = std::nullopt) {
-  zmq::context_t ctx(1);
-  zmq::socket_t s(ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::linger, 0);
-  MakeCurveClient(s, key);
-  zmq::socket_t monitor = WatchHandshakes(ctx, s, "inproc://raw-call");
-  s.connect(coordinator);
-  flatbuffers::FlatBufferBuilder fbb;
+  testing::RawPeer peer(coordinator, &key);
   wire::Fields f;
   f.type = type;
   f.request_id = 7;
   f.role = role;
   zmq::message_t request;
   if (type == wire::MsgType::Register) {
+    auto& fbb = peer.builder();
+    fbb.Clear();
     auto host = fbb.CreateString("h");
     auto req = wire::CreateRegisterRequest(fbb, body_role.value_or(role), 0, 0, host, 1);
-    request = wire::Encode(fbb, f, wire::Body::RegisterRequest, req.Union());
+    request = peer.Header(f, wire::Body::RegisterRequest, req.Union());
   } else {
-    request = wire::EncodeSimple(fbb, f);
+    request = peer.Header(f);
   }
-  zmq::message_t reply;
-  if (Status st = RequestReply(s, monitor, &key, request, std::chrono::steady_clock::now() + std::chrono::seconds(30),
-                               "coordinator", &reply);
-      !st.ok())
-    // A refused handshake is not the coordinator's PermissionDenied reply
-    // the callers check for.
-    return st.code() == Code::kPermissionDenied ? Status::Unavailable("handshake refused: " + st.message()) : st;
-  std::vector<uint64_t> scratch;
-  const wire::Header* h = nullptr;
-  if (Status p = wire::ParseHeader(reply, scratch, &h); !p.ok()) return p;
-  return wire::ReplyStatus(h);
+  Status s = peer.Exchange(testing::Frames(std::move(request)));
+  // A refused handshake (no reply at all) is not the coordinator's
+  // PermissionDenied reply the callers check for.
+  if (!peer.reply() && s.code() == Code::kPermissionDenied) return Status::Unavailable("handshake refused: " + s.message());
+  return s;
 }
 
 TEST_F(SecurityTest, TheJobsKeysWorkAndEachRoleDoesOnlyWhatItMay) {
@@ -121,12 +113,7 @@ TEST_F(SecurityTest, TheJobsKeysWorkAndEachRoleDoesOnlyWhatItMay) {
   Status s;
   auto worker = Connect(cluster_, ClientRole::kWorker, Key("worker"), &s);
   ASSERT_TRUE(worker) << s.ToString();
-  TableSpec spec;
-  spec.name = "w";
-  spec.rows = 100;
-  spec.cols = 8;
-  spec.optimizer = OptimizerKind::kSGD;
-  spec.lr = 1.0f;
+  TableSpec spec = testing::Dense("w", 100, 8).Sgd(1.0f);
   Table t;
   ASSERT_TRUE((s = worker->CreateTable(spec, &t)).ok()) << s.ToString();
   std::vector<float> g(t.size(), 0.5f), v(t.size());
@@ -402,14 +389,8 @@ class LoopbackCapture {
 // Pushes and pulls a distinctive pattern while loopback is captured; true if
 // the pattern's bytes crossed the wire in the clear.
 bool PatternSeenOnTheWire(Client& c, LoopbackCapture& cap) {
-  TableSpec spec;
-  spec.name = "secret";
-  spec.rows = 64;
-  spec.cols = 16;
-  spec.optimizer = OptimizerKind::kSGD;
-  spec.lr = 1.0f;
   Table t;
-  if (Status s = c.CreateTable(spec, &t); !s.ok()) {
+  if (Status s = c.CreateTable(testing::Dense("secret", 64, 16).Sgd(1.0f), &t); !s.ok()) {
     ADD_FAILURE() << s.ToString();
     return false;
   }

@@ -13,6 +13,7 @@
 #include "server/snapshot.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
+#include "tests/table_spec.h"
 
 namespace shardps {
 namespace {
@@ -28,30 +29,8 @@ std::unique_ptr<Client> Connect(const LocalCluster& c, ClientRole role, int rank
   return testing::ConnectClient(c, role, rank);
 }
 
-TableSpec Dense() {
-  TableSpec t;
-  t.name = "w";
-  t.rows = 3000;
-  t.cols = 4;
-  t.init = InitKind::kNormal;
-  t.init_b = 0.5f;
-  t.seed = 9;
-  t.optimizer = OptimizerKind::kAdam;
-  t.lr = 0.01f;
-  return t;
-}
-TableSpec Sparse() {
-  TableSpec t;
-  t.name = "emb";
-  t.kind = TableKind::kSparse;
-  t.cols = 8;
-  t.init = InitKind::kUniform;
-  t.init_a = -0.1f;
-  t.init_b = 0.1f;
-  t.optimizer = OptimizerKind::kAdagrad;
-  t.lr = 0.1f;
-  return t;
-}
+TableSpec Dense() { return testing::Dense("w", 3000, 4).Normal(0, 0.5f).Seed(9).Adam(0.01f); }
+TableSpec Sparse() { return testing::Sparse("emb", 8).Uniform(-0.1f, 0.1f).Adagrad(0.1f); }
 
 // A deterministic "training" step: the gradient pulls parameters towards a
 // step-dependent target, so each step depends on the last (and on the

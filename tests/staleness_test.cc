@@ -20,6 +20,8 @@
 #include "common/wire.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
+#include "tests/raw_peer.h"
+#include "tests/table_spec.h"
 
 namespace shardps {
 namespace {
@@ -28,16 +30,8 @@ using testing::ClusterOptions;
 using testing::LocalCluster;
 
 TableSpec Spec(const std::string& name, OptimizerKind opt) {
-  TableSpec t;
-  t.name = name;
-  t.rows = 300;
-  t.cols = 3;
-  t.init = InitKind::kConstant;  // the same start for tables of other names
-  t.init_a = 0.05f;
-  t.optimizer = opt;
-  t.lr = opt == OptimizerKind::kSGD ? 0.1f : 0.01f;
-  t.momentum = 0.9f;
-  return t;
+  // A constant start: the same for tables of other names.
+  return testing::Dense(name, 300, 3).Constant(0.05f).Optimizer(opt, opt == OptimizerKind::kSGD ? 0.1f : 0.01f);
 }
 
 std::vector<float> Gradient(size_t n, unsigned seed) {
@@ -178,13 +172,7 @@ TEST_F(StalenessTest, AStaleGradientIsWeighedByItsStalenessAndReported) {
   ASSERT_TRUE(w0 && w1);
   for (StalenessRule rule : {StalenessRule::kScaleLr, StalenessRule::kNone, StalenessRule::kDefault}) {
     SCOPED_TRACE(std::string(ToString(rule)));
-    TableSpec spec;
-    spec.name = "x." + std::string(ToString(rule));
-    spec.rows = 1;
-    spec.cols = 1;
-    spec.optimizer = OptimizerKind::kSGD;
-    spec.lr = 1.0f;
-    spec.staleness_rule = rule;
+    TableSpec spec = testing::Dense("x." + std::string(ToString(rule)), 1, 1).Sgd(1.0f).Rule(rule);
     Table t;
     ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
     ASSERT_TRUE(w1->GetTable(spec.name, &t).ok());
@@ -259,16 +247,9 @@ TEST_F(StalenessTest, DelayCompensationUsesTheValuesTheGradientWasComputedOn) {
   auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
   auto w1 = testing::ConnectClient(cluster_, ClientRole::kWorker, 1);
   ASSERT_TRUE(w0 && w1);
-  TableSpec spec;
-  spec.name = "dc";
-  spec.rows = 1;
-  spec.cols = 2;
-  spec.optimizer = OptimizerKind::kSGD;
-  spec.lr = 1.0f;
-  spec.staleness_rule = StalenessRule::kDelayCompensation;
-  spec.dc_lambda = 0.5f;
   Table t;
-  ASSERT_TRUE(w0->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w0->CreateTable(testing::Dense("dc", 1, 2).Sgd(1.0f).Rule(StalenessRule::kDelayCompensation, 0.5f), &t)
+                  .ok());
   ASSERT_TRUE(w1->GetTable("dc", &t).ok());
   std::vector<float> one = {1.0f, 2.0f}, out(2);
   Request first = w1->Pull(t, out);
@@ -312,41 +293,23 @@ TEST_F(StalenessTest, AStampFromAnotherServerIncarnationIsTakenAsUnknown) {
   ASSERT_TRUE(cluster_.Start(o).ok());
   auto w = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
   ASSERT_TRUE(w);
-  TableSpec spec;
-  spec.name = "x";
-  spec.rows = 1;
-  spec.cols = 1;
-  spec.optimizer = OptimizerKind::kSGD;
-  spec.lr = 1.0f;
   Table t;
-  ASSERT_TRUE(w->CreateTable(spec, &t).ok());
+  ASSERT_TRUE(w->CreateTable(testing::Dense("x", 1, 1).Sgd(1.0f), &t).ok());
   std::vector<float> one = {1.0f}, out(1);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(w->Push(t, one).Wait().ok());  // version 4, w = -4
 
-  zmq::context_t ctx(1);
-  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
-  raw.set(zmq::sockopt::linger, 0);
-  raw.connect(cluster_.ServerEndpoint(0));
-  flatbuffers::FlatBufferBuilder fbb;
-  std::vector<uint64_t> scratch;
+  testing::RawPeer raw(cluster_.ServerEndpoint(0));
+  // The reply's version of the rows read and the push's staleness.
   auto exchange = [&](wire::Fields f, std::vector<zmq::message_t> values, uint64_t* version, uint64_t* staleness) {
-    raw.send(wire::EncodeSimple(fbb, f), values.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-    for (size_t i = 0; i < values.size(); ++i)
-      raw.send(values[i], i + 1 < values.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    zmq::pollitem_t items[] = {{raw.handle(), 0, ZMQ_POLLIN, 0}};
-    if (zmq::poll(items, 1, std::chrono::seconds(30)) == 0) return Status::Timeout("no reply within 30 s");
-    std::vector<zmq::message_t> reply;
-    zmq::message_t m;
-    do {
-      (void)raw.recv(m);
-      reply.push_back(std::move(m));
-    } while (reply.back().more());
-    const wire::Header* h = nullptr;
-    Status st = wire::ParseHeader(reply[0], scratch, &h);
-    if (!st.ok()) return st;
-    *version = h->table_version();
-    *staleness = h->staleness();
-    return wire::ReplyStatus(h);
+    std::vector<zmq::message_t> frames;
+    frames.push_back(raw.Header(f));
+    for (auto& v : values) frames.push_back(std::move(v));
+    Status s = raw.Exchange(std::move(frames));
+    if (raw.reply()) {
+      *version = raw.reply()->table_version();
+      *staleness = raw.reply()->staleness();
+    }
+    return s;
   };
   wire::Fields f;
   f.type = wire::MsgType::Pull;

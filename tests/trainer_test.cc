@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/cluster.h"
+#include "tests/table_spec.h"
 #include "worker/trainer.h"
 
 namespace shardps::worker {
@@ -54,19 +55,13 @@ void TrainOne(const LocalCluster& c, int rank, TrainerOptions o, const Dataset& 
   Mlp mlp(dev.get(), {8, 16, 4});
   std::vector<Table> wt(2), bt(2);
   for (int l = 0; l < 2; ++l) {
-    TableSpec w;
-    w.name = "t.w" + std::to_string(l);
-    w.rows = static_cast<uint64_t>(mlp.dims()[l]);
-    w.cols = static_cast<uint32_t>(mlp.dims()[l + 1]);
-    w.init = InitKind::kNormal;
-    w.init_b = std::sqrt(2.0f / mlp.dims()[l]);
-    w.seed = 5 + l;
-    w.optimizer = OptimizerKind::kAdam;
-    w.lr = 0.01f;
-    TableSpec b = w;
-    b.name = "t.b" + std::to_string(l);
-    b.rows = 1;
-    b.init = InitKind::kZeros;
+    const auto rows = static_cast<uint64_t>(mlp.dims()[l]);
+    const auto cols = static_cast<uint32_t>(mlp.dims()[l + 1]);
+    TableSpec w = testing::Dense("t.w" + std::to_string(l), rows, cols)
+                      .Normal(0, std::sqrt(2.0f / mlp.dims()[l]))
+                      .Seed(5 + l)
+                      .Adam(0.01f);
+    TableSpec b = testing::Dense("t.b" + std::to_string(l), 1, cols).Seed(5 + l).Adam(0.01f);
     if (Status s = ps->CreateTable(w, &wt[l]); !s.ok()) return void(run->status = s);
     if (Status s = ps->CreateTable(b, &bt[l]); !s.ok()) return void(run->status = s);
   }
