@@ -32,13 +32,19 @@ class LogLine {
   std::ostringstream os_;
 };
 
+// Makes a log line's expression void (SHARDPS_LOG).
+struct LogVoidify {
+  void operator&(const LogLine&) {}
+};
+
 }  // namespace shardps
 
-#define SHARDPS_LOG(level)                                 \
-  if (::shardps::GetLogLevel() > ::shardps::LogLevel::level) \
-    ;                                                      \
-  else                                                     \
-    ::shardps::LogLine(::shardps::LogLevel::level)
+// One expression, not an if/else: `if (x) LOG_WARN << ...; else ...` means
+// what it says. `&` binds looser than `<<`, so the whole line is built
+// before LogVoidify turns it into void.
+#define SHARDPS_LOG(level)                                        \
+  (::shardps::GetLogLevel() > ::shardps::LogLevel::level) ? (void)0 \
+                                                            : ::shardps::LogVoidify() & ::shardps::LogLine(::shardps::LogLevel::level)
 #define LOG_DEBUG SHARDPS_LOG(kDebug)
 #define LOG_INFO SHARDPS_LOG(kInfo)
 #define LOG_WARN SHARDPS_LOG(kWarn)

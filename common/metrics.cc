@@ -165,39 +165,39 @@ Histogram& Registry::GetHistogram(std::string_view name, std::string_view help,
   return *GetSeries(Type::kHistogram, name, help, bounds, std::move(labels)).histogram;
 }
 
-Registry::Series& Registry::GetSeries(Type type, std::string_view name, std::string_view help,
-                                      std::span<const double> bounds_in, Labels labels) {
-  const std::string where = "metric '" + std::string(name) + "': ";
-  if (!ValidMetricName(name))
-    throw std::invalid_argument(where + "invalid metric name (must match [a-zA-Z_:][a-zA-Z0-9_:]*)");
+namespace {
 
-  std::sort(labels.begin(), labels.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+// Sorts `labels` by name and checks every name; throws naming the first bad one.
+void CheckLabels(bool histogram, const std::string& where, Labels& labels) {
+  std::sort(labels.begin(), labels.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 0; i < labels.size(); ++i) {
     const std::string& k = labels[i].first;
     if (!ValidLabelName(k))
-      throw std::invalid_argument(where + "invalid label name '" + k +
-                                  "' (must match [a-zA-Z_][a-zA-Z0-9_]*)");
+      throw std::invalid_argument(where + "invalid label name '" + k + "' (must match [a-zA-Z_][a-zA-Z0-9_]*)");
     if (k.starts_with("__"))
       throw std::invalid_argument(where + "label name '" + k + "' is reserved (starts with __)");
-    if (type == Type::kHistogram && k == "le")
+    if (histogram && k == "le")
       throw std::invalid_argument(where + "label name 'le' is reserved for histogram buckets");
-    if (i > 0 && labels[i - 1].first == k)
-      throw std::invalid_argument(where + "label '" + k + "' given twice");
+    if (i > 0 && labels[i - 1].first == k) throw std::invalid_argument(where + "label '" + k + "' given twice");
   }
+}
 
-  std::vector<double> bounds(bounds_in.begin(), bounds_in.end());
-  if (type == Type::kHistogram) {
-    if (!bounds.empty() && bounds.back() == INFINITY) bounds.pop_back();
-    for (size_t i = 0; i < bounds.size(); ++i) {
-      if (!std::isfinite(bounds[i]))
-        throw std::invalid_argument(where + "histogram bounds must be finite");
-      if (i > 0 && !(bounds[i - 1] < bounds[i]))
-        throw std::invalid_argument(where + "histogram bounds must be strictly increasing");
-    }
+// A histogram's bounds without a trailing +Inf; throws unless finite and
+// strictly increasing.
+std::vector<double> CheckedBounds(const std::string& where, std::span<const double> in) {
+  std::vector<double> bounds(in.begin(), in.end());
+  if (!bounds.empty() && bounds.back() == INFINITY) bounds.pop_back();
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i])) throw std::invalid_argument(where + "histogram bounds must be finite");
+    if (i > 0 && !(bounds[i - 1] < bounds[i]))
+      throw std::invalid_argument(where + "histogram bounds must be strictly increasing");
   }
+  return bounds;
+}
 
-  std::string inner;  // a="x",b="y"
+// a="x",b="y" for sorted labels.
+std::string InnerLabelsText(const Labels& labels) {
+  std::string inner;
   for (const auto& [k, v] : labels) {
     if (!inner.empty()) inner += ',';
     inner += k;
@@ -205,45 +205,23 @@ Registry::Series& Registry::GetSeries(Type type, std::string_view name, std::str
     inner += EscapeLabelValue(v);
     inner += '"';
   }
+  return inner;
+}
+
+}  // namespace
+
+Registry::Series& Registry::GetSeries(Type type, std::string_view name, std::string_view help,
+                                      std::span<const double> bounds_in, Labels labels) {
+  const std::string where = "metric '" + std::string(name) + "': ";
+  if (!ValidMetricName(name))
+    throw std::invalid_argument(where + "invalid metric name (must match [a-zA-Z_:][a-zA-Z0-9_:]*)");
+  CheckLabels(type == Type::kHistogram, where, labels);
+  std::vector<double> bounds = type == Type::kHistogram ? CheckedBounds(where, bounds_in) : std::vector<double>{};
+  const std::string inner = InnerLabelsText(labels);
   std::string labels_text = inner.empty() ? std::string() : "{" + inner + "}";
 
   std::lock_guard<std::mutex> lock(mu_);
-  Family* fam;
-  auto it = by_name_.find(std::string(name));
-  if (it != by_name_.end()) {
-    fam = it->second;
-    if (fam->type != type)
-      throw std::invalid_argument(where + "already registered with another type");
-    if (fam->help != help)
-      throw std::invalid_argument(where + "already registered with another help text");
-    if (fam->bounds != bounds)
-      throw std::invalid_argument(where + "already registered with other histogram bounds");
-  } else {
-    // A histogram `x` renders x_bucket, x_sum and x_count: keep those names free.
-    for (std::string_view suf : kHistogramSuffixes) {
-      if (type == Type::kHistogram && by_name_.count(std::string(name) + std::string(suf)))
-        throw std::invalid_argument(where + "clashes with the existing metric '" +
-                                    std::string(name) + std::string(suf) + "'");
-      if (name.ends_with(suf)) {
-        auto base = by_name_.find(std::string(name.substr(0, name.size() - suf.size())));
-        if (base != by_name_.end() && base->second->type == Type::kHistogram)
-          throw std::invalid_argument(where + "clashes with the series of histogram '" +
-                                      base->first + "'");
-      }
-    }
-    fam = &families_.emplace_back();
-    fam->name = std::string(name);
-    fam->help = std::string(help);
-    fam->type = type;
-    fam->header = "# HELP " + fam->name + " " + EscapeHelp(help) + "\n# TYPE " + fam->name +
-                  (type == Type::kCounter ? " counter\n"
-                   : type == Type::kGauge ? " gauge\n"
-                                          : " histogram\n");
-    fam->bounds = std::move(bounds);
-    for (double b : fam->bounds) fam->le_text.push_back(FormatValue(b));
-    by_name_.emplace(fam->name, fam);
-  }
-
+  Family* fam = FamilyLocked(type, name, help, std::move(bounds), where);
   auto sit = fam->by_labels.find(labels_text);
   if (sit != fam->by_labels.end()) return *sit->second;
 
@@ -259,6 +237,38 @@ Registry::Series& Registry::GetSeries(Type type, std::string_view name, std::str
   }
   fam->by_labels.emplace(s.labels_text, &s);
   return s;
+}
+
+Registry::Family* Registry::FamilyLocked(Type type, std::string_view name, std::string_view help,
+                                         std::vector<double> bounds, const std::string& where) {
+  if (auto it = by_name_.find(std::string(name)); it != by_name_.end()) {
+    Family* fam = it->second;
+    if (fam->type != type) throw std::invalid_argument(where + "already registered with another type");
+    if (fam->help != help) throw std::invalid_argument(where + "already registered with another help text");
+    if (fam->bounds != bounds) throw std::invalid_argument(where + "already registered with other histogram bounds");
+    return fam;
+  }
+  // A histogram `x` renders x_bucket, x_sum and x_count: keep those names free.
+  for (std::string_view suf : kHistogramSuffixes) {
+    if (type == Type::kHistogram && by_name_.count(std::string(name) + std::string(suf)))
+      throw std::invalid_argument(where + "clashes with the existing metric '" + std::string(name) +
+                                  std::string(suf) + "'");
+    if (name.ends_with(suf)) {
+      auto base = by_name_.find(std::string(name.substr(0, name.size() - suf.size())));
+      if (base != by_name_.end() && base->second->type == Type::kHistogram)
+        throw std::invalid_argument(where + "clashes with the series of histogram '" + base->first + "'");
+    }
+  }
+  Family* fam = &families_.emplace_back();
+  fam->name = std::string(name);
+  fam->help = std::string(help);
+  fam->type = type;
+  fam->header = "# HELP " + fam->name + " " + EscapeHelp(help) + "\n# TYPE " + fam->name +
+                (type == Type::kCounter ? " counter\n" : type == Type::kGauge ? " gauge\n" : " histogram\n");
+  fam->bounds = std::move(bounds);
+  for (double b : fam->bounds) fam->le_text.push_back(FormatValue(b));
+  by_name_.emplace(fam->name, fam);
+  return fam;
 }
 
 std::string Registry::Render() const {

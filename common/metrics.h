@@ -169,10 +169,17 @@ class Registry {
   struct Family;
   Series& GetSeries(Type type, std::string_view name, std::string_view help,
                     std::span<const double> bounds, Labels labels);
+  // The family `name`, created if new; throws if it exists with another
+  // type, help or bounds, or would clash with a histogram's series names.
+  // REQUIRES mu_ held.
+  Family* FamilyLocked(Type type, std::string_view name, std::string_view help, std::vector<double> bounds,
+                       const std::string& where);
 
+  // Any thread: creation (Get*) and Render() take mu_; the series' values
+  // are atomics updated without it.
   mutable std::mutex mu_;
-  std::deque<Family> families_;                            // creation order
-  std::unordered_map<std::string, Family*> by_name_;
+  std::deque<Family> families_;                       // guarded by mu_; creation order
+  std::unordered_map<std::string, Family*> by_name_;  // guarded by mu_
   mutable std::atomic<size_t> last_render_size_{0};       // reserve hint
 };
 
