@@ -583,6 +583,27 @@ void SnapshotCorpus() {
   rmdir(dir.c_str());
 }
 
+// Criteo TSV lines (fuzz_criteo.cc reads the file as it is): label, 13
+// integers (I2 = -2; `empty_i`: I5 empty), 26 categories (`empty_c`: C3 empty).
+std::string CriteoLine(int label, int i0, int salt, bool empty_c = false, bool empty_i = false, bool crlf = false) {
+  std::string s = std::to_string(label);
+  for (int i = 0; i < 13; ++i) s += "\t" + (i == 4 && empty_i ? "" : i == 1 ? "-2" : std::to_string(i0 + i));
+  for (int f = 0; f < 26; ++f) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", f * 0x1000 + salt);
+    s += "\t" + (f == 2 && empty_c ? std::string() : std::string(hex));
+  }
+  return s + (crlf ? "\r\n" : "\n");
+}
+
+void CriteoCorpus() {
+  Save("criteo", "two_lines", CriteoLine(1, 3, 7) + CriteoLine(0, 0, 1, true, true));
+  Save("criteo", "crlf", CriteoLine(0, 5, 9, false, false, true) + CriteoLine(1, 1, 1, false, false, true));
+  Save("criteo", "malformed", CriteoLine(1, 0, 0) + "1\t2\n" + CriteoLine(0, 0, 2) + "x" + CriteoLine(1, 1, 1).substr(1));
+  const std::string last = CriteoLine(0, 2, 4);
+  Save("criteo", "no_final_newline", CriteoLine(1, 2, 3) + last.substr(0, last.size() - 1));
+}
+
 }  // namespace
 }  // namespace shardps
 
@@ -597,6 +618,7 @@ int main(int argc, char** argv) {
   shardps::CoordinatorCorpus();
   shardps::JobConfigCorpus(argc > 2 ? argv[2] : "docs/examples");
   shardps::SnapshotCorpus();
+  shardps::CriteoCorpus();
   std::printf("seed corpus written to %s\n", argv[1]);
   return 0;
 }
