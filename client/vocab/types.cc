@@ -23,6 +23,7 @@ const char* const kInits[] = {"zeros", "constant", "uniform", "normal"};
 const char* const kOpts[] = {"sgd", "momentum", "adagrad", "adam"};
 const char* const kCons[] = {"sync", "bounded", "async"};
 const char* const kRules[] = {"default", "none", "scale-lr", "dc"};
+const char* const kDTypes[] = {"f32", "bf16", "f16"};
 }  // namespace
 
 std::string_view ToString(TableKind k) { return kKinds[static_cast<int>(k)]; }
@@ -35,6 +36,8 @@ Status Parse(std::string_view s, OptimizerKind* out) { return ParseName(s, kOpts
 Status Parse(std::string_view s, Consistency* out) { return ParseName(s, kCons, out, "consistency"); }
 std::string_view ToString(StalenessRule r) { return kRules[static_cast<int>(r)]; }
 Status Parse(std::string_view s, StalenessRule* out) { return ParseName(s, kRules, out, "staleness rule"); }
+std::string_view ToString(DType d) { return kDTypes[static_cast<int>(d)]; }
+Status Parse(std::string_view s, DType* out) { return ParseName(s, kDTypes, out, "dtype"); }
 
 Status TableSpec::Validate() const {
   auto bad = [&](const std::string& what) {

@@ -51,6 +51,12 @@ TEST(Types, NamesRoundTripAndUnknownOnesListTheValidOnes) {
     ASSERT_TRUE(Parse(ToString(c), &back).ok());
     EXPECT_EQ(back, c);
   }
+  for (auto d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    DType back{};
+    ASSERT_TRUE(Parse(ToString(d), &back).ok());
+    EXPECT_EQ(back, d);
+  }
+  EXPECT_EQ(DTypeBytes(DType::kBF16), 2u);
   TableKind kind{};
   Status s = Parse("ragged", &kind);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);

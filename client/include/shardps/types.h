@@ -29,6 +29,12 @@ enum class Consistency : uint8_t { kSync = 0, kBounded, kAsync };
 //            ranges; costs a copy of what each worker pulled, see
 //            docs/consistency.md).
 enum class StalenessRule : uint8_t { kDefault = 0, kNone, kScaleLr, kDelayCompensation };
+// The number type of a table's values where they are stored and sent:
+// float32, bfloat16 (float32's range, 8 bits of mantissa) or IEEE half
+// (11 bits of mantissa, at most 65504). Optimizer state stays float32.
+enum class DType : uint8_t { kF32 = 0, kBF16, kF16 };
+// Bytes of one value of `d`.
+constexpr uint32_t DTypeBytes(DType d) { return d == DType::kF32 ? 4 : 2; }
 
 // The most gradients (optimizer steps) one push may carry (Client::PushSteps).
 inline constexpr uint32_t kMaxPushSteps = 64;
@@ -75,11 +81,13 @@ SHARDPS_EXPORT std::string_view ToString(InitKind k);
 SHARDPS_EXPORT std::string_view ToString(OptimizerKind k);
 SHARDPS_EXPORT std::string_view ToString(Consistency c);
 SHARDPS_EXPORT std::string_view ToString(StalenessRule r);
+SHARDPS_EXPORT std::string_view ToString(DType d);
 // Parse the names above ("dense", "sgd", "adam", "sync", "bounded", ...).
 SHARDPS_EXPORT Status Parse(std::string_view s, TableKind* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, InitKind* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, OptimizerKind* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, Consistency* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, StalenessRule* out);
+SHARDPS_EXPORT Status Parse(std::string_view s, DType* out);  // "f32", "bf16", "f16"
 
 }  // namespace shardps
