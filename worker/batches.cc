@@ -32,6 +32,21 @@ void EpochBatches::Start(int epoch) {
   grant_ = WorkRange{};
 }
 
+Status EpochBatches::Run(int epoch, const std::function<Status()>& idle,
+                         const std::function<Status(const Batch&)>& train) {
+  Start(epoch);
+  for (;;) {
+    Batch b;
+    SHARDPS_RETURN_IF_ERROR(Next(&b));
+    if (b.idle) {
+      SHARDPS_RETURN_IF_ERROR(idle());
+      continue;
+    }
+    if (b.n == 0) return Status::OK();
+    SHARDPS_RETURN_IF_ERROR(train(b));
+  }
+}
+
 Status EpochBatches::Next(Batch* b) {
   *b = Batch{};
   if (stop_()) return Status::OK();

@@ -47,6 +47,10 @@ class EpochBatches {
   // claims up to this many batches at a time.
   EpochBatches(ClaimFn claim, StopFn stop, BatchSource source, uint64_t examples, int batch, int chunk);
   void Start(int epoch);
+  // Start(epoch), then the epoch's batches: idle() at each idle clock,
+  // train(b) for each batch, until the epoch is done or the job was asked
+  // to stop (stopped() says which). The first error of a claim, idle or train.
+  Status Run(int epoch, const std::function<Status()>& idle, const std::function<Status(const Batch&)>& train);
   // The next batch; n == 0 and !idle when the epoch is done or the job was
   // asked to stop (stopped() says which). A failed claim is returned.
   // kPerClock: exactly one call per clock (the claim names the clock).

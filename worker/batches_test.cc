@@ -1,10 +1,12 @@
 // Which batches an epoch trains, without a cluster: a static shard, a pool
 // claimed in chunks, one batch per clock under sync (idle clocks, a dead
-// worker's batch of an earlier epoch), a stop, and the --max-steps cut.
+// worker's batch of an earlier epoch), a stop, a whole epoch's run, and
+// the --max-steps cut.
 #include "worker/batches.h"
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -120,6 +122,46 @@ TEST(EpochBatches, TheSourceFollowsTheConsistencyModel) {
   EXPECT_EQ(ChooseBatchSource(Consistency::kBounded, false), BatchSource::kPool);
   EXPECT_EQ(ChooseBatchSource(Consistency::kAsync, false), BatchSource::kPool);
   EXPECT_EQ(ChooseBatchSource(Consistency::kSync, true), BatchSource::kShard);
+}
+
+// Run: an idle clock goes to idle(), each batch to train(), in order,
+// until the pool is finished; the first error of either ends the epoch.
+TEST(EpochBatches, RunTrainsEachBatchAndTicksTheIdleClocks) {
+  std::vector<WorkRange> answers(4);
+  answers[0].begin = 0, answers[0].end = 8, answers[0].pool = 1;
+  answers[1].wait = true;
+  answers[2].begin = 8, answers[2].end = 12, answers[2].pool = 1;
+  answers[3].handed = 12;
+  size_t i = 0;
+  EpochBatches b(
+      [&](uint64_t, uint64_t, uint32_t, const ClaimOptions&, WorkRange* out) {
+        *out = answers.at(i++);
+        return Status::OK();
+      },
+      [] { return false; }, BatchSource::kPerClock, 12, 8, 1);
+  std::vector<std::string> calls;
+  auto idle = [&] {
+    calls.push_back("idle");
+    return Status::OK();
+  };
+  auto train = [&](const Batch& x) {
+    calls.push_back(std::to_string(x.epoch) + ":" + std::to_string(x.first) + "+" + std::to_string(x.n));
+    return Status::OK();
+  };
+  ASSERT_TRUE(b.Run(1, idle, train).ok());
+  EXPECT_EQ(calls, (std::vector<std::string>{"1:0+8", "idle", "1:8+4"}));
+  EXPECT_EQ(b.handed(), 12u);
+  EXPECT_FALSE(b.stopped());
+
+  i = 0;
+  calls.clear();
+  Status s = b.Run(1, idle, [&](const Batch&) { return Status::Unavailable("server gone"); });
+  EXPECT_EQ(s.code(), Code::kUnavailable);
+  EXPECT_EQ(i, 1u);  // no claim after the failed batch
+  i = 1;
+  s = b.Run(1, [] { return Status::Timeout("tick"); }, train);
+  EXPECT_EQ(s.code(), Code::kTimeout);
+  EXPECT_TRUE(calls.empty());
 }
 
 TEST(EpochBatches, MaxStepsCutsEachWorkersShareOrThePoolForAll) {

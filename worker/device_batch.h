@@ -25,8 +25,8 @@ class DeviceBatch {
   // the examples).
   void StartEpoch(int epoch, int shard, int shards);
   // Uploads b's examples (REQUIRES b.n <= capacity) and zeroes the stats.
-  // A batch of an earlier epoch (a dead worker's) is read in that epoch's
-  // order of all the examples (a pool's: only pooled batches come back).
+  // A batch of an earlier epoch (a dead worker's, handed on by the
+  // per-clock pool) is read in that epoch's order of all the examples.
   void Load(const Batch& b);
   // The mean loss the model added into stats() for the loaded batch.
   double MeanLoss() const;

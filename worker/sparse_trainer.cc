@@ -118,17 +118,9 @@ Status SparseLrTrainer::Run(SparseLrResult* result) {
 
 Status SparseLrTrainer::RunEpoch(int epoch, EpochBatches& batches, Progress& progress, SparseLrResult* r) {
   EpochTotals t;
-  batches.Start(epoch);
-  for (;;) {
-    Batch b;
-    SHARDPS_RETURN_IF_ERROR(batches.Next(&b));
-    if (b.idle) {  // sync: no batch for this worker at this clock
-      SHARDPS_RETURN_IF_ERROR(ps_.Clock(/*trained=*/false));
-      continue;
-    }
-    if (b.n == 0) break;
-    SHARDPS_RETURN_IF_ERROR(TrainBatch(b, epoch, batches, progress, &t));
-  }
+  SHARDPS_RETURN_IF_ERROR(batches.Run(
+      epoch, [this] { return ps_.Clock(/*trained=*/false); },  // sync: no batch for this worker at this clock
+      [&](const Batch& b) { return TrainBatch(b, epoch, batches, progress, &t); }));
   if (batches.stopped()) {
     report_.Stopped(epoch, t.trained);
     r->stopped = true;

@@ -101,18 +101,10 @@ Status MlpTrainer::Prepare(uint64_t* examples) {
 // An epoch's batches, then (unless the job was asked to stop) its end.
 Status MlpTrainer::RunEpoch(int epoch, EpochBatches& batches, Progress& progress, TrainResult* r) {
   batch_.StartEpoch(epoch, pooled_ ? 0 : rank_, pooled_ ? 1 : world_);
-  batches.Start(epoch);
   EpochTotals t;
-  for (;;) {
-    Batch b;
-    SHARDPS_RETURN_IF_ERROR(batches.Next(&b));
-    if (b.idle) {
-      SHARDPS_RETURN_IF_ERROR(IdleStep());
-      continue;
-    }
-    if (b.n == 0) break;
-    SHARDPS_RETURN_IF_ERROR(TrainBatch(b, epoch, batches, progress, &t));
-  }
+  SHARDPS_RETURN_IF_ERROR(batches.Run(
+      epoch, [this] { return IdleStep(); },
+      [&](const Batch& b) { return TrainBatch(b, epoch, batches, progress, &t); }));
   SHARDPS_RETURN_IF_ERROR(fills_.Flush());
   r->batches += t.trained;
   if (batches.stopped()) {
@@ -209,7 +201,10 @@ void MlpTrainer::PushLayer(int l) {
   // A plain push is stamped with the latest-issued pull waited on: after a
   // fill on fresh values that is the fill's pull, not the one this step's
   // parameters came from, so outside sync the stamp is given explicitly.
-  if (fills_.pending() == 0 && ps_.consistency() == Consistency::kSync) return pushes_.Push(l);
+  if (fills_.pending() == 0 && ps_.consistency() == Consistency::kSync) {
+    pushes_.Push(l);
+    return;
+  }
   std::vector<PushStep> sw, sb;
   fills_.AppendPending(l, &sw, &sb);
   const std::vector<PullStamp>& on = params_.on_device();
