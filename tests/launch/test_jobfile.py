@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from launchlib import BUILD, COORDINATOR, ROOT
+from launchlib import COORDINATOR, ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from shardps_launch.binaries import Binaries, check_worker_command, job_needs  # noqa: E402
