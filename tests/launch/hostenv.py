@@ -293,22 +293,23 @@ def _my_ancestors():
     return pids
 
 
-def _pids_with_environ(*needles):
-    """Pids whose environment contains any of the ``needles``
-    (``b'KEY=VALUE'``), excluding this process and its ancestors."""
-    skip = _my_ancestors()
-    found = []
+def _environs(skip=()):
+    """(pid, its environment as [b'KEY=VALUE', ...]) of every process
+    whose environment can be read, but the pids in ``skip``."""
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) in skip:
             continue
         try:
             with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
+                yield int(d), f.read().split(b"\0")
         except OSError:
             continue
-        if any(n in env for n in needles):
-            found.append(int(d))
-    return found
+
+
+def _pids_with_environ(*needles):
+    """Pids whose environment contains any of the ``needles``
+    (``b'KEY=VALUE'``), excluding this process and its ancestors."""
+    return [pid for pid, env in _environs(_my_ancestors()) if any(n in env for n in needles)]
 
 
 # --------------------------------------------------------------------------
@@ -401,9 +402,36 @@ except OSError as e:
 
 class _HostEnv:
     """What NetnsHosts and SlurmCluster share: a context manager whose
-    ``start()`` builds the environment (torn down again if it fails) and
-    whose ``close()`` tears it down (idempotent; returns the problems
-    found, raised as one RuntimeError when the body raised nothing)."""
+    ``start()`` builds the environment once (``_setup()``; torn down again
+    if it fails) and whose ``close()`` tears it down once (``_teardown()``,
+    returning the problems found, raised as one RuntimeError when the body
+    raised nothing); both timed (``setup_seconds``, ``teardown_seconds``)."""
+
+    def __init__(self):
+        self.setup_seconds = None
+        self.teardown_seconds = None
+        self._started = False
+        self._closed = False
+
+    def start(self):
+        if self._started:
+            return self
+        self._started = True
+        t0 = time.monotonic()
+        self._setup()
+        self.setup_seconds = time.monotonic() - t0
+        return self
+
+    def close(self):
+        """Idempotent.  Returns a list of problems."""
+        if self._closed:
+            return []
+        self._closed = True
+        t0 = time.monotonic()
+        errors = self._teardown()
+        _unregister(self)
+        self.teardown_seconds = time.monotonic() - t0
+        return errors
 
     def __enter__(self):
         try:
@@ -696,6 +724,7 @@ class NetnsHosts(_HostEnv):
     def __init__(self, n=3, *, start_timeout=30.0, sshd="/usr/sbin/sshd"):
         if n < 1:
             raise ValueError("n must be >= 1")
+        super().__init__()
         self.n = n
         self.start_timeout = start_timeout
         self.user = "root"
@@ -705,8 +734,6 @@ class NetnsHosts(_HostEnv):
         self.bridge = None
         self.workdir = None
         self.root_reachable = None
-        self.setup_seconds = None
-        self.teardown_seconds = None
         self.ssh_options = []
         self._slot = _NetnsSlot()
         self._sshd = _SshdSet(self, sshd)
@@ -716,8 +743,6 @@ class NetnsHosts(_HostEnv):
         self._extra = {}  # host -> [extra addresses]
         self._extra_count = 0
         self._route = None
-        self._closed = False
-        self._started = False
 
     # ---- public API ------------------------------------------------------
 
@@ -798,11 +823,7 @@ class NetnsHosts(_HostEnv):
 
     # ---- setup -----------------------------------------------------------
 
-    def start(self):
-        if self._started:
-            return self
-        self._started = True
-        t0 = time.monotonic()
+    def _setup(self):
         if os.geteuid() != 0:
             raise HostEnvUnavailable("NetnsHosts needs root (ip netns, sshd)")
         for tool in ("ip", "ssh", "ssh-keygen"):
@@ -828,8 +849,6 @@ class NetnsHosts(_HostEnv):
             self._sshd.start(h)
         self._sshd.wait_ready(self.hosts)
         self.root_reachable = self._probe_root()
-        self.setup_seconds = time.monotonic() - t0
-        return self
 
     def _build_network(self, k):
         """The bridge, the unreachable route, and per host its namespace
@@ -866,12 +885,8 @@ class NetnsHosts(_HostEnv):
 
     # ---- teardown ----------------------------------------------------------
 
-    def close(self):
-        """Tear everything down; idempotent.  Returns a list of problems."""
-        if self._closed:
-            return []
-        self._closed = True
-        t0 = time.monotonic()
+    def _teardown(self):
+        """Tear everything down (best effort); returns a list of problems."""
         errors = []
 
         def attempt(what, fn, *a):
@@ -911,8 +926,6 @@ class NetnsHosts(_HostEnv):
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         self._slot.release()
-        _unregister(self)
-        self.teardown_seconds = time.monotonic() - t0
         return errors
 
 
@@ -1044,18 +1057,11 @@ def _sweep_stale_slurm():
     """SlurmCluster.sweep_stale: what crashed runs left, by the tag in the
     environment of their daemons and by the owner file of their temp dirs."""
     tagged = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
+    for pid, env in _environs():
         for item in env:
             if item.startswith(b"SHARDPS_HOSTENV_TAG="):
                 tag = item.split(b"=", 1)[1].decode(errors="replace")
-                tagged.setdefault(tag.split("-", 1)[0], []).append(int(d))
+                tagged.setdefault(tag.split("-", 1)[0], []).append(pid)
     killed = []
     for owner, pids in tagged.items():
         if not _owner_alive(owner):
@@ -1145,6 +1151,7 @@ class SlurmCluster(_HostEnv):
 
     def __init__(self, *, cpus=None, real_memory=4000, partition="debug",
                  select_params="CR_Core", start_timeout=60.0, extra_conf=""):
+        super().__init__()
         self.cpus = cpus if cpus is not None else max(8, os.cpu_count() or 1)
         self.select_params = select_params
         self.real_memory = real_memory
@@ -1157,13 +1164,9 @@ class SlurmCluster(_HostEnv):
         self.env = None
         self.tag = f"{_owner_token()}-{uuid.uuid4().hex[:12]}"
         self.started_munged = False
-        self.setup_seconds = None
-        self.teardown_seconds = None
         self._munge = None
         self._ctld = None
         self._slurmd = None
-        self._closed = False
-        self._started = False
 
     # ---- public API ------------------------------------------------------
 
@@ -1199,11 +1202,7 @@ class SlurmCluster(_HostEnv):
 
     # ---- setup -----------------------------------------------------------
 
-    def start(self):
-        if self._started:
-            return self
-        self._started = True
-        t0 = time.monotonic()
+    def _setup(self):
         if os.geteuid() != 0:
             raise HostEnvUnavailable("SlurmCluster needs root")
         for tool in ("slurmctld", "slurmd", "slurmstepd"):
@@ -1263,8 +1262,6 @@ class SlurmCluster(_HostEnv):
             with contextlib.suppress(OSError):
                 fcntl.flock(lock_fd, fcntl.LOCK_UN)
             os.close(lock_fd)
-        self.setup_seconds = time.monotonic() - t0
-        return self
 
     def _write_conf(self, ctld_port, slurmd_port):
         with open(self.conf, "w") as f:
@@ -1310,13 +1307,9 @@ class SlurmCluster(_HostEnv):
 
     # ---- teardown ----------------------------------------------------------
 
-    def close(self):
+    def _teardown(self):
         """Cancel all jobs, stop the daemons (by pid), kill leftovers, remove
-        the temp dir, release munged; idempotent.  Returns problems found."""
-        if self._closed:
-            return []
-        self._closed = True
-        t0 = time.monotonic()
+        the temp dir, release munged.  Returns problems found."""
         errors = []
         ctld_ok = self._ctld is not None and self._ctld.poll() is None
         if ctld_ok:
@@ -1350,8 +1343,6 @@ class SlurmCluster(_HostEnv):
                 self._munge.release()
             except Exception as e:
                 errors.append(f"munge release: {_err_text(e)}")
-        _unregister(self)
-        self.teardown_seconds = time.monotonic() - t0
         return errors
 
 
