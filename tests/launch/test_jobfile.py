@@ -17,7 +17,8 @@ from launchlib import COORDINATOR, ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from shardps_launch.binaries import Binaries, check_worker_command, job_needs  # noqa: E402
-from shardps_launch.commands import REMOTE_WRAPPER, JobCommands, endpoint_in, local_paths, on_endpoint  # noqa: E402
+from shardps_launch.commands import (REMOTE_WRAPPER, JobCommands, endpoint_in, local_paths,  # noqa: E402
+                                     on_endpoint, worker_path)
 from shardps_launch.errors import LaunchError  # noqa: E402
 from shardps_launch.jobfile import check_job, overrides, parse_args  # noqa: E402
 
@@ -51,8 +52,8 @@ def bins(name):
 
 
 def commands(cfg, worker=("train", "--rank", "{rank}"), keys="", key_paths=None, restore=False):
-    return JobCommands(cfg, bins, list(worker), "/runs/r1", "/home/me", {"PATH": "/usr/bin:/bin"},
-                       key_paths or local_paths(keys), keys, restore)
+    return JobCommands(cfg, bins, list(worker), "/runs/r1", "/home/me", key_paths or local_paths(keys), keys,
+                       restore)
 
 
 def print_config(*args):
@@ -195,8 +196,8 @@ def test_environment_of_every_process():
         "SHARDPS_DIE_WITH_PARENT": "1", "SHARDPS_RUN_DIR": "/runs/r1", "SHARDPS_LAUNCH_CWD": "/home/me",
         "SHARDPS_KEY": "no", "OMP_NUM_THREADS": "1", "SHARDPS_RANK": "1"}
     assert commands(config()).env_for()["SHARDPS_KEY"] == ""  # the launcher's own key is not passed on
-    assert commands(config(launch={"env": {"PATH": "/opt/x"}})).worker_path() == "/opt/x"
-    assert commands(config()).worker_path() == "/usr/bin:/bin"
+    assert worker_path(config(launch={"env": {"PATH": "/opt/x"}})["launch"], {"PATH": "/usr/bin"}) == "/opt/x"
+    assert worker_path(config()["launch"], {"PATH": "/usr/bin:/bin"}) == "/usr/bin:/bin"
 
 
 def test_how_a_command_runs_on_its_host():

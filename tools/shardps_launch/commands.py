@@ -48,6 +48,12 @@ def replace_all(s, subst):
     return s
 
 
+def worker_path(launch, environ):
+    """The PATH a local worker command is looked up on: [launch] env's,
+    else the launcher's (`environ`)."""
+    return launch["env"].get("PATH", environ.get("PATH", os.defpath))
+
+
 def local_paths(keys):
     """Key files as this machine (and a shared file system) sees them."""
     return lambda host, names: {n: os.path.join(keys, n) for n in names}
@@ -58,12 +64,12 @@ class JobCommands:
     read): `key_paths(host, names)` gives each key file's path on a host
     (over ssh the launcher copies them there first). Main thread only."""
 
-    def __init__(self, cfg, binaries, worker_cmd, run_dir, cwd, environ, key_paths, keys="", restore=False):
+    def __init__(self, cfg, binaries, worker_cmd, run_dir, cwd, key_paths, keys="", restore=False):
         self.cfg, self.job, self.launch, self.metrics = cfg, cfg["job"], cfg["launch"], cfg["metrics"]
         self.mode = self.launch["mode"]
         self.binaries = binaries  # name -> path (Binaries.path)
         self.worker_cmd = worker_cmd
-        self.run_dir, self.cwd, self.environ = run_dir, cwd, environ
+        self.run_dir, self.cwd = run_dir, cwd
         self.key_paths, self.keys, self.restore = key_paths, keys, restore
         self.ssh_options = ssh_options(self.launch)
 
@@ -94,10 +100,6 @@ class JobCommands:
         srun = srun_step(host) + ["--kill-on-bad-exit=0", "--unbuffered", "--export=ALL",
                                   f"--job-name=shardps-{role}{rank}"] + list(self.launch["srun_options"])
         return srun + argv, env
-
-    def worker_path(self):
-        """The PATH a local worker command is looked up on."""
-        return self.launch["env"].get("PATH", self.environ.get("PATH", os.defpath))
 
     def metrics_args(self, index, address):
         m = self.metrics

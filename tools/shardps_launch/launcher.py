@@ -11,7 +11,7 @@ import threading
 import time
 
 from .binaries import check_worker_command
-from .commands import JobCommands, endpoint_in, json_set, local_paths
+from .commands import JobCommands, endpoint_in, json_set, local_paths, worker_path
 from .errors import JobFailed, LaunchError
 from .hostcheck import HostChecks, Remote
 from .output import say
@@ -57,6 +57,10 @@ class Launcher:
         self.mode = self.launch["mode"]
         self.binaries = binaries  # Binaries: every one the job needs, resolved (binaries.job_needs)
         self.t0 = t0
+        keys = cfg.get("security", {}).get("keys", "")
+        self.keys = check_keys(keys) if keys else ""
+        if self.mode == "local":
+            check_worker_command(worker_cmd[0], worker_path(self.launch, os.environ))
         self.run_dir = make_run_dir(self.launch["run_dir"])
         if self.launch["restart_coordinator"] and not self.job.get("state_dir"):
             # A coordinator started again resumes from its saved state; this
@@ -64,13 +68,9 @@ class Launcher:
             self.job["state_dir"] = os.path.join(self.run_dir, "coordinator-state")
             shutil.rmtree(self.job["state_dir"], ignore_errors=True)
             cfg["_sets"].append(json_set("job.state_dir", self.job["state_dir"]))
-        keys = cfg.get("security", {}).get("keys", "")
-        self.keys = check_keys(keys) if keys else ""
         self.remote_keys = {}  # host -> the key files already copied there (ssh)
-        self.commands = JobCommands(cfg, binaries.path, worker_cmd, self.run_dir, os.getcwd(), os.environ,
-                                    self.key_paths, self.keys, args.restore)
-        if self.mode == "local":
-            check_worker_command(worker_cmd[0], self.commands.worker_path())
+        self.commands = JobCommands(cfg, binaries.path, worker_cmd, self.run_dir, os.getcwd(), self.key_paths,
+                                    self.keys, args.restore)
         self.processes = ProcessSet(self.commands, self.run_dir, args.verbose, args.dry_run)
         self.remote = Remote(self.mode, self.launch)
         self.checks = HostChecks(self.remote, self.launch, self.run_dir, self.processes)

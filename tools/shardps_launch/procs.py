@@ -99,7 +99,10 @@ class Proc:
         self._lock = threading.Lock()  # guards _last, _first_line_at
         self._last = collections.deque(maxlen=LAST_LINES)
         self._first_line_at = None
-        self.log = open(log_path, "w")
+        try:
+            self.log = open(log_path, "w")
+        except OSError as e:
+            raise LaunchError(f"cannot write the log {log_path}: {e.strerror}")
         full_env = dict(os.environ)
         full_env.update(env)
         # ssh / srun: the channel's stdin stays open; closing it stops the process.
