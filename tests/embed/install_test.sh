@@ -44,14 +44,14 @@ dest=$work/destdir
 # ----------------------------------------------------------------- install
 step "meson install --destdir $dest"
 timeout 300 meson install -C "$build" --destdir "$dest" --no-rebuild --quiet
-read -r version prefix libdir bindir includedir < <(
+read -r version prefix libdir bindir includedir datadir < <(
   meson introspect --projectinfo --buildoptions "$build" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 o = {x["name"]: x["value"] for x in d["buildoptions"]}
 p = o["prefix"]
 absolute = lambda v: v if v.startswith("/") else p.rstrip("/") + "/" + v
-print(d["projectinfo"]["version"], p, *(absolute(o[k]) for k in ("libdir", "bindir", "includedir")))')
+print(d["projectinfo"]["version"], p, *(absolute(o[k]) for k in ("libdir", "bindir", "includedir", "datadir")))')
 root=$dest$prefix
 lib=$dest$libdir
 bin=$dest$bindir
@@ -67,6 +67,8 @@ for p in shardps-launch shardps-coordinator shardps-server shardps-worker shardp
          shardps-bench shardps-plot-runs; do
   [[ -x $bin/$p ]] || fail "not installed (or not executable): $bin/$p"
 done
+# shardps-launch's own package (tools/shardps_launch), where the installed script looks for it.
+[[ -f $dest$datadir/shardps/shardps_launch/cli.py ]] || fail "not installed: $dest$datadir/shardps/shardps_launch"
 
 step "libshardps.so: SONAME, links, exported symbols"
 soname=$(readelf -d "$lib/libshardps.so.$version" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')

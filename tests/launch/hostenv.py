@@ -293,22 +293,23 @@ def _my_ancestors():
     return pids
 
 
-def _pids_with_environ(*needles):
-    """Pids whose environment contains any of the ``needles``
-    (``b'KEY=VALUE'``), excluding this process and its ancestors."""
-    skip = _my_ancestors()
-    found = []
+def _environs(skip=()):
+    """(pid, its environment as [b'KEY=VALUE', ...]) of every process
+    whose environment can be read, but the pids in ``skip``."""
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) in skip:
             continue
         try:
             with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
+                yield int(d), f.read().split(b"\0")
         except OSError:
             continue
-        if any(n in env for n in needles):
-            found.append(int(d))
-    return found
+
+
+def _pids_with_environ(*needles):
+    """Pids whose environment contains any of the ``needles``
+    (``b'KEY=VALUE'``), excluding this process and its ancestors."""
+    return [pid for pid, env in _environs(_my_ancestors()) if any(n in env for n in needles)]
 
 
 # --------------------------------------------------------------------------
@@ -399,47 +400,38 @@ except OSError as e:
 """
 
 
-class NetnsHosts:
-    """``n`` hosts = network namespaces running sshd.  See module docstring.
+class _HostEnv:
+    """What NetnsHosts and SlurmCluster share: a context manager whose
+    ``start()`` builds the environment once (``_setup()``; torn down again
+    if it fails) and whose ``close()`` tears it down once (``_teardown()``,
+    returning the problems found, raised as one RuntimeError when the body
+    raised nothing); both timed (``setup_seconds``, ``teardown_seconds``)."""
 
-    Attributes: ``hosts`` (['h1', ...]), ``ssh_options`` (ssh client args),
-    ``user`` ('root'), ``slot``, ``subnet``, ``bridge``, ``workdir`` (temp
-    dir: keys, sshd logs), ``root_reachable`` (bool, measured),
-    ``setup_seconds`` / ``teardown_seconds``.
-    """
-
-    SLOTS = 256
-    LOCK_FMT = "/tmp/shardps-hostenv-netns-{}.lock"
-    _NAME_RE = re.compile(r"^shps(\d+)(?:b|v\d+)$")
-
-    def __init__(self, n=3, *, start_timeout=30.0, sshd="/usr/sbin/sshd"):
-        if n < 1:
-            raise ValueError("n must be >= 1")
-        self.n = n
-        self.start_timeout = start_timeout
-        self.sshd = sshd
-        self.user = "root"
-        self.hosts = [f"h{i}" for i in range(1, n + 1)]
-        self.slot = None
-        self.subnet = None
-        self.bridge = None
-        self.workdir = None
-        self.root_reachable = None
+    def __init__(self):
         self.setup_seconds = None
         self.teardown_seconds = None
-        self.ssh_options = []
-        self._lock_fd = None
-        self._ns = {}
-        self._addr = {}
-        self._veth = {}
-        self._sshd = {}  # host -> Popen
-        self._extra = {}  # host -> [extra addresses]
-        self._extra_count = 0
-        self._route = None
-        self._closed = False
         self._started = False
+        self._closed = False
 
-    # ---- public API ------------------------------------------------------
+    def start(self):
+        if self._started:
+            return self
+        self._started = True
+        t0 = time.monotonic()
+        self._setup()
+        self.setup_seconds = time.monotonic() - t0
+        return self
+
+    def close(self):
+        """Idempotent.  Returns a list of problems."""
+        if self._closed:
+            return []
+        self._closed = True
+        t0 = time.monotonic()
+        errors = self._teardown()
+        _unregister(self)
+        self.teardown_seconds = time.monotonic() - t0
+        return errors
 
     def __enter__(self):
         try:
@@ -452,8 +444,311 @@ class NetnsHosts:
     def __exit__(self, exc_type, exc, tb):
         errors = self.close()
         if errors and exc_type is None:
-            raise RuntimeError("NetnsHosts teardown: " + "; ".join(errors))
+            raise RuntimeError(f"{type(self).__name__} teardown: " + "; ".join(errors))
         return False
+
+
+class _NetnsSlot:
+    """Slot K of NetnsHosts: an fcntl lock on ``LOCK_FMT.format(K)``, held
+    while a run uses what is named after K (namespaces ``shpsK-*``, links
+    ``shpsKb``/``shpsKvI``, ``198.18.K.0/24``, ``198.19.K.0/24``, temp dirs
+    ``shardps-netns-K-*``).  Whoever takes K removes a crashed run's
+    leftovers there first.  Used by one thread."""
+
+    SLOTS = 256
+    LOCK_FMT = "/tmp/shardps-hostenv-netns-{}.lock"
+    NAME_RE = re.compile(r"^shps(\d+)(?:b|v\d+)$")
+
+    def __init__(self):
+        self.k = None
+        self._fd = None
+
+    def take(self):
+        """Takes the lowest free slot whose subnets overlap nothing on the
+        machine (few lock files); returns K."""
+        for k in range(self.SLOTS):
+            path = self.LOCK_FMT.format(k)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            # We own slot k: anything named after it is a crashed run's.
+            self.remove_leftovers(k)
+            used = self.used_networks()
+            net_a = ipaddress.ip_network(f"198.18.{k}.0/24")
+            net_b = ipaddress.ip_network(f"198.19.{k}.0/24")
+            if any(net_a.overlaps(u) or net_b.overlaps(u) for u in used):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            self._fd, self.k = fd, k
+            return k
+        raise HostEnvUnavailable("no free NetnsHosts slot (all 256 locked or overlapping)")
+
+    def release(self):
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.close(self._fd)
+            self._fd = None
+
+    @staticmethod
+    def used_networks():
+        nets = []
+        with contextlib.suppress(Exception):
+            for a in json.loads(_run(["ip", "-j", "-4", "addr"]).stdout):
+                for ai in a.get("addr_info", []):
+                    nets.append(ipaddress.ip_network(f"{ai['local']}/{ai['prefixlen']}", strict=False))
+        with contextlib.suppress(Exception):
+            for r in json.loads(_run(["ip", "-j", "-4", "route", "show", "table", "all"]).stdout):
+                dst = r.get("dst", "")
+                if dst and dst != "default" and r.get("type", "unicast") in ("unicast", "unreachable", "blackhole", "prohibit"):
+                    nets.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
+        return nets
+
+    @classmethod
+    def sweep_stale(cls):
+        """Remove what crashed (e.g. SIGKILLed) runs left behind: every
+        slot that has namespaces/links/temp dirs but whose lock nobody
+        holds.  Returns the slots cleaned."""
+        slots = set()
+        with contextlib.suppress(Exception):
+            for line in _run(["ip", "netns", "list"]).stdout.splitlines():
+                m = re.match(r"^shps(\d+)-", line)
+                if m:
+                    slots.add(int(m.group(1)))
+        with contextlib.suppress(Exception):
+            for link in json.loads(_run(["ip", "-j", "link"]).stdout):
+                m = cls.NAME_RE.match(link.get("ifname", ""))
+                if m:
+                    slots.add(int(m.group(1)))
+        tmp = tempfile.gettempdir()
+        for name in os.listdir(tmp):
+            m = re.match(r"^shardps-netns-(\d+)-", name)
+            if m:
+                slots.add(int(m.group(1)))
+        cleaned = []
+        for k in sorted(slots):
+            if not 0 <= k < cls.SLOTS:
+                continue
+            fd = os.open(cls.LOCK_FMT.format(k), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue  # a live run owns it (or it is our own slot)
+            try:
+                cls.remove_leftovers(k)
+                cleaned.append(k)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+        return cleaned
+
+    @classmethod
+    def remove_leftovers(cls, k):
+        """Caller holds slot k's lock: remove namespaces (and the processes
+        in them), links, route and temp dirs named after slot k."""
+        prefix = f"shps{k}-"
+        with contextlib.suppress(Exception):
+            for line in _run(["ip", "netns", "list"]).stdout.splitlines():
+                name = line.split()[0] if line.split() else ""
+                if name.startswith(prefix):
+                    _kill_ns_processes(name)
+                    _run(["ip", "netns", "del", name], check=False)
+        with contextlib.suppress(Exception):
+            for link in json.loads(_run(["ip", "-j", "link"]).stdout):
+                m = cls.NAME_RE.match(link.get("ifname", ""))
+                if m and int(m.group(1)) == k:
+                    _run(["ip", "link", "del", link["ifname"]], check=False)
+        _run(["ip", "route", "del", "unreachable", f"198.19.{k}.0/24"], check=False)
+        tmp = tempfile.gettempdir()
+        for name in os.listdir(tmp):
+            if name.startswith(f"shardps-netns-{k}-"):
+                shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+
+
+def _kill_ns_processes(ns):
+    cp = _run(["ip", "netns", "pids", ns], check=False)
+    pids = [int(p) for p in cp.stdout.split() if p.isdigit()]
+    _kill_pids(pids)
+
+
+class _SshdSet:
+    """Debian's sshd in each host's namespace, with throwaway host and user
+    keys in the environment's workdir.  Part of a NetnsHosts (``env``: its
+    hosts, addresses, namespaces and workdir); used by one thread."""
+
+    def __init__(self, env, sshd):
+        self.env = env
+        self.sshd = sshd  # its path
+        self.procs = {}  # host -> Popen
+
+    def make_keys(self):
+        """Writes the keys; returns the ssh client options that use them."""
+        d = self.env.workdir
+        for name in ("hostkey", "userkey"):
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"shardps-{name}",
+                  "-f", os.path.join(d, name)])
+        shutil.copy(os.path.join(d, "userkey.pub"), os.path.join(d, "authorized_keys"))
+        # Every remote command's shell complains first, as real login shells
+        # do (a ~/.bashrc whose pyenv rehash races a parallel session printed
+        # "rm: cannot remove ..." to stderr on a CI machine and broke the
+        # launcher's probe): the launcher must read through such lines.
+        with open(os.path.join(d, "noisy-shell"), "w") as f:
+            f.write("echo 'noisy-shell: a login shell complaining on stderr' >&2\n"
+                    "echo 'noisy-shell: and chatting on stdout'\n")
+        return [
+            "-F", "/dev/null",
+            "-i", os.path.join(d, "userkey"),
+            "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR",
+            "-o", "ConnectTimeout=5",
+        ]
+
+    def pidfile(self, host):
+        return os.path.join(self.env.workdir, f"sshd-{host}.pid")
+
+    def pid(self, host):
+        return _read_pidfile(self.pidfile(host), "sshd")
+
+    def start(self, h):
+        d = self.env.workdir
+        log = open(os.path.join(d, f"sshd-{h}.log"), "ab")
+        argv = [
+            *self.env.exec_prefix(h), self.sshd, "-D", "-e", "-f", "/dev/null",
+            "-o", f"HostKey={d}/hostkey",
+            "-o", f"AuthorizedKeysFile={d}/authorized_keys",
+            "-o", f"PidFile={self.pidfile(h)}",
+            "-o", "ListenAddress=0.0.0.0",
+            "-o", "Port=22",
+            "-o", "PermitRootLogin=prohibit-password",
+            "-o", "StrictModes=no",
+            "-o", "UsePAM=no",
+            "-o", "PasswordAuthentication=no",
+            "-o", "KbdInteractiveAuthentication=no",
+            "-o", "UseDNS=no",
+            "-o", "PrintMotd=no",
+            "-o", "MaxStartups=200",
+            "-o", "MaxSessions=100",
+            "-o", "LogLevel=INFO",
+            "-o", f"SetEnv=BASH_ENV={d}/noisy-shell",
+        ]
+        try:
+            self.procs[h] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
+
+    def wait_ready(self, hosts):
+        env = self.env
+        deadline = time.monotonic() + env.start_timeout
+        pending = set(hosts)
+        while True:
+            for h in pending:
+                p = self.procs[h]
+                if p.poll() is not None:
+                    raise HostEnvUnavailable(
+                        f"sshd of {h} exited rc={p.returncode}\n"
+                        + _log_tail(os.path.join(env.workdir, f"sshd-{h}.log")))
+            # probe each host from a peer namespace (from itself when n == 1)
+            by_prober = {}
+            for h in pending:
+                peers = [x for x in env.hosts if x != h]
+                by_prober.setdefault(peers[0] if peers else h, []).append(h)
+            results = {}
+            for prober, targets in by_prober.items():
+                cp = env.run_in(prober, [sys.executable, "-c", _PROBE,
+                                         json.dumps([[env.address(t), 22] for t in targets]), "2"],
+                                timeout=30)
+                with contextlib.suppress(ValueError):
+                    got = json.loads(cp.stdout.strip().splitlines()[-1]) if cp.stdout.strip() else {}
+                    for t in targets:
+                        results[t] = got.get(f"{env.address(t)}:22", f"no answer ({cp.stderr.strip()})")
+            pending = {h for h in pending if not results.get(h, "").startswith("SSH-")}
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"timed out after {env.start_timeout:.1f}s waiting for sshd to answer on "
+                    + ", ".join(f"{h} ({env.address(h)}: {results.get(h)})" for h in sorted(pending)))
+
+    def stop(self, host, timeout=5.0):
+        """Stop ``host``'s sshd listener (sessions already open stay) and
+        wait until its port refuses connections."""
+        pid = self.pid(host)
+        popen = self.procs.get(host)
+        if pid is not None:
+            _terminate(pid, timeout, popen if popen and popen.pid == pid else None,
+                       what=f"sshd of {host}")
+        if popen is not None:
+            _terminate(popen.pid, timeout, popen, what=f"sshd of {host}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.pidfile(host))
+        out = self.env.run_in(host, [sys.executable, "-c", _CONNECT_ONCE,
+                                     self.env.address(host), "22", "2"], timeout=10).stdout
+        if "connected" in out:
+            raise RuntimeError(f"sshd of {host} still accepts connections after stop")
+
+    def kill_all(self, attempt):
+        """Teardown: every sshd, by the pid in its pid file and its Popen
+        (``attempt(what, fn, *args)`` runs each step, collecting errors)."""
+        for h, popen in self.procs.items():
+            pid = _read_pidfile(self.pidfile(h), "sshd")
+            if pid is not None and pid != popen.pid:
+                attempt(f"kill sshd {h}", _terminate, pid, 5.0, None, f"sshd of {h}")
+            attempt(f"kill sshd {h}", _terminate, popen.pid, 5.0, popen, f"sshd of {h}")
+
+
+class NetnsHosts(_HostEnv):
+    """``n`` hosts = network namespaces running sshd.  See module docstring.
+
+    Attributes: ``hosts`` (['h1', ...]), ``ssh_options`` (ssh client args),
+    ``user`` ('root'), ``slot``, ``subnet``, ``bridge``, ``workdir`` (temp
+    dir: keys, sshd logs), ``root_reachable`` (bool, measured),
+    ``setup_seconds`` / ``teardown_seconds``.  Used by one thread (teardown
+    may also run from an atexit hook or a signal handler).
+    """
+
+    SLOTS = _NetnsSlot.SLOTS
+    LOCK_FMT = _NetnsSlot.LOCK_FMT
+
+    def __init__(self, n=3, *, start_timeout=30.0, sshd="/usr/sbin/sshd"):
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        super().__init__()
+        self.n = n
+        self.start_timeout = start_timeout
+        self.user = "root"
+        self.hosts = [f"h{i}" for i in range(1, n + 1)]
+        self.slot = None
+        self.subnet = None
+        self.bridge = None
+        self.workdir = None
+        self.root_reachable = None
+        self.ssh_options = []
+        self._slot = _NetnsSlot()
+        self._sshd = _SshdSet(self, sshd)
+        self._ns = {}
+        self._addr = {}
+        self._veth = {}
+        self._extra = {}  # host -> [extra addresses]
+        self._extra_count = 0
+        self._route = None
+
+    # ---- public API ------------------------------------------------------
+
+    @property
+    def sshd(self):
+        return self._sshd.sshd
 
     def address(self, host):
         return self._addr[host]
@@ -484,33 +779,20 @@ class NetnsHosts:
         return subprocess.run([*self.exec_prefix(host), *argv], timeout=timeout, **kw)
 
     def sshd_pid(self, host):
-        return _read_pidfile(self._pidfile(host), "sshd")
+        return self._sshd.pid(host)
 
     def stop_sshd(self, host, timeout=5.0):
         """Stop ``host``'s sshd listener (sessions already open stay) and
         wait until its port refuses connections."""
-        pid = self.sshd_pid(host)
-        popen = self._sshd.get(host)
-        if pid is not None:
-            _terminate(pid, timeout, popen if popen and popen.pid == pid else None,
-                       what=f"sshd of {host}")
-        if popen is not None:
-            _terminate(popen.pid, timeout, popen, what=f"sshd of {host}")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._pidfile(host))
-        probe_from = host
-        out = self.run_in(probe_from, [sys.executable, "-c", _CONNECT_ONCE,
-                                       self._addr[host], "22", "2"], timeout=10).stdout
-        if "connected" in out:
-            raise RuntimeError(f"sshd of {host} still accepts connections after stop")
+        self._sshd.stop(host, timeout)
 
     def start_sshd(self, host):
         """(Re)start ``host``'s sshd, e.g. after stop_sshd, and wait until
         it answers."""
         if self.sshd_pid(host) is not None:
             return
-        self._start_sshd(host)
-        self._wait_sshd_ready([host])
+        self._sshd.start(host)
+        self._sshd.wait_ready([host])
 
     def add_unreachable_address(self, host, verify=True):
         """Give ``host`` an extra /32 on its eth0 that no other namespace
@@ -533,13 +815,15 @@ class NetnsHosts:
                 raise RuntimeError(f"{addr} on {host} is reachable from the root namespace")
         return addr
 
+    @staticmethod
+    def sweep_stale():
+        """Remove what crashed runs left behind (see _NetnsSlot.sweep_stale).
+        Called by start(); returns the slots cleaned."""
+        return _NetnsSlot.sweep_stale()
+
     # ---- setup -----------------------------------------------------------
 
-    def start(self):
-        if self._started:
-            return self
-        self._started = True
-        t0 = time.monotonic()
+    def _setup(self):
         if os.geteuid() != 0:
             raise HostEnvUnavailable("NetnsHosts needs root (ip netns, sshd)")
         for tool in ("ip", "ssh", "ssh-keygen"):
@@ -549,17 +833,26 @@ class NetnsHosts:
             raise HostEnvUnavailable(f"{self.sshd} missing (apt-get install openssh-server)")
         _register(self)
         self.sweep_stale()
-        self._take_slot()
-        k = self.slot
+        k = self.slot = self._slot.take()
         self.subnet = f"198.18.{k}.0/24"
         self.bridge = f"shps{k}b"
         self.workdir = tempfile.mkdtemp(prefix=f"shardps-netns-{k}-")
         os.chmod(self.workdir, 0o755)
-        self._make_keys()
+        self.ssh_options = self._sshd.make_keys()
         for i, h in enumerate(self.hosts, start=1):
             self._ns[h] = f"shps{k}-{os.getpid()}-{h}"
             self._addr[h] = f"198.18.{k}.{10 + i}"
             self._veth[h] = f"shps{k}v{i}"
+        self._build_network(k)
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privsep dir
+        for h in self.hosts:
+            self._sshd.start(h)
+        self._sshd.wait_ready(self.hosts)
+        self.root_reachable = self._probe_root()
+
+    def _build_network(self, k):
+        """The bridge, the unreachable route, and per host its namespace
+        with eth0 (one end of a veth pair on the bridge) and lo up."""
         try:
             _run(["ip", "link", "add", self.bridge, "type", "bridge"])
         except subprocess.CalledProcessError as e:
@@ -580,206 +873,6 @@ class NetnsHosts:
             _run(["ip", "-n", ns, "addr", "add", f"{self._addr[h]}/24", "dev", "eth0"])
             _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privsep dir
-        for h in self.hosts:
-            self._start_sshd(h)
-        self._wait_sshd_ready()
-        self.root_reachable = self._probe_root()
-        self.setup_seconds = time.monotonic() - t0
-        return self
-
-    def _take_slot(self):
-        for k in range(self.SLOTS):  # lowest free slot: few lock files
-            path = self.LOCK_FMT.format(k)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            # We own slot k: anything named after it is a crashed run's.
-            self._remove_slot_leftovers(k)
-            used = self._used_networks()
-            net_a = ipaddress.ip_network(f"198.18.{k}.0/24")
-            net_b = ipaddress.ip_network(f"198.19.{k}.0/24")
-            if any(net_a.overlaps(u) or net_b.overlaps(u) for u in used):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-                continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            self._lock_fd = fd
-            self.slot = k
-            return
-        raise HostEnvUnavailable("no free NetnsHosts slot (all 256 locked or overlapping)")
-
-    @staticmethod
-    def _used_networks():
-        nets = []
-        with contextlib.suppress(Exception):
-            for a in json.loads(_run(["ip", "-j", "-4", "addr"]).stdout):
-                for ai in a.get("addr_info", []):
-                    nets.append(ipaddress.ip_network(f"{ai['local']}/{ai['prefixlen']}", strict=False))
-        with contextlib.suppress(Exception):
-            for r in json.loads(_run(["ip", "-j", "-4", "route", "show", "table", "all"]).stdout):
-                dst = r.get("dst", "")
-                if dst and dst != "default" and r.get("type", "unicast") in ("unicast", "unreachable", "blackhole", "prohibit"):
-                    nets.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
-        return nets
-
-    @classmethod
-    def sweep_stale(cls):
-        """Remove what crashed (e.g. SIGKILLed) runs left behind: every
-        slot that has namespaces/links/temp dirs but whose lock nobody
-        holds.  Called by start(); returns the slots cleaned."""
-        slots = set()
-        with contextlib.suppress(Exception):
-            for line in _run(["ip", "netns", "list"]).stdout.splitlines():
-                m = re.match(r"^shps(\d+)-", line)
-                if m:
-                    slots.add(int(m.group(1)))
-        with contextlib.suppress(Exception):
-            for link in json.loads(_run(["ip", "-j", "link"]).stdout):
-                m = cls._NAME_RE.match(link.get("ifname", ""))
-                if m:
-                    slots.add(int(m.group(1)))
-        tmp = tempfile.gettempdir()
-        for name in os.listdir(tmp):
-            m = re.match(r"^shardps-netns-(\d+)-", name)
-            if m:
-                slots.add(int(m.group(1)))
-        cleaned = []
-        for k in sorted(slots):
-            if not 0 <= k < cls.SLOTS:
-                continue
-            fd = os.open(cls.LOCK_FMT.format(k), os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue  # a live run owns it (or it is our own slot)
-            try:
-                cls._remove_slot_leftovers(k)
-                cleaned.append(k)
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-        return cleaned
-
-    @classmethod
-    def _remove_slot_leftovers(cls, k):
-        """Caller holds slot k's lock: remove namespaces (and the processes
-        in them), links, route and temp dirs named after slot k."""
-        prefix = f"shps{k}-"
-        with contextlib.suppress(Exception):
-            for line in _run(["ip", "netns", "list"]).stdout.splitlines():
-                name = line.split()[0] if line.split() else ""
-                if name.startswith(prefix):
-                    cls._kill_ns_processes(name)
-                    _run(["ip", "netns", "del", name], check=False)
-        with contextlib.suppress(Exception):
-            for link in json.loads(_run(["ip", "-j", "link"]).stdout):
-                m = cls._NAME_RE.match(link.get("ifname", ""))
-                if m and int(m.group(1)) == k:
-                    _run(["ip", "link", "del", link["ifname"]], check=False)
-        _run(["ip", "route", "del", "unreachable", f"198.19.{k}.0/24"], check=False)
-        tmp = tempfile.gettempdir()
-        for name in os.listdir(tmp):
-            if name.startswith(f"shardps-netns-{k}-"):
-                shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-
-    @staticmethod
-    def _kill_ns_processes(ns):
-        cp = _run(["ip", "netns", "pids", ns], check=False)
-        pids = [int(p) for p in cp.stdout.split() if p.isdigit()]
-        _kill_pids(pids)
-
-    def _make_keys(self):
-        d = self.workdir
-        for name in ("hostkey", "userkey"):
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"shardps-{name}",
-                  "-f", os.path.join(d, name)])
-        shutil.copy(os.path.join(d, "userkey.pub"), os.path.join(d, "authorized_keys"))
-        # Every remote command's shell complains first, as real login shells
-        # do (a ~/.bashrc whose pyenv rehash races a parallel session printed
-        # "rm: cannot remove ..." to stderr on a CI machine and broke the
-        # launcher's probe): the launcher must read through such lines.
-        with open(os.path.join(d, "noisy-shell"), "w") as f:
-            f.write("echo 'noisy-shell: a login shell complaining on stderr' >&2\n"
-                    "echo 'noisy-shell: and chatting on stdout'\n")
-        self.ssh_options = [
-            "-F", "/dev/null",
-            "-i", os.path.join(d, "userkey"),
-            "-o", "IdentitiesOnly=yes",
-            "-o", "BatchMode=yes",
-            "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR",
-            "-o", "ConnectTimeout=5",
-        ]
-
-    def _pidfile(self, host):
-        return os.path.join(self.workdir, f"sshd-{host}.pid")
-
-    def _start_sshd(self, h):
-        d = self.workdir
-        log = open(os.path.join(d, f"sshd-{h}.log"), "ab")
-        argv = [
-            *self.exec_prefix(h), self.sshd, "-D", "-e", "-f", "/dev/null",
-            "-o", f"HostKey={d}/hostkey",
-            "-o", f"AuthorizedKeysFile={d}/authorized_keys",
-            "-o", f"PidFile={self._pidfile(h)}",
-            "-o", "ListenAddress=0.0.0.0",
-            "-o", "Port=22",
-            "-o", "PermitRootLogin=prohibit-password",
-            "-o", "StrictModes=no",
-            "-o", "UsePAM=no",
-            "-o", "PasswordAuthentication=no",
-            "-o", "KbdInteractiveAuthentication=no",
-            "-o", "UseDNS=no",
-            "-o", "PrintMotd=no",
-            "-o", "MaxStartups=200",
-            "-o", "MaxSessions=100",
-            "-o", "LogLevel=INFO",
-            "-o", f"SetEnv=BASH_ENV={d}/noisy-shell",
-        ]
-        try:
-            self._sshd[h] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
-        finally:
-            log.close()
-
-    def _wait_sshd_ready(self, hosts=None):
-        deadline = time.monotonic() + self.start_timeout
-        pending = set(hosts or self.hosts)
-        while True:
-            for h in pending:
-                p = self._sshd[h]
-                if p.poll() is not None:
-                    raise HostEnvUnavailable(
-                        f"sshd of {h} exited rc={p.returncode}\n"
-                        + _log_tail(os.path.join(self.workdir, f"sshd-{h}.log")))
-            # probe each host from a peer namespace (from itself when n == 1)
-            by_prober = {}
-            for h in pending:
-                peers = [x for x in self.hosts if x != h]
-                by_prober.setdefault(peers[0] if peers else h, []).append(h)
-            results = {}
-            for prober, targets in by_prober.items():
-                cp = self.run_in(prober, [sys.executable, "-c", _PROBE,
-                                          json.dumps([[self._addr[t], 22] for t in targets]), "2"],
-                                 timeout=30)
-                with contextlib.suppress(ValueError):
-                    got = json.loads(cp.stdout.strip().splitlines()[-1]) if cp.stdout.strip() else {}
-                    for t in targets:
-                        results[t] = got.get(f"{self._addr[t]}:22", f"no answer ({cp.stderr.strip()})")
-            pending = {h for h in pending if not results.get(h, "").startswith("SSH-")}
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"timed out after {self.start_timeout:.1f}s waiting for sshd to answer on "
-                    + ", ".join(f"{h} ({self._addr[h]}: {results.get(h)})" for h in sorted(pending)))
 
     def _probe_root(self):
         addr = self._addr[self.hosts[0]]
@@ -792,12 +885,8 @@ class NetnsHosts:
 
     # ---- teardown ----------------------------------------------------------
 
-    def close(self):
-        """Tear everything down; idempotent.  Returns a list of problems."""
-        if self._closed:
-            return []
-        self._closed = True
-        t0 = time.monotonic()
+    def _teardown(self):
+        """Tear everything down (best effort); returns a list of problems."""
         errors = []
 
         def attempt(what, fn, *a):
@@ -806,20 +895,14 @@ class NetnsHosts:
             except Exception as e:  # keep going: best effort, report at end
                 errors.append(f"{what}: {_err_text(e)}")
 
-        for h in self.hosts:
-            if self.workdir is None or h not in self._sshd:
-                continue
-            pid = _read_pidfile(self._pidfile(h), "sshd")
-            popen = self._sshd[h]
-            if pid is not None and pid != popen.pid:
-                attempt(f"kill sshd {h}", _terminate, pid, 5.0, None, f"sshd of {h}")
-            attempt(f"kill sshd {h}", _terminate, popen.pid, 5.0, popen, f"sshd of {h}")
+        if self.workdir is not None:
+            self._sshd.kill_all(attempt)
         existing = set()
         with contextlib.suppress(Exception):
             existing = {l.split()[0] for l in _run(["ip", "netns", "list"]).stdout.splitlines() if l.split()}
         for h, ns in self._ns.items():
             if ns in existing:
-                attempt(f"kill processes in {ns}", self._kill_ns_processes, ns)
+                attempt(f"kill processes in {ns}", _kill_ns_processes, ns)
                 attempt(f"delete netns {ns}", _run, ["ip", "netns", "del", ns])
         # Deleting a namespace deletes its veth pair, asynchronously: delete
         # what is still there (ignoring "Cannot find device") and then wait
@@ -842,14 +925,7 @@ class NetnsHosts:
             _run(["ip", "route", "del", "unreachable", self._route], check=False)
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._lock_fd, 0)
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-                os.close(self._lock_fd)
-            self._lock_fd = None
-        _unregister(self)
-        self.teardown_seconds = time.monotonic() - t0
+        self._slot.release()
         return errors
 
 
@@ -977,7 +1053,75 @@ def _free_port():
         return s.getsockname()[1]
 
 
-class SlurmCluster:
+def _sweep_stale_slurm():
+    """SlurmCluster.sweep_stale: what crashed runs left, by the tag in the
+    environment of their daemons and by the owner file of their temp dirs."""
+    tagged = {}
+    for pid, env in _environs():
+        for item in env:
+            if item.startswith(b"SHARDPS_HOSTENV_TAG="):
+                tag = item.split(b"=", 1)[1].decode(errors="replace")
+                tagged.setdefault(tag.split("-", 1)[0], []).append(pid)
+    killed = []
+    for owner, pids in tagged.items():
+        if not _owner_alive(owner):
+            _kill_pids(pids, timeout=1.0)
+            killed += pids
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        if not name.startswith("shardps-slurm-"):
+            continue
+        path = os.path.join(tmp, name)
+        try:
+            with open(os.path.join(path, "owner")) as f:
+                owner = f.read().strip()
+        except OSError:
+            continue
+        if not _owner_alive(owner):
+            # tasks of that run carry SLURM_CONF=<its conf>
+            _kill_pids(_pids_with_environ(f"SLURM_CONF={path}/slurm.conf".encode()), timeout=1.0)
+            shutil.rmtree(path, ignore_errors=True)
+    return killed
+
+
+def _slurm_conf(c, ctld_port, slurmd_port):
+    """The slurm.conf of SlurmCluster `c`: everything under its workdir."""
+    w = c.workdir
+    return f"""\
+# written by tests/launch/hostenv.py
+ClusterName=shardps
+SlurmctldHost={c.node}
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPidFile={w}/slurmctld.pid
+SlurmdPidFile={w}/slurmd.pid
+SlurmdSpoolDir={w}/spool
+StateSaveLocation={w}/state
+SlurmctldLogFile={w}/log/slurmctld.log
+SlurmdLogFile={w}/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters={c.select_params}
+SlurmdParameters=config_overrides
+ReturnToService=2
+MailProg=/bin/true
+NodeName={c.node} NodeAddr=127.0.0.1 CPUs={c.cpus} RealMemory={c.real_memory} State=UNKNOWN
+PartitionName={c.partition} Nodes={c.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+{c.extra_conf}
+"""
+
+
+class SlurmCluster(_HostEnv):
     """A single-node Slurm from a temp dir.  See module docstring.
 
     Attributes: ``node`` (the node name, ``hostname -s``), ``cpus`` (CPUs
@@ -1007,6 +1151,7 @@ class SlurmCluster:
 
     def __init__(self, *, cpus=None, real_memory=4000, partition="debug",
                  select_params="CR_Core", start_timeout=60.0, extra_conf=""):
+        super().__init__()
         self.cpus = cpus if cpus is not None else max(8, os.cpu_count() or 1)
         self.select_params = select_params
         self.real_memory = real_memory
@@ -1019,29 +1164,11 @@ class SlurmCluster:
         self.env = None
         self.tag = f"{_owner_token()}-{uuid.uuid4().hex[:12]}"
         self.started_munged = False
-        self.setup_seconds = None
-        self.teardown_seconds = None
         self._munge = None
         self._ctld = None
         self._slurmd = None
-        self._closed = False
-        self._started = False
 
     # ---- public API ------------------------------------------------------
-
-    def __enter__(self):
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        errors = self.close()
-        if errors and exc_type is None:
-            raise RuntimeError("SlurmCluster teardown: " + "; ".join(errors))
-        return False
 
     def run(self, argv, timeout, **kw):
         """subprocess.run with this cluster's env (text, captured, no check
@@ -1071,47 +1198,11 @@ class SlurmCluster:
         """Kill daemons/steps/tasks and remove temp dirs left by crashed
         (e.g. SIGKILLed) runs whose owner process is gone.  Called by
         start(); returns the pids killed."""
-        tagged = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open(f"/proc/{d}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
-            for item in env:
-                if item.startswith(b"SHARDPS_HOSTENV_TAG="):
-                    tag = item.split(b"=", 1)[1].decode(errors="replace")
-                    tagged.setdefault(tag.split("-", 1)[0], []).append(int(d))
-        killed = []
-        for owner, pids in tagged.items():
-            if not _owner_alive(owner):
-                _kill_pids(pids, timeout=1.0)
-                killed += pids
-        tmp = tempfile.gettempdir()
-        for name in os.listdir(tmp):
-            if not name.startswith("shardps-slurm-"):
-                continue
-            path = os.path.join(tmp, name)
-            try:
-                with open(os.path.join(path, "owner")) as f:
-                    owner = f.read().strip()
-            except OSError:
-                continue
-            if not _owner_alive(owner):
-                # tasks of that run carry SLURM_CONF=<its conf>
-                _kill_pids(_pids_with_environ(f"SLURM_CONF={path}/slurm.conf".encode()), timeout=1.0)
-                shutil.rmtree(path, ignore_errors=True)
-        return killed
+        return _sweep_stale_slurm()
 
     # ---- setup -----------------------------------------------------------
 
-    def start(self):
-        if self._started:
-            return self
-        self._started = True
-        t0 = time.monotonic()
+    def _setup(self):
         if os.geteuid() != 0:
             raise HostEnvUnavailable("SlurmCluster needs root")
         for tool in ("slurmctld", "slurmd", "slurmstepd"):
@@ -1171,45 +1262,10 @@ class SlurmCluster:
             with contextlib.suppress(OSError):
                 fcntl.flock(lock_fd, fcntl.LOCK_UN)
             os.close(lock_fd)
-        self.setup_seconds = time.monotonic() - t0
-        return self
 
     def _write_conf(self, ctld_port, slurmd_port):
-        w = self.workdir
-        conf = f"""\
-# written by tests/launch/hostenv.py
-ClusterName=shardps
-SlurmctldHost={self.node}
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-AuthType=auth/munge
-CredType=cred/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-MpiDefault=none
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPidFile={w}/slurmctld.pid
-SlurmdPidFile={w}/slurmd.pid
-SlurmdSpoolDir={w}/spool
-StateSaveLocation={w}/state
-SlurmctldLogFile={w}/log/slurmctld.log
-SlurmdLogFile={w}/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters={self.select_params}
-SlurmdParameters=config_overrides
-ReturnToService=2
-MailProg=/bin/true
-NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.real_memory} State=UNKNOWN
-PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
-{self.extra_conf}
-"""
         with open(self.conf, "w") as f:
-            f.write(conf)
+            f.write(_slurm_conf(self, ctld_port, slurmd_port))
 
     def _start_daemon(self, name, args, env):
         exe = shutil.which(name) or f"/usr/sbin/{name}"
@@ -1251,13 +1307,9 @@ PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE St
 
     # ---- teardown ----------------------------------------------------------
 
-    def close(self):
+    def _teardown(self):
         """Cancel all jobs, stop the daemons (by pid), kill leftovers, remove
-        the temp dir, release munged; idempotent.  Returns problems found."""
-        if self._closed:
-            return []
-        self._closed = True
-        t0 = time.monotonic()
+        the temp dir, release munged.  Returns problems found."""
         errors = []
         ctld_ok = self._ctld is not None and self._ctld.poll() is None
         if ctld_ok:
@@ -1291,8 +1343,6 @@ PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE St
                 self._munge.release()
             except Exception as e:
                 errors.append(f"munge release: {_err_text(e)}")
-        _unregister(self)
-        self.teardown_seconds = time.monotonic() - t0
         return errors
 
 

@@ -6,7 +6,9 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -233,6 +235,56 @@ def test_killed_server_fails_the_job_with_its_last_lines(run_dir):
     assert rc == 1, out
     assert "server 1 on localhost killed by signal SIGKILL: the job was stopped; its last lines:" in out, out
     assert "[server 1 @localhost]" in out and "registered as server 1" in out, out
+    wait_none_left(run_dir)
+
+
+# Runs the launcher with its main thread held up for a second each time it
+# has started a thread (a process's reader), as on a loaded machine: a line
+# the process prints at once is read before the launcher's next step.
+SLOW_MAIN_THREAD = """
+import runpy, sys, threading, time
+start = threading.Thread.start
+def slow_start(self):
+    start(self)
+    time.sleep(1.0)
+threading.Thread.start = slow_start
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_endpoint_reported_at_once_is_not_missed(run_dir, tmp_path):
+    """A coordinator that reports its endpoint the moment it starts (the
+    real one behind a script that prints the line first and drops the real
+    one's): the launcher goes on at once. It used to add its watcher after
+    the start, miss the line, and wait out its 60 s."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    port = free_port()
+    fake = bin_dir / "shardps-coordinator"
+    fake.write_text(f"""#!/bin/sh
+for a; do [ "$a" = --print-config ] && exec {COORDINATOR} "$@"; done
+echo "00:00:00.000 I [coordinator] coordinator on tcp://127.0.0.1:{port}: reported at once"
+{COORDINATOR} "$@" 2>&1 | sed -u '/ coordinator on tcp:/d'
+""")
+    fake.chmod(0o755)
+    os.symlink(os.path.join(BUILD, "server", "shardps-server"), bin_dir / "shardps-server")
+    t0 = time.monotonic()
+    launch = Launch(["--bin-dir", str(bin_dir), "--servers", "1", "--workers", "1", "--set",
+                     f"launch.coordinator_port={port}", "--", "sh", "-c", "echo worker {rank} at {coordinator}"],
+                    run_dir, prefix=[sys.executable, "-c", SLOW_MAIN_THREAD])
+    rc = launch.wait(45)
+    out = launch.output()
+    assert rc == 0, out
+    assert f"coordinator tcp://127.0.0.1:{port} on localhost" in out, out
+    assert f"[worker 0 @localhost] worker 0 at tcp://127.0.0.1:{port}" in out, out
+    assert time.monotonic() - t0 < 30, out
     wait_none_left(run_dir)
 
 

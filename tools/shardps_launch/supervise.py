@@ -1,0 +1,209 @@
+"""Process supervision, the decisions: while the job runs, what to do when
+one of its processes ends -- the job is done, a worker is started again or
+its work left to the others, the job is rolled back to its newest snapshot
+(a server died, --restart-servers), a dead coordinator is started again
+(--restart-coordinator), or the job fails."""
+
+import json
+import os
+import re
+import subprocess
+import time
+
+from .commands import GRACE_SEC, on_endpoint
+from .errors import JobFailed, JobTimeout, LaunchError
+from .output import report, say
+from .procs import terminate
+
+
+def stop_watcher(event):
+    """A coordinator watcher: sets `event` at its 'stop requested' line (shardps-ctl stop)."""
+    return lambda line: " stop requested" in line and event.set()
+
+
+class Supervisor:
+    """Watches a started job until it ends. Main thread only (the
+    stop_requested event is set by the coordinator's reader thread)."""
+
+    def __init__(self, launch, job, processes, binaries, keys, coordinator, stop_requested, t0):
+        self.launch, self.job = launch, job
+        self.processes = processes  # ProcessSet
+        self.binaries = binaries  # Binaries: shardps-ctl
+        self.keys = keys  # the job's key directory, "" without security
+        self.coordinator = coordinator  # its endpoint
+        self.stop_requested = stop_requested  # threading.Event
+        self.t0 = t0
+        procs = processes.procs
+        self.workers = {p.rank: p for p in procs if p.role == "worker"}  # rank -> its newest process
+        self.others = [p for p in procs if p.role != "worker"]  # the coordinator and servers being watched
+        self.quiet_since = None  # a server or the coordinator ended cleanly (shardps-ctl stop)
+        self.failures = []  # what failed and what was done about it, for the end
+        self.rollbacks = 0
+
+    def elapsed(self):
+        return time.monotonic() - self.t0
+
+    def run(self):
+        """Returns 0 when the job is done; raises JobFailed or JobTimeout."""
+        timeout = self.launch["timeout_sec"]
+        deadline = self.t0 + timeout
+        reported_first = False
+        while True:
+            if not reported_first:
+                firsts = [t for t in (p.first_line_at() for p in self.workers.values()) if t]
+                if firsts:
+                    say(f"first worker output {min(firsts) - self.t0:.2f} s after start")
+                    reported_first = True
+            # Servers and the coordinator first: a worker that fails because
+            # a server died must not take the blame.
+            self.check_others()
+            self.check_workers()
+            if all(p.poll() is not None for p in self.workers.values()):
+                return self.finish(deadline, timeout)
+            if self.quiet_since and time.monotonic() - self.quiet_since > 30:
+                ended = [p for p in self.others if p.poll() is not None]
+                raise JobFailed(ended[0], f"{ended[0].name} on {ended[0].host} exited while workers still ran")
+            if time.monotonic() > deadline:
+                raise JobTimeout(f"workers still running after {timeout} s (--timeout): stopping")
+            time.sleep(0.2)
+
+    def check_others(self):
+        """The coordinator and the servers: one that ended is started again,
+        rolls the job back, fails the job, or (exit 0) starts the quiet
+        period. After a restart or rollback the rest wait for the next round."""
+        for p in self.others:
+            if p.poll() is None:
+                continue
+            if (p.rc != 0 and p.role == "coordinator" and self.launch["restart_coordinator"] and not p.handled
+                    and not self.stop_requested.is_set()):
+                self.restart_coordinator(p)
+                return
+            if p.rc != 0 and p.role == "server" and self.launch["restart_servers"] and not p.handled:
+                what = f"{p.name} on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
+                if self.rollbacks >= self.launch["max_restarts"]:
+                    raise JobFailed(p, f"{p.name} on {p.host} {p.describe_exit()} (after {self.rollbacks} "
+                                       f"rollbacks, the most --max-restarts allows)")
+                self.rollbacks += 1
+                snap = self.roll_back(p, what, self.rollbacks)
+                procs = self.processes.procs
+                self.others = [q for q in procs if q.role != "worker" and not q.handled]
+                self.workers = {q.rank: q for q in procs if q.role == "worker" and not q.handled}
+                self.failures.append(f"{what}: rolled back to {snap}, every server and worker started again")
+                return
+            if p.rc != 0:
+                raise JobFailed(p, f"{p.name} on {p.host} {p.describe_exit()}")
+            self.quiet_since = self.quiet_since or time.monotonic()
+
+    def restart_coordinator(self, p):
+        what = f"the coordinator on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
+        if p.incarnation >= self.launch["max_restarts"]:
+            raise JobFailed(p, f"the coordinator on {p.host} {p.describe_exit()} (after "
+                               f"{p.incarnation} restarts, the most --max-restarts allows)")
+        p.handled = True
+        report(p, f"{what}: starting it again on {self.coordinator} with its saved state "
+                  f"({self.job['state_dir']}); the job goes on")
+        self.processes.start_again(p, on_endpoint(p.spec[0], self.coordinator),
+                                   watchers=[stop_watcher(self.stop_requested)])
+        self.others = [q for q in self.processes.procs if q.role != "worker" and not q.handled]
+        self.failures.append(f"{what}: started again, the job resumed")
+
+    def check_workers(self):
+        """A worker that failed is started again (--restart-workers), or,
+        killed while others run, leaves its work to them; else the job fails."""
+        for rank, p in list(self.workers.items()):
+            if p.poll() is None or p.rc == 0 or p.handled:
+                continue
+            p.handled = True
+            p.reader.join(timeout=2)
+            what = f"{p.name} on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
+            others_run = any(q.poll() is None for q in self.workers.values() if q is not p)
+            # Exit status 2 (usage) and 3 (accuracy below --min-accuracy)
+            # are the job's own verdicts: never started again.
+            if (self.launch["restart_workers"] and p.rc not in (2, 3) and
+                    p.incarnation < self.launch["max_restarts"] and not self.stop_requested.is_set()):
+                report(p, f"{what}: starting it again (restart {p.incarnation + 1} of at most "
+                          f"{self.launch['max_restarts']}); it rejoins the running job")
+                self.workers[rank] = self.processes.start_again(p)
+                self.failures.append(f"{what}: started again")
+            elif p.killed() and others_run:
+                report(p, f"{what}: the job goes on; the coordinator hands its unfinished batches to the "
+                          f"other workers")
+                self.failures.append(f"{what}: its work went to the other workers")
+            else:
+                raise JobFailed(p, f"{p.name} on {p.host} {p.describe_exit()}")
+
+    def finish(self, deadline, timeout):
+        """Every worker ended: the job completed (0) unless none finished;
+        after a stop, waits for the coordinator and servers to end."""
+        workers = self.workers
+        done = [p for p in workers.values() if p.rc == 0]
+        if not done:  # (every failure above was handled: the last ones died together)
+            last = max(workers.values(), key=lambda q: q.rank)
+            raise JobFailed(last, f"every worker failed; {last.name} on {last.host} {last.describe_exit()}")
+        say(f"all {len(workers)} workers finished" if len(done) == len(workers) else
+            f"{len(done)} of {len(workers)} workers finished, the job completed")
+        for line in self.failures:
+            say(f"on the way: {line}")
+        if self.stop_requested.is_set() or self.coordinator_stopping():
+            # A stop: the coordinator takes the final snapshot and ends every server itself.
+            while any(p.poll() is None for p in self.others):
+                if time.monotonic() > deadline:
+                    raise JobTimeout(f"the job was stopping but its servers still ran after {timeout} s")
+                time.sleep(0.1)
+            failed = [p for p in self.others if p.rc != 0]
+            if failed:
+                raise JobFailed(failed[0], f"{failed[0].name} on {failed[0].host} {failed[0].describe_exit()}")
+            say("the job stopped on request")
+        return 0
+
+    def key(self, name):
+        return ["--key", os.path.join(self.keys, name)] if self.keys else []
+
+    def roll_back(self, failed, what, n):
+        """A server died: every server and worker is stopped, the coordinator
+        goes back to the newest complete snapshot, and they all start again
+        from it (the servers reload it, the workers resume at its clock and
+        data position). Returns the snapshot's directory."""
+        report(failed, f"{what}: rolling the job back to its newest complete snapshot (rollback {n} of at most "
+                       f"{self.launch['max_restarts']})")
+        # The newest process of every server and worker rank, whatever became
+        # of it: the job starts again from the snapshot with all of them.
+        victims = self.processes.newest(("server", "worker"))
+        for p in victims:
+            p.handled = True
+        terminate(victims, GRACE_SEC, exited_too=False)  # gone before their ports are wanted again
+        ctl = self.binaries.path("shardps-ctl")  # resolved before the job started (binaries.job_needs)
+        try:
+            r = subprocess.run([ctl, *self.key("admin.key"), "rollback", self.coordinator, "--timeout-sec", "60"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                               timeout=90)
+            out, rc = r.stdout.strip(), r.returncode
+        except subprocess.TimeoutExpired:
+            out, rc = "shardps-ctl rollback did not answer within 90 s", 1
+        except OSError as e:
+            out, rc = f"cannot run {ctl}: {e.strerror}", 1
+        if rc != 0:
+            why = out.splitlines()[-1] if out else f"shardps-ctl rollback exited {rc}"
+            raise JobFailed(failed, f"{what}, and the job cannot be rolled back: {why.removeprefix('shardps-ctl: rollback: ')}")
+        m = re.search(r"rolled back to (\S+) \(clock (-?\d+)\)", out)
+        snap = f"{m.group(1)} (clock {m.group(2)})" if m else out
+        say(f"rolled back to {snap}: starting every server and worker again", err=True)
+        for p in sorted(victims, key=lambda q: (q.role != "server", q.rank)):
+            self.processes.start_again(p)
+        return snap
+
+    def coordinator_stopping(self):
+        """Whether a stop was asked (shardps-ctl stop): the log line may still
+        be on its way when the workers' exits are seen. Without a
+        shardps-ctl here, only the log line tells."""
+        coords = [p for p in self.processes.procs if p.role == "coordinator"]
+        ctl = self.binaries.optional("shardps-ctl")
+        if not self.coordinator or not coords or coords[-1].poll() is not None or not ctl:
+            return False
+        try:
+            p = subprocess.run([ctl, *self.key("observer.key"), "status", self.coordinator, "--json", "--timeout-sec",
+                                "5"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                               text=True, timeout=10)
+            return p.returncode == 0 and json.loads(p.stdout).get("stopping", False)
+        except (OSError, ValueError, subprocess.TimeoutExpired, LaunchError):
+            return False
