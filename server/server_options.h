@@ -1,4 +1,6 @@
 // ServerOptions: how a parameter server is run (shardps-server's flags).
+// Plain data: a Server keeps its own copy (the limits left at 0 set to
+// their defaults) and reads it on its event loop.
 #pragma once
 
 #include <cstdint>

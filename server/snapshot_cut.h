@@ -44,7 +44,9 @@ struct CutDone {
 };
 
 // The writer thread and its queues. A job carries everything the writer
-// needs: it never reads the event loop's state.
+// needs: it never reads the event loop's state. A CutJob belongs to the
+// event loop until Submit moves it into jobs_, then to the writer thread
+// once popped; a CutDone goes the other way through done_.
 class CutWriter {
  public:
   // `write_delay`: a fault-injection aid for tests: wait before writing.
