@@ -116,13 +116,13 @@ void ServerFuzzAccess::Run(const uint8_t* data, size_t size) {
 
   auto check = [&] {
     uint64_t parked = 0;
-    for (const auto& p : s.parked_) parked += p.bytes;
-    if (parked != s.parked_bytes_ || s.parked_bytes_ > s.opts_.held_bytes) std::abort();
+    for (const auto& p : s.clocks_.parked()) parked += p.bytes;
+    if (parked != s.clocks_.parked_bytes() || s.clocks_.parked_bytes() > s.opts_.held_bytes) std::abort();
     if (s.TableBytes() > s.opts_.memory_budget) std::abort();
     if (s.view_.consistency == Consistency::kSync) {
-      const uint64_t counted = s.ahead_bytes_;
-      s.RecountAhead();
-      if (counted != s.ahead_bytes_ || s.ahead_bytes_ > s.opts_.held_bytes) std::abort();
+      const uint64_t counted = s.clocks_.ahead_bytes();
+      s.clocks_.RecountAhead();
+      if (counted != s.clocks_.ahead_bytes() || s.clocks_.ahead_bytes() > s.opts_.held_bytes) std::abort();
     }
   };
   auto expire_all = [&] {
@@ -137,7 +137,7 @@ void ServerFuzzAccess::Run(const uint8_t* data, size_t size) {
     if (op < 4) {
       auto frames = Frames(in, in.U8() % 6, true);
       s.HandleData(frames);
-      s.CopySomeOfCut(0);  // one partition of a cut in progress, as between requests
+      s.cut_.CopySome(0);  // one partition of a cut in progress, as between requests
     } else if (op == 4) {
       s.Advance();
     } else if (op == 5) {
@@ -173,7 +173,7 @@ void ServerFuzzAccess::Run(const uint8_t* data, size_t size) {
   check();
   s.UpdateGauges();
   s.SendHeartbeat();
-  if (s.cut_active_) s.FinishCut();
+  if (s.cut_.active()) s.cut_.Finish();
 }
 
 }  // namespace shardps

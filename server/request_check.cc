@@ -1,0 +1,81 @@
+#include "server/request_check.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/wire.h"
+#include "server/table.h"
+#include "server/table_set.h"
+
+namespace shardps {
+
+Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push, ServerTable** t,
+                           const uint64_t** keys, const float** values) {
+  if (!tables_.ready()) return Status::NotReady("server has no shard map yet");
+  if (tables_.refused(h.table()))
+    return Status::TooLarge("table id " + std::to_string(h.table()) + " is not held by server " +
+                            std::to_string(tables_.rank()) + ": it did not fit this server's memory budget");
+  ServerTable* table = tables_.get(h.table());
+  if (!table)
+    return Status::UnknownTable("table id " + std::to_string(h.table()) + " is not defined (" +
+                                std::to_string(tables_.size()) + " tables exist)");
+  const TableSpec& spec = table->spec();
+  const bool by_keys = h.key_count() > 0;
+  const uint32_t steps = push ? std::max<uint32_t>(1, h.steps()) : 0;
+  if (!push && (h.steps() > 1 || h.base_versions()))
+    return Status::BadMessage("a pull carries no steps or base versions");
+  if (steps > kMaxPushSteps)
+    return Status::TooLarge("a push of " + std::to_string(steps) + " steps (at most " +
+                            std::to_string(kMaxPushSteps) + " gradients per push)");
+  if (h.base_versions() && h.base_versions()->size() != steps)
+    return Status::BadMessage("a push of " + std::to_string(steps) + " steps with " +
+                              std::to_string(h.base_versions()->size()) + " base versions");
+  const size_t want_frames = 2 + (by_keys ? 1 : 0) + steps;
+  if (frames.size() != want_frames)
+    return Status::BadMessage(std::string(push ? "push" : "pull") + " by " +
+                              (by_keys ? "keys" : "row range") + (steps > 1 ? " of " + std::to_string(steps) + " steps" : "") +
+                              " takes " + std::to_string(want_frames - 1) + " frames, got " +
+                              std::to_string(frames.size() - 1));
+  uint64_t rows;
+  const uint64_t max_rows = max_request_bytes_ / 4 / spec.cols;
+  if (by_keys) {
+    rows = h.key_count();
+    if (rows > max_rows)
+      return Status::TooLarge(std::to_string(rows) + " keys exceed the request limit of " +
+                              std::to_string(max_request_bytes_) + " bytes");
+    Status s = wire::CheckFrameSize("keys", frames[2].size(), rows * 8);
+    if (!s.ok()) return s;
+    *keys = wire::ArrayView<uint64_t>(frames[2], key_scratch_);
+    s = table->CheckKeys(*keys, rows);
+    if (!s.ok()) return s;
+    // Pushes and workers' pulls create sparse rows; an observer's pull never does.
+    if (spec.kind == TableKind::kSparse && (push || h.role() == wire::Role::Worker)) {
+      s = tables_.CheckSparseGrowth(*table, *keys, rows);
+      if (!s.ok()) return s;
+    }
+  } else {
+    if (h.row_end() <= h.row_begin())
+      return Status::OutOfRange("empty or inverted row range [" + std::to_string(h.row_begin()) +
+                                ", " + std::to_string(h.row_end()) + ")");
+    rows = h.row_end() - h.row_begin();
+    if (rows > max_rows)
+      return Status::TooLarge(std::to_string(rows) + " rows exceed the request limit of " +
+                              std::to_string(max_request_bytes_) + " bytes");
+    *keys = nullptr;
+    Status s = table->CheckRange(h.row_begin(), h.row_end());
+    if (!s.ok()) return s;
+  }
+  if (push) {
+    if (step_scratch_.size() < steps) step_scratch_.resize(steps);
+    const size_t first = frames.size() - steps;
+    for (uint32_t j = 0; j < steps; ++j) {
+      Status s = wire::CheckFrameSize("values", frames[first + j].size(), rows * spec.cols * 4);
+      if (!s.ok()) return s;
+      values[j] = wire::ArrayView<float>(frames[first + j], step_scratch_[j]);
+    }
+  }
+  *t = table;
+  return Status::OK();
+}
+
+}  // namespace shardps

@@ -1,0 +1,47 @@
+// RequestCheck: validates a push or a pull completely before anything is
+// applied, so that a bad request changes nothing: the table is held, the
+// frames are the ones the header announces and of the sizes it implies, the
+// rows are the table's and held here, the request is within the request
+// limit, and a sparse request creates no rows past the table's share or the
+// memory budget (TableSet::CheckSparseGrowth).
+//
+// Thread: the server's event loop owns it; no locks. Its scratch buffers
+// hold the copies of a request's misaligned frames until the next Check.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "shardps/status.h"
+
+namespace shardps {
+
+class ServerTable;
+class TableSet;
+namespace wire {
+struct Header;
+}
+
+class RequestCheck {
+ public:
+  RequestCheck(const TableSet& tables, uint64_t max_request_bytes)
+      : tables_(tables), max_request_bytes_(max_request_bytes) {}
+
+  // Validates push (`push`) or pull `h` with its frames (identity, header,
+  // keys if by keys, values: one frame per step of a push). On OK, *t is its
+  // table, *keys its keys (null for a row range) and, for a push, values[j]
+  // step j's gradients (`values`: kMaxPushSteps slots; unused for a pull).
+  // The pointers point into `frames` or this object's scratch.
+  Status Check(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push, ServerTable** t,
+               const uint64_t** keys, const float** values);
+
+ private:
+  const TableSet& tables_;
+  const uint64_t max_request_bytes_;
+  std::vector<uint64_t> key_scratch_;
+  std::vector<std::vector<float>> step_scratch_;  // a push's gradients, when a frame is misaligned
+};
+
+}  // namespace shardps

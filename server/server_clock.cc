@@ -1,0 +1,79 @@
+// The server's clock handlers: ticks and joins fed to the consistency model
+// (WorkerClocks), and acting on its decisions: applying each complete
+// synchronous clock to the tables (cutting snapshots between clocks), and
+// answering the parked pulls that may go.
+#include <deque>
+
+#include "common/wire.h"
+#include "server/server.h"
+
+namespace shardps {
+
+void Server::Tick(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  Status s = clocks_.Tick(h.role() == wire::Role::Worker, h.rank(), h.clock(), h.idle());
+  if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
+  m_.ticks.SingleWriterInc();
+  wire::Fields ok;
+  ok.request_id = h.request_id();
+  Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+  Advance();
+}
+
+void Server::Join(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  int64_t at = 0;
+  Status s = clocks_.Join(h.role() == wire::Role::Worker, h.rank(), h.clock(), &at);
+  if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
+  wire::Fields ok;
+  ok.request_id = h.request_id();
+  ok.min_clock = ok.max_clock = at;
+  Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+  Advance();
+}
+
+void Server::ApplyClock(WorkerClocks::CompleteClock& c) {
+  if (c.pushes.empty()) return;
+  std::vector<uint8_t> touched(tables_.size(), 0);
+  for (auto& b : c.pushes) {
+    const wire::Header* h = nullptr;
+    if (!wire::ParseHeader(b.frames[1], header_scratch_, &h).ok()) continue;  // verified on arrival
+    ServerTable* t = tables_.get(b.table);
+    const float* values = wire::ArrayView<float>(b.frames.back(), value_scratch_);
+    if (h->key_count() > 0) {
+      const uint64_t* keys = wire::ArrayView<uint64_t>(b.frames[2], key_scratch_);
+      cut_.EnsureCopiedKeys(b.table, keys, h->key_count());  // the sum is applied below
+      t->AccumulateKeys(keys, h->key_count(), values);
+    } else {
+      cut_.EnsureCopiedRange(b.table, h->row_begin(), h->row_end());
+      t->AccumulateRange(h->row_begin(), h->row_end(), values);
+    }
+    touched[b.table] = 1;
+  }
+  for (uint32_t i = 0; i < touched.size(); ++i)
+    if (touched[i]) tables_.get(i)->ApplyAccumulated(1.0f / static_cast<float>(c.Divisor(i)));
+}
+
+void Server::Advance() {
+  if (clocks_.sync()) {
+    const int64_t target = clocks_.CompleteBelow();
+    WorkerClocks::CompleteClock complete;
+    while (clocks_.applied_clock() < target) {
+      CutIfDue(clocks_.applied_clock());  // the state holds exactly the clocks < applied_clock()
+      clocks_.TakeClock(tables_.size(), &complete);
+      ApplyClock(complete);
+    }
+    clocks_.RecountAhead();
+    CutIfDue(clocks_.applied_clock());
+  }
+  MaybeCut();
+  if (clocks_.parked().empty()) return;
+  std::deque<WorkerClocks::Parked> go;
+  clocks_.TakeReleasable(&go);
+  for (auto& p : go) {
+    const wire::Header* h = nullptr;
+    std::vector<uint64_t> scratch;
+    if (!wire::ParseHeader(p.frames[1], scratch, &h).ok()) continue;
+    Pull(*h, p.frames, p.arrived, true);
+  }
+}
+
+}  // namespace shardps

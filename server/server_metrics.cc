@@ -1,0 +1,66 @@
+#include "server/server_metrics.h"
+
+#include <span>
+
+#include "server/table.h"
+
+namespace shardps {
+
+namespace {
+std::span<const double> StalenessBuckets() {
+  static const double b[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256};
+  return b;
+}
+}  // namespace
+
+ServerMetrics::ServerMetrics(metrics::Registry& r)
+    : registry(r),
+      pushes(r.GetCounter("shardps_push_requests_total", "Push requests applied or buffered")),
+      pulls(r.GetCounter("shardps_pull_requests_total", "Pull requests answered")),
+      push_bytes(r.GetCounter("shardps_push_bytes_total", "Gradient bytes received in pushes")),
+      pull_bytes(r.GetCounter("shardps_pull_bytes_total", "Parameter bytes sent in pull replies")),
+      ticks(r.GetCounter("shardps_ticks_total", "Clock ticks received from workers")),
+      errors(r.GetCounter("shardps_request_errors_total", "Requests answered with an error")),
+      push_steps(r.GetCounter("shardps_push_steps_total",
+                              "Optimizer steps applied from pushes (a push may carry several batches' gradients)")),
+      dc_uncompensated(r.GetCounter("shardps_push_dc_uncompensated_total",
+                                    "Steps of delay-compensated tables applied as they came: the values their "
+                                    "gradient was computed on were no longer kept")),
+      stale_unknown(r.GetCounter("shardps_push_staleness_unknown_total",
+                                 "Push steps based on a pull from before this server (re)started: applied as fresh")),
+      push_seconds(r.GetHistogram("shardps_push_duration_seconds",
+                                  "Time from receiving a push to its reply (applying it, or buffering it under sync)",
+                                  metrics::LatencyBuckets())),
+      pull_seconds(r.GetHistogram("shardps_pull_duration_seconds",
+                                  "Time from receiving a pull to its reply, waiting for slower workers included",
+                                  metrics::LatencyBuckets())),
+      wait_seconds(r.GetHistogram("shardps_consistency_wait_seconds",
+                                  "Time pulls were held for slower workers (sync, bounded staleness)",
+                                  metrics::LatencyBuckets())),
+      staleness(r.GetHistogram("shardps_push_staleness",
+                               "Per applied step of a worker's push (bounded staleness, async): updates its rows took "
+                               "between the pull its gradient was computed on and the push",
+                               StalenessBuckets())),
+      parked(r.GetGauge("shardps_parked_pulls", "Pulls waiting for slower workers now")),
+      buffered(r.GetGauge("shardps_buffered_pushes", "Synchronous pushes waiting for the end of their clock")),
+      applied_clock(r.GetGauge("shardps_applied_clock", "Sync: clocks below this one are applied")),
+      min_clock(r.GetGauge("shardps_min_clock", "Slowest live worker's clock as this server sees it")) {}
+
+void ServerMetrics::SetTables(const std::vector<std::unique_ptr<ServerTable>>& tables) {
+  for (size_t i = table_gauges.size(); i < tables.size(); ++i) {
+    if (!tables[i]) break;
+    const metrics::Labels labels{{"table", tables[i]->spec().name}};
+    table_gauges.push_back(
+        {&registry.GetGauge("shardps_table_rows", "Rows of each table held by this server", labels),
+         &registry.GetGauge("shardps_table_bytes", "Bytes of parameters and optimizer state held by this server",
+                            labels)});
+  }
+  for (size_t i = 0; i < table_gauges.size(); ++i) {
+    const ServerTable& t = *tables[i];
+    const uint64_t rows = t.rows_held();
+    table_gauges[i].first->Set(static_cast<double>(rows));
+    table_gauges[i].second->Set(static_cast<double>(rows) * t.spec().cols * sizeof(float) * (1 + t.state_width()));
+  }
+}
+
+}  // namespace shardps

@@ -1,0 +1,35 @@
+// ServerMetrics: everything a server counts, as series of its registry
+// (docs/operations.md, "Metrics"): request and byte totals, latencies,
+// staleness, the pulls and pushes held, and per table the rows and bytes
+// held.
+//
+// Thread: the event loop writes every series (SingleWriter* updates and
+// Set) and calls SetTables; any thread may render the registry.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "common/metrics.h"
+
+namespace shardps {
+
+class ServerTable;
+
+struct ServerMetrics {
+  explicit ServerMetrics(metrics::Registry& r);
+  // The per-table series from the tables held (by table id): a table's
+  // two series are created the first time (that takes the registry's lock,
+  // which a scrape holds), afterwards only set.
+  void SetTables(const std::vector<std::unique_ptr<ServerTable>>& tables);
+
+  metrics::Registry& registry;
+  metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors, &push_steps, &dc_uncompensated,
+      &stale_unknown;
+  metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds, &staleness;
+  metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;
+  std::vector<std::pair<metrics::Gauge*, metrics::Gauge*>> table_gauges;  // rows, bytes per table id
+};
+
+}  // namespace shardps

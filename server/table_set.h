@@ -1,0 +1,66 @@
+// TableSet: the tables this server holds — its partitions of each, by table
+// id — within its memory budget. A table is made when a cluster view first
+// defines it (and restored from the job's snapshot when the job restores);
+// one that would pass the budget, or whose allocation fails, is refused
+// and never held.
+//
+// Thread: the server's event loop owns it; no locks. SnapshotCut reads the
+// tables (all()) on the same thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "common/cluster.h"
+#include "server/snapshot.h"
+#include "server/table.h"
+#include "shardps/status.h"
+
+namespace shardps {
+
+class TableSet {
+ public:
+  explicit TableSet(uint64_t memory_budget) : budget_(memory_budget) {}
+
+  // Makes every table of `v` not held or refused yet, holding the
+  // partitions the shard map gives server `rank`; when the job restores
+  // (v.restore_from), fills them from that snapshot. REQUIRES v.complete().
+  // Returns why a restore failed (the server cannot serve then).
+  Status Define(const ClusterView& v, uint32_t rank);
+  // A complete view was defined: requests may be served.
+  bool ready() const { return partitions_ > 0; }
+
+  size_t size() const { return tables_.size(); }
+  ServerTable* get(uint32_t id) const { return id < tables_.size() ? tables_[id].get() : nullptr; }  // null: not held
+  bool refused(uint32_t id) const { return refused_.count(id) > 0; }
+  const std::vector<std::unique_ptr<ServerTable>>& all() const { return tables_; }
+  uint32_t rank() const { return rank_; }
+
+  // Bytes of the tables held now, against the memory budget.
+  uint64_t Bytes() const;
+  uint64_t budget() const { return budget_; }
+  // A sparse request that would create rows: TooLarge when past this
+  // server's share of the table's max_rows (by its share of the partitions)
+  // or the memory budget.
+  Status CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, uint64_t n) const;
+
+ private:
+  // Restores table `spec` (held) from v.restore_from.
+  Status Restore(const ClusterView& v, const TableSpec& spec);
+  // True when the snapshot holds every row of dense table `spec` (so the
+  // table need not be initialised before the restore overwrites it).
+  bool RestoreCovers(const ClusterView& v, const TableSpec& spec);
+
+  const uint64_t budget_;
+  uint32_t rank_ = 0;
+  uint32_t partitions_ = 0;        // of the shard map (0: none yet)
+  uint64_t owned_partitions_ = 0;  // partitions this server holds (the shard map)
+  std::vector<std::unique_ptr<ServerTable>> tables_;  // by table id
+  std::set<uint32_t> refused_;  // over the budget: not held (requests get TooLarge)
+  snapshot::Manifest restore_manifest_;  // read once, at the first restored table
+  bool restore_loaded_ = false;
+};
+
+}  // namespace shardps

@@ -1,0 +1,226 @@
+#include "server/worker_clocks.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "common/log.h"
+
+namespace shardps {
+
+uint64_t FramesBytes(const std::vector<zmq::message_t>& frames) {
+  uint64_t b = 0;
+  for (const auto& f : frames) b += f.size();
+  return b;
+}
+
+void WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live) {
+  if (clocks_.size() < worker_ranks) {
+    clocks_.resize(worker_ranks, 0);
+    live_.resize(worker_ranks, 0);
+    joining_.resize(worker_ranks, 0);
+    last_seq_.resize(worker_ranks, 0);
+  }
+  std::vector<uint8_t> now_live(clocks_.size(), 0);
+  for (uint32_t r : live)
+    if (r < now_live.size()) now_live[r] = 1;
+  for (size_t r = 0; r < live_.size(); ++r) {
+    if (live_[r] && !now_live[r]) {
+      // Gone: its pushes for clocks it never finished do not count.
+      size_t dropped = 0;
+      for (auto& [clock, list] : buffered_) {
+        if (clock < clocks_[r]) continue;
+        auto it = std::remove_if(list.begin(), list.end(), [&](const HeldPush& b) { return b.rank == r; });
+        dropped += static_cast<size_t>(list.end() - it);
+        list.erase(it, list.end());
+      }
+      LOG_INFO << "worker " << r << " is no longer live (at clock " << clocks_[r] << ")"
+               << (dropped ? ", dropped " + std::to_string(dropped) + " unfinished pushes" : "");
+      joining_[r] = 0;
+    } else if (!live_[r] && now_live[r] && membership_known_) {
+      // A worker (re)joining the running job: a new process, whose push
+      // sequence starts again, at a clock it learns with Join.
+      joining_[r] = 1;
+      last_seq_[r] = 0;
+      LOG_INFO << "worker " << r << " is joining";
+    }
+  }
+  live_ = std::move(now_live);
+  membership_known_ = true;
+}
+
+bool WorkerClocks::any_live() const {
+  return std::any_of(live_.begin(), live_.end(), [](uint8_t l) { return l != 0; });
+}
+
+int64_t WorkerClocks::MinClock() const {
+  int64_t m = std::numeric_limits<int64_t>::max(), all = 0;
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    all = std::max(all, clocks_[r]);
+    if (live_[r] && !joining_[r]) m = std::min(m, clocks_[r]);
+  }
+  return m == std::numeric_limits<int64_t>::max() ? all : m;
+}
+
+int64_t WorkerClocks::MaxClock() const {
+  int64_t m = -1, all = 0;
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    all = std::max(all, clocks_[r]);
+    if (live_[r] && !joining_[r]) m = std::max(m, clocks_[r]);
+  }
+  return m < 0 ? all : m;
+}
+
+Status WorkerClocks::Tick(bool worker, int rank, int64_t clock, bool idle) {
+  if (!worker || rank < 0 || static_cast<size_t>(rank) >= clocks_.size())
+    return Status::InvalidArgument("tick from a non-worker or an unknown rank " + std::to_string(rank));
+  if (!IsLive(rank)) return Status::Unavailable("worker " + std::to_string(rank) + " is not live in this job");
+  if (clock > clocks_[rank])
+    return Status::InvalidArgument("tick for clock " + std::to_string(clock) + " but worker " + std::to_string(rank) +
+                                   " is at clock " + std::to_string(clocks_[rank]) + ": a tick was lost");
+  if (clock == clocks_[rank]) {
+    clocks_[rank]++;
+    if (sync() && !idle && clock >= applied_clock_) ++trained_[clock];
+  }
+  return Status::OK();
+}
+
+Status WorkerClocks::Join(bool worker, int rank, int64_t clock, int64_t* at) {
+  if (!worker || rank < 0 || static_cast<size_t>(rank) >= clocks_.size())
+    return Status::InvalidArgument("join from a non-worker or an unknown rank " + std::to_string(rank));
+  if (!IsLive(rank))
+    return Status::Unavailable("worker " + std::to_string(rank) + " is not live in this job (yet)");
+  if (joining_[rank]) {
+    // It starts with the fastest live worker (under sync: at least the
+    // clock being applied), so nobody waits for it to catch up, and it
+    // waits for the others as the model says.
+    int64_t start = MaxClock();  // (it is still joining: not counted)
+    joining_[rank] = 0;
+    if (sync()) start = std::max(start, applied_clock_);
+    clocks_[rank] = start;
+    LOG_INFO << "worker " << rank << " joined at clock " << start;
+  }
+  if (clock > clocks_[rank]) {
+    // Another server started it later: moved up before it pushed anything.
+    for (const auto& [c, list] : buffered_)
+      for (const auto& b : list)
+        if (b.rank == static_cast<uint32_t>(rank))
+          return Status::InvalidArgument("join at clock " + std::to_string(clock) + ": worker " +
+                                         std::to_string(rank) + " already pushed for clock " + std::to_string(c));
+    clocks_[rank] = clock;
+  }
+  *at = clocks_[rank];
+  return Status::OK();
+}
+
+Status WorkerClocks::CheckHold(int rank, int64_t clock, uint32_t steps, uint64_t bytes) const {
+  if (steps > 1)
+    return Status::InvalidArgument("a push of " + std::to_string(steps) +
+                                   " steps under sync: a synchronous clock is one step of the "
+                                   "workers' averaged gradients (several steps per push are for "
+                                   "bounded staleness and async)");
+  if (clock < 0 || clock > clocks_[rank] + 2)
+    return Status::InvalidArgument("push for clock " + std::to_string(clock) + " but worker " + std::to_string(rank) +
+                                   " is at clock " + std::to_string(clocks_[rank]));
+  if (clock > applied_clock_ && ahead_bytes_ + bytes > held_limit_)
+    return Status::TooLarge("synchronous pushes held for clocks after " + std::to_string(applied_clock_) +
+                            " would pass " + std::to_string(held_limit_) + " bytes (the held-bytes limit)");
+  if (clock < applied_clock_)
+    return Status::StaleClock("push for clock " + std::to_string(clock) + " arrived after that clock was applied (now " +
+                              std::to_string(applied_clock_) + ")");
+  return Status::OK();
+}
+
+void WorkerClocks::Hold(uint32_t rank, int64_t clock, uint32_t table, std::vector<zmq::message_t>&& frames,
+                        uint64_t bytes) {
+  if (clock > applied_clock_) ahead_bytes_ += bytes;
+  buffered_[clock].push_back({rank, arrivals_++, table, std::move(frames)});
+}
+
+size_t WorkerClocks::held_pushes() const {
+  size_t n = 0;
+  for (const auto& [c, list] : buffered_) n += list.size();
+  return n;
+}
+
+void WorkerClocks::RecountAhead() {
+  ahead_bytes_ = 0;
+  for (auto it = buffered_.upper_bound(applied_clock_); it != buffered_.end(); ++it)
+    for (const auto& b : it->second) ahead_bytes_ += FramesBytes(b.frames);
+}
+
+int64_t WorkerClocks::CompleteBelow() const {
+  if (!any_live()) return buffered_.empty() ? applied_clock_ : std::max(applied_clock_, buffered_.rbegin()->first + 1);
+  return MinClock();
+}
+
+void WorkerClocks::TakeClock(size_t tables, CompleteClock* out) {
+  const int64_t clock = applied_clock_++;
+  out->clock = clock;
+  out->trained = 0;
+  out->pushes.clear();
+  out->contributors.clear();
+  if (auto tr = trained_.find(clock); tr != trained_.end()) {
+    out->trained = tr->second;
+    trained_.erase(tr);
+  }
+  auto it = buffered_.find(clock);
+  if (it == buffered_.end()) return;
+  out->pushes = std::move(it->second);
+  buffered_.erase(it);
+  auto& list = out->pushes;
+  std::sort(list.begin(), list.end(), [](const HeldPush& a, const HeldPush& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.arrival < b.arrival;
+  });
+  out->contributors.assign(tables, 0);
+  std::vector<int> last_rank(tables, -1);
+  for (const auto& b : list)
+    if (b.table < tables && last_rank[b.table] != static_cast<int>(b.rank)) {
+      last_rank[b.table] = static_cast<int>(b.rank);  // sorted by rank: one count per worker
+      ++out->contributors[b.table];
+    }
+}
+
+Status WorkerClocks::GatePull(int rank, int64_t clock, bool* park, int64_t* need) const {
+  if (clock < 0 || clock > clocks_[rank] + 2)
+    return Status::InvalidArgument("pull for clock " + std::to_string(clock) + " but worker " + std::to_string(rank) +
+                                   " is at clock " + std::to_string(clocks_[rank]));
+  *need = clock - static_cast<int64_t>(staleness_);
+  *park = MinClock() < *need;
+  return Status::OK();
+}
+
+Status WorkerClocks::Park(int64_t need, int rank, std::vector<zmq::message_t>&& frames, Clock::time_point arrived) {
+  const uint64_t bytes = FramesBytes(frames);
+  if (parked_bytes_ + bytes > held_limit_)
+    return Status::TooLarge("pulls held for slower workers would pass " + std::to_string(held_limit_) +
+                            " bytes (the held-bytes limit)");
+  parked_bytes_ += bytes;
+  parked_.push_back({need, rank, std::move(frames), arrived, bytes});
+  return Status::OK();
+}
+
+void WorkerClocks::TakeReleasable(std::deque<Parked>* go) {
+  if (parked_.empty()) return;
+  const int64_t m = MinClock();
+  std::deque<Parked> still;
+  for (auto& p : parked_) {
+    if (p.need_clock <= m) {
+      parked_bytes_ -= p.bytes;
+      go->push_back(std::move(p));
+    } else {
+      still.push_back(std::move(p));
+    }
+  }
+  parked_ = std::move(still);
+}
+
+bool WorkerClocks::TakeExpired(Clock::time_point now, Millis max_hold, Parked* out) {
+  if (parked_.empty() || now - parked_.front().arrived <= max_hold) return false;
+  *out = std::move(parked_.front());
+  parked_.pop_front();
+  parked_bytes_ -= out->bytes;
+  return true;
+}
+
+}  // namespace shardps
