@@ -166,7 +166,8 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
 Status Coordinator::Admit(const zmq::message_t& header_frame, const wire::Header& h) const {
   if (!opts_.security.enabled) return Status::OK();
   const auto role = PeerRole(header_frame);
-  Status a = role ? Authorize(*role, h.type(), h.role()) : Status::PermissionDenied("the connection carries no key role");
+  Status a = role ? Authorize(*role, h.type(), h.role())
+                  : Status::PermissionDenied("the connection carries no key role");
   // A Register's role is in its body too (HandleRegister acts on that one).
   if (const auto* req = h.type() == wire::MsgType::Register ? h.body_as_RegisterRequest() : nullptr;
       a.ok() && req && req->role() != h.role())

@@ -27,8 +27,9 @@
 // before it, on the thread that then calls Run()). The one thing another
 // thread reads is the metrics registry (`opts.metrics`), scraped by its
 // HTTP thread: the coordinator's series are relaxed atomics it sets
-// (CoordinatorMetrics). The ZAP handler (security) runs a thread of its
-// own and shares nothing with this object but the ZeroMQ context.
+// (CoordinatorMetrics). The ZAP handler (zap_, with security on) serves on
+// a thread of its own and reaches this object's socket only through ZeroMQ
+// (ZAP requests, the socket's monitor); its state is its own (common/zap.h).
 #pragma once
 
 #include <atomic>

@@ -58,7 +58,8 @@ void Coordinator::HandleSnapshotDone(const std::string& from, const wire::Header
     for (const auto* f : *rep->files())
       r.files.push_back({f->server(), f->name() ? f->name()->str() : "", f->bytes(), f->checksum()});
   if (rep->parts())
-    for (const auto* p : *rep->parts()) r.parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum()});
+    for (const auto* p : *rep->parts())
+      r.parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum()});
   SnapshotScheduler::Effects e;
   snaps_.OnReport(static_cast<uint32_t>(rank), r, opts_.num_servers, Clock::now(), &e);
   Apply(e);
@@ -74,7 +75,8 @@ void Coordinator::FinishSnapshot(SnapshotScheduler::Ended& e) {
   Status s = e.status;
   const int64_t label = snaps_.clock_base() + e.clock;
   const std::string dir = snaps_.DirOf(e.clock);
-  if (s.ok() && !tables_.complete()) s = Status::NotReady("the shard map is not complete (servers are still registering)");
+  if (s.ok() && !tables_.complete())
+    s = Status::NotReady("the shard map is not complete (servers are still registering)");
   if (s.ok()) s = WriteManifest(e, label, dir);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - e.started).count();
   if (s.ok()) {

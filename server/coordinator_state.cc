@@ -33,12 +33,14 @@ Status DecodeSlots(const wire::CoordinatorState* st, const StateShape& job, Dura
   if (st->servers()) {
     if (st->servers()->size() != job.num_servers) return Status::BadMessage("the saved servers do not match the job");
     for (const auto* s : *st->servers())
-      out->servers.push_back({s->endpoint() ? s->endpoint()->str() : "", s->budget(), s->host() ? s->host()->str() : ""});
+      out->servers.push_back(
+          {s->endpoint() ? s->endpoint()->str() : "", s->budget(), s->host() ? s->host()->str() : ""});
   }
   if (st->workers()) {
     if (st->workers()->size() > job.worker_ranks) return Status::BadMessage("the saved state has more worker ranks");
     for (const auto* w : *st->workers()) {
-      if (w->state() > static_cast<uint8_t>(WorkerState::kVacant)) return Status::BadMessage("a saved worker state is unknown");
+      if (w->state() > static_cast<uint8_t>(WorkerState::kVacant))
+        return Status::BadMessage("a saved worker state is unknown");
       out->workers.push_back({static_cast<WorkerState>(w->state()), w->host() ? w->host()->str() : "", w->pid()});
     }
   }
@@ -57,7 +59,8 @@ Status DecodePool(const wire::DurablePool* dp, const StateShape& job, WorkPool* 
   if (const auto* ret = dp->returned()) {
     if (ret->size() % 2) return Status::BadMessage("a saved work pool's returned units are odd");
     for (uint32_t i = 0; i + 1 < ret->size(); i += 2) {
-      if (!range_ok(ret->Get(i), ret->Get(i + 1))) return Status::BadMessage("a saved returned range is outside its pool");
+      if (!range_ok(ret->Get(i), ret->Get(i + 1)))
+        return Status::BadMessage("a saved returned range is outside its pool");
       p.returned.emplace_back(ret->Get(i), ret->Get(i + 1));
     }
   }

@@ -80,8 +80,9 @@ Status Membership::RegisterWorker(const std::string& from, const Registration& r
   }
   if (slot.state == WorkerState::kAlive)  // a restarted worker retries until the old one is declared dead
     return Status::NotReady("worker rank " + std::to_string(rank) + " is held by a live worker" +
-                            (slot.id.host.empty() ? "" : " on " + slot.id.host) + " (a dead one is declared dead after " +
-                            std::to_string(opts_.heartbeat_timeout.count()) + " ms of silence)");
+                            (slot.id.host.empty() ? "" : " on " + slot.id.host) +
+                            " (a dead one is declared dead after " + std::to_string(opts_.heartbeat_timeout.count()) +
+                            " ms of silence)");
   if (slot.state == WorkerState::kLeft)
     return Status::Conflict("worker rank " + std::to_string(rank) + " finished and left the job");
   // A dead or vacant rank joins the running job: the servers learn it is

@@ -79,7 +79,8 @@ void SnapshotScheduler::Advance(SnapOp& op, const Servers& to, Effects* out) {
       return;
     }
     if (++op.tries >= 6) {
-      Finish(op, Status::Timeout("training moved past every cut clock offered (" + std::to_string(op.tries) + " tries)"),
+      Finish(op,
+             Status::Timeout("training moved past every cut clock offered (" + std::to_string(op.tries) + " tries)"),
              out);
       return;
     }

@@ -9,7 +9,7 @@ namespace {
 
 using Range = std::pair<uint64_t, uint64_t>;
 
-WorkClaim PerClock(int rank, int64_t clock, uint64_t pool, uint64_t total, uint32_t max) {
+WorkClaim Claim(int rank, int64_t clock, uint64_t pool, uint64_t total, uint32_t max) {
   WorkClaim c;
   c.rank = c.said_rank = rank;
   c.alive = true;
@@ -17,6 +17,11 @@ WorkClaim PerClock(int rank, int64_t clock, uint64_t pool, uint64_t total, uint3
   c.pool = pool;
   c.total = total;
   c.max = max;
+  return c;
+}
+
+WorkClaim PerClock(int rank, int64_t clock, uint64_t pool, uint64_t total, uint32_t max) {
+  WorkClaim c = Claim(rank, clock, pool, total, max);
   c.granule = 1;
   c.per_clock = true;
   return c;
@@ -24,14 +29,8 @@ WorkClaim PerClock(int rank, int64_t clock, uint64_t pool, uint64_t total, uint3
 
 WorkClaim Pooled(int rank, uint64_t seq, uint64_t pool, uint64_t total, uint32_t max, uint32_t granule,
                  int64_t clock = 0) {
-  WorkClaim c;
-  c.rank = c.said_rank = rank;
-  c.alive = true;
-  c.clock = clock;
+  WorkClaim c = Claim(rank, clock, pool, total, max);
   c.seq = seq;
-  c.pool = pool;
-  c.total = total;
-  c.max = max;
   c.granule = granule;
   return c;
 }
