@@ -1,4 +1,9 @@
-// shardps-coordinator: membership, tables, shard map, barriers.
+// shardps-coordinator: one job's coordinator (server/coordinator.h):
+// membership, tables, shard map, barriers, work pools, snapshots, status,
+// stop and rollback, durable state.
+//
+// main declares the flags; ResolveJob turns them and the job file into the
+// job's options, ServeJob serves it.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -12,11 +17,12 @@
 #include "server/coordinator.h"
 #include "server/job_config.h"
 
-int main(int argc, char** argv) {
-  using namespace shardps;
-  CLI::App app{"shardps coordinator: membership, tables, shard map and barriers of one job"};
-  JobConfig job;
-  CoordinatorOptions& o = job.job;
+namespace shardps {
+namespace {
+
+// The flags that are not options of the job itself, or override the job
+// file only when given.
+struct Flags {
   std::vector<std::string> sets;
   bool print_config = false, no_metrics = false;
   int metrics_port = -1;
@@ -24,36 +30,75 @@ int main(int argc, char** argv) {
   std::string config, consistency, log_level = "info";
   int64_t hb_ms = -1, join_ms = -1;
   uint32_t servers = 0, workers = 0, max_workers = 0, partitions = 0, staleness = 0;
-  app.add_option("--config", config, "job file (TOML): [job], [[table]], [launch], [metrics]")->check(CLI::ExistingFile);
-  app.add_option("--bind", o.bind, "endpoint to listen on; port 0 picks a free port")->capture_default_str();
-  app.add_option("--endpoint-file", o.endpoint_file, "write the bound endpoint to this file");
-  app.add_option("--advertise", o.advertise, "host or address peers dial (with a wildcard --bind; default 127.0.0.1)");
-  app.add_option("--set", sets, "override a job-file key: SECTION.KEY=VALUE (repeatable)");
-  app.add_flag("--print-config", print_config, "print the resolved job (file, --set, flags) as JSON and exit");
-  app.add_option("--metrics-port", metrics_port, "serve Prometheus /metrics on this port (0: a free port)")->check(CLI::Range(0, 65535));
-  app.add_option("--metrics-address", metrics_address, "address /metrics binds to (default: the advertised one)");
-  app.add_flag("--no-metrics", no_metrics, "serve no /metrics");
-  auto* s_opt = app.add_option("--servers", servers, "number of servers (overrides the job file)")->check(CLI::Range(1, 4096));
-  auto* w_opt = app.add_option("--workers", workers, "number of workers (overrides the job file)")->check(CLI::Range(0, 65536));
-  auto* mw_opt = app.add_option("--max-workers", max_workers, "worker ranks that may join, up to this many (elastic; default --workers)")->check(CLI::Range(0, 65536));
-  auto* p_opt = app.add_option("--partitions", partitions, "virtual partitions (overrides the job file)")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--consistency", consistency, "sync | bounded | async (overrides the job file)");
-  auto* st_opt = app.add_option("--staleness", staleness, "bounded staleness s (overrides the job file)");
-  app.add_option("--heartbeat-timeout-ms", hb_ms, "declare a silent process dead after this long")->check(CLI::Range(1, 3600000));
-  app.add_option("--join-timeout-ms", join_ms, "declare a worker that never joined dead after this long")->check(CLI::Range(1, 86400000));
-  app.add_option("--snapshot-dir", o.snapshot_dir, "where snapshots are written (and restored from)");
-  app.add_option("--state-dir", o.state_dir, "keep the job's state here (RocksDB); a coordinator started again on it resumes the job");
-  app.add_option("--snapshot-every-clocks", o.snapshot_every_clocks, "snapshot every k clocks (0: off)");
-  app.add_option("--snapshot-every-sec", o.snapshot_every_sec, "snapshot every t seconds (0: off)");
-  app.add_option("--keep-snapshots", o.keep_snapshots, "keep the newest K complete snapshots")->check(CLI::Range(1, 100000))->capture_default_str();
-  app.add_flag("--restore", o.restore, "start from the newest good snapshot in --snapshot-dir");
-  app.add_option("--restore-clock", o.restore_clock, "with --restore: the snapshot taken at this clock");
+  CLI::Option *servers_opt = nullptr, *workers_opt = nullptr, *max_workers_opt = nullptr,
+              *partitions_opt = nullptr, *staleness_opt = nullptr;
   std::string key_file, access_file;
-  app.add_option("--key", key_file, "security on: the job's server key (default with [security] keys = DIR: DIR/server.key)")->envname("SHARDPS_KEY");
-  app.add_option("--access", access_file, "the access list: public keys and their roles (default: 'access' beside the key)");
-  app.add_option("--log-level", log_level, "debug | info | warn | error")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+};
 
+int Fail(const char* what, const std::string& message, int code = 2) {
+  std::fprintf(stderr, "error: %s%s\n", what, message.c_str());
+  return code;
+}
+
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
+// The job file (and --set) under the flags given. 0, or the exit code
+// after saying what is wrong.
+int ResolveJob(Flags& fl, JobConfig* job) {
+  CoordinatorOptions& o = job->job;
+  if (!fl.config.empty() || !fl.sets.empty())
+    if (Status s = LoadJobConfig(fl.config, fl.sets, job); !s.ok()) return Fail("", s.message());
+  if (*fl.servers_opt) o.num_servers = fl.servers;
+  if (*fl.workers_opt) o.num_workers = fl.workers;
+  if (*fl.max_workers_opt) o.max_workers = fl.max_workers;
+  if (*fl.partitions_opt) o.partitions = fl.partitions;
+  if (*fl.staleness_opt) o.staleness = fl.staleness;
+  if (!fl.consistency.empty())
+    if (Status s = Parse(fl.consistency, &o.consistency); !s.ok()) return Fail("--consistency: ", s.message());
+  if (fl.hb_ms > 0) o.heartbeat_timeout = Millis(fl.hb_ms);
+  if (fl.join_ms > 0) o.join_timeout = Millis(fl.join_ms);
+  // Servers on other hosts (and in other folders) must see the same path.
+  if (!o.snapshot_dir.empty()) o.snapshot_dir = Absolute(o.snapshot_dir);
+  if (!job->security.keys.empty()) {
+    job->security.keys = Absolute(job->security.keys);
+    if (fl.key_file.empty()) fl.key_file = job->security.keys + "/server.key";
+  }
+  if (!fl.access_file.empty() && fl.key_file.empty()) return Fail("", "--access needs --key");
+  if (!fl.key_file.empty() && !fl.print_config)
+    if (Status s = LoadServerSecurity(fl.key_file, fl.access_file, &o.security); !s.ok()) return Fail("", s.message());
+  if (fl.metrics_port >= 0) job->metrics.port = fl.metrics_port;
+  if (!fl.metrics_address.empty()) job->metrics.address = fl.metrics_address;
+  if (fl.no_metrics) job->metrics.enabled = false;
+  if (Status s = o.Validate(); !s.ok()) return Fail("", s.message());
+  return 0;
+}
+
+// Serves /metrics (if enabled) and the job until it ends or a stop signal.
+int ServeJob(JobConfig& job) {
+  CoordinatorOptions& o = job.job;
+  const auto& stop = InstallStopSignals();
+  metrics::Registry registry;
+  metrics::MetricsServer metrics_http(registry);
+  if (job.metrics.enabled) {
+    const std::string advertised = o.advertise.empty() ? "127.0.0.1" : o.advertise;
+    const std::string addr = job.metrics.address.empty() ? advertised : job.metrics.address;
+    if (Status s = metrics_http.Start(addr, job.metrics.port); !s.ok()) return Fail("metrics: ", s.message(), 1);
+    o.metrics_url = metrics::IsWildcard(addr) ? metrics::Url(advertised, metrics_http.port()) : metrics_http.url();
+    o.metrics = &registry;
+  }
+  zmq::context_t ctx(1);
+  Coordinator c(ctx, o);
+  if (Status s = c.Bind(); !s.ok()) return Fail("", s.message(), 1);
+  Status s = c.Run(stop);
+  return s.ok() ? 0 : 1;
+}
+
+// --log-level, before anything else logs.
+int SetUpLog(const std::string& log_level) {
   SetLogName("coordinator");
   LogLevel level;
   if (!ParseLogLevel(log_level, &level)) {
@@ -61,79 +106,55 @@ int main(int argc, char** argv) {
     return 2;
   }
   SetLogLevel(level);
-  if (!config.empty() || !sets.empty()) {
-    Status s = LoadJobConfig(config, sets, &job);
-    if (!s.ok()) {
-      std::fprintf(stderr, "error: %s\n", s.message().c_str());
-      return 2;
-    }
-  }
-  if (*s_opt) o.num_servers = servers;
-  if (*w_opt) o.num_workers = workers;
-  if (*mw_opt) o.max_workers = max_workers;
-  if (*p_opt) o.partitions = partitions;
-  if (*st_opt) o.staleness = staleness;
-  if (!consistency.empty()) {
-    Status s = Parse(consistency, &o.consistency);
-    if (!s.ok()) {
-      std::fprintf(stderr, "error: --consistency: %s\n", s.message().c_str());
-      return 2;
-    }
-  }
-  if (hb_ms > 0) o.heartbeat_timeout = Millis(hb_ms);
-  if (join_ms > 0) o.join_timeout = Millis(join_ms);
-  if (!o.snapshot_dir.empty()) {
-    // Servers on other hosts (and in other folders) must see the same path.
-    std::error_code ec;
-    auto abs = std::filesystem::absolute(o.snapshot_dir, ec);
-    if (!ec) o.snapshot_dir = abs.lexically_normal().string();
-  }
-  if (!job.security.keys.empty()) {
-    std::error_code ec;
-    auto abs = std::filesystem::absolute(job.security.keys, ec);
-    if (!ec) job.security.keys = abs.lexically_normal().string();
-    if (key_file.empty()) key_file = job.security.keys + "/server.key";
-  }
-  if (!access_file.empty() && key_file.empty()) {
-    std::fprintf(stderr, "error: --access needs --key\n");
-    return 2;
-  }
-  if (!key_file.empty() && !print_config) {
-    if (Status s = LoadServerSecurity(key_file, access_file, &o.security); !s.ok()) {
-      std::fprintf(stderr, "error: %s\n", s.message().c_str());
-      return 2;
-    }
-  }
-  if (metrics_port >= 0) job.metrics.port = metrics_port;
-  if (!metrics_address.empty()) job.metrics.address = metrics_address;
-  if (no_metrics) job.metrics.enabled = false;
-  if (Status s = o.Validate(); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.message().c_str());
-    return 2;
-  }
-  if (print_config) {
+  return 0;
+}
+
+int Main(Flags& fl, JobConfig& job) {
+  if (int rc = SetUpLog(fl.log_level); rc != 0) return rc;
+  if (int rc = ResolveJob(fl, &job); rc != 0) return rc;
+  if (fl.print_config) {
     std::printf("%s\n", JobConfigJson(job).c_str());
     return 0;
   }
-  const auto& stop = InstallStopSignals();
-  metrics::Registry registry;
-  metrics::MetricsServer metrics_http(registry);
-  if (job.metrics.enabled) {
-    const std::string advertised = o.advertise.empty() ? "127.0.0.1" : o.advertise;
-    const std::string addr = job.metrics.address.empty() ? advertised : job.metrics.address;
-    if (Status s = metrics_http.Start(addr, job.metrics.port); !s.ok()) {
-      std::fprintf(stderr, "error: metrics: %s\n", s.message().c_str());
-      return 1;
-    }
-    o.metrics_url = metrics::IsWildcard(addr) ? metrics::Url(advertised, metrics_http.port()) : metrics_http.url();
-    o.metrics = &registry;
-  }
-  zmq::context_t ctx(1);
-  Coordinator c(ctx, o);
-  if (Status s = c.Bind(); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.message().c_str());
-    return 1;
-  }
-  Status s = c.Run(stop);
-  return s.ok() ? 0 : 1;
+  return ServeJob(job);
+}
+
+}  // namespace
+}  // namespace shardps
+
+int main(int argc, char** argv) {
+  using namespace shardps;
+  CLI::App app{"shardps coordinator: membership, tables, shard map, barriers, work pools and snapshots of one job"};
+  JobConfig job;
+  CoordinatorOptions& o = job.job;
+  Flags fl;
+  app.add_option("--config", fl.config, "job file (TOML): [job], [[table]], [launch], [metrics]")->check(CLI::ExistingFile);
+  app.add_option("--bind", o.bind, "endpoint to listen on; port 0 picks a free port")->capture_default_str();
+  app.add_option("--endpoint-file", o.endpoint_file, "write the bound endpoint to this file");
+  app.add_option("--advertise", o.advertise, "host or address peers dial (with a wildcard --bind; default 127.0.0.1)");
+  app.add_option("--set", fl.sets, "override a job-file key: SECTION.KEY=VALUE (repeatable)");
+  app.add_flag("--print-config", fl.print_config, "print the resolved job (file, --set, flags) as JSON and exit");
+  app.add_option("--metrics-port", fl.metrics_port, "serve Prometheus /metrics on this port (0: a free port)")->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-address", fl.metrics_address, "address /metrics binds to (default: the advertised one)");
+  app.add_flag("--no-metrics", fl.no_metrics, "serve no /metrics");
+  fl.servers_opt = app.add_option("--servers", fl.servers, "number of servers (overrides the job file)")->check(CLI::Range(1, 4096));
+  fl.workers_opt = app.add_option("--workers", fl.workers, "number of workers (overrides the job file)")->check(CLI::Range(0, 65536));
+  fl.max_workers_opt = app.add_option("--max-workers", fl.max_workers, "worker ranks that may join, up to this many (elastic; default --workers)")->check(CLI::Range(0, 65536));
+  fl.partitions_opt = app.add_option("--partitions", fl.partitions, "virtual partitions (overrides the job file)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--consistency", fl.consistency, "sync | bounded | async (overrides the job file)");
+  fl.staleness_opt = app.add_option("--staleness", fl.staleness, "bounded staleness s (overrides the job file)");
+  app.add_option("--heartbeat-timeout-ms", fl.hb_ms, "declare a silent process dead after this long")->check(CLI::Range(1, 3600000));
+  app.add_option("--join-timeout-ms", fl.join_ms, "declare a worker that never joined dead after this long")->check(CLI::Range(1, 86400000));
+  app.add_option("--snapshot-dir", o.snapshot_dir, "where snapshots are written (and restored from)");
+  app.add_option("--state-dir", o.state_dir, "keep the job's state here (RocksDB); a coordinator started again on it resumes the job");
+  app.add_option("--snapshot-every-clocks", o.snapshot_every_clocks, "snapshot every k clocks (0: off)");
+  app.add_option("--snapshot-every-sec", o.snapshot_every_sec, "snapshot every t seconds (0: off)");
+  app.add_option("--keep-snapshots", o.keep_snapshots, "keep the newest K complete snapshots")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_flag("--restore", o.restore, "start from the newest good snapshot in --snapshot-dir");
+  app.add_option("--restore-clock", o.restore_clock, "with --restore: the snapshot taken at this clock");
+  app.add_option("--key", fl.key_file, "security on: the job's server key (default with [security] keys = DIR: DIR/server.key)")->envname("SHARDPS_KEY");
+  app.add_option("--access", fl.access_file, "the access list: public keys and their roles (default: 'access' beside the key)");
+  app.add_option("--log-level", fl.log_level, "debug | info | warn | error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  return Main(fl, job);
 }

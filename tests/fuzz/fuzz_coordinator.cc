@@ -1,7 +1,8 @@
-// Fuzz target: the coordinator's whole message handler (Coordinator::Handle:
+// Fuzz target: the coordinator's whole message handler (Coordinator::Handle,
+// its dispatch table and, through it, every part of server/coordinator.h:
 // Register, Heartbeat with ServerStats, GetCluster, CreateTable, Barrier,
 // ClaimWork, Leave, GetStatus, Stop, SnapshotNow, SnapshotDone with its
-// report, replies to its own requests, Shutdown). A Coordinator is built
+// report, replies to its own requests, Rollback, Shutdown). A Coordinator is built
 // for each input (never bound: replies go to unknown peers and are
 // dropped, ROUTER_MANDATORY as Bind() sets it) for a job of 2 servers and 2
 // workers with one table and a snapshot directory in a temp dir, and the

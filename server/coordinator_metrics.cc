@@ -1,0 +1,58 @@
+#include "server/coordinator_metrics.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/metrics.h"
+#include "server/membership.h"
+
+namespace shardps {
+
+CoordinatorMetrics::CoordinatorMetrics(metrics::Registry* m, uint32_t worker_ranks) {
+  if (!m) return;
+  live_workers_ = &m->GetGauge("shardps_live_workers", "Workers alive (joined, not left, not declared dead)");
+  live_servers_ = &m->GetGauge("shardps_live_servers", "Servers registered and answering heartbeats");
+  min_clock_ = &m->GetGauge("shardps_min_worker_clock", "Clock of the slowest live worker (iterations finished)");
+  max_clock_ = &m->GetGauge("shardps_max_worker_clock", "Clock of the fastest live worker (iterations finished)");
+  for (uint32_t r = 0; r < worker_ranks; ++r)
+    worker_clock_.push_back(&m->GetGauge("shardps_worker_clock", "Iterations each worker finished, from its heartbeats",
+                                         {{"worker", std::to_string(r)}}));
+  snapshots_ = &m->GetCounter("shardps_snapshots_total", "Snapshots completed (manifest written)");
+  snapshot_failures_ = &m->GetCounter("shardps_snapshot_failures_total", "Snapshots that failed");
+  snapshot_seconds_ = &m->GetHistogram("shardps_snapshot_duration_seconds",
+                                       "Time from starting a snapshot to its manifest",
+                                       std::vector<double>{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
+}
+
+void CoordinatorMetrics::Publish(const Membership& m) {
+  if (!live_workers_) return;
+  int64_t lo = -1, hi = -1;
+  double live = 0;
+  const auto& workers = m.workers();
+  for (uint32_t r = 0; r < workers.size(); ++r) {
+    const WorkerSlot& w = workers[r];
+    if (r < worker_clock_.size() && w.clock >= 0) worker_clock_[r]->Set(static_cast<double>(w.clock));
+    if (w.state != WorkerState::kAlive) continue;
+    ++live;
+    if (w.clock < 0) continue;
+    lo = lo < 0 ? w.clock : std::min(lo, w.clock);
+    hi = std::max(hi, w.clock);
+  }
+  live_workers_->Set(live);
+  double servers = 0;
+  for (const auto& s : m.servers()) servers += s.registered && s.alive;
+  live_servers_->Set(servers);
+  min_clock_->Set(static_cast<double>(lo));
+  max_clock_->Set(static_cast<double>(hi));
+}
+
+void CoordinatorMetrics::SnapshotCompleted(double ms) {
+  if (snapshots_) snapshots_->Inc();
+  if (snapshot_seconds_) snapshot_seconds_->Observe(ms / 1000);
+}
+
+void CoordinatorMetrics::SnapshotFailed() {
+  if (snapshot_failures_) snapshot_failures_->Inc();
+}
+
+}  // namespace shardps

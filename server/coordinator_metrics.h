@@ -1,0 +1,48 @@
+// The coordinator's Prometheus series (docs/operations.md): live workers
+// and servers, the slowest and fastest worker's clock, each worker's clock,
+// snapshots taken and failed, and how long they took.
+//
+// Threads: the series live in the process's metrics::Registry, which its
+// HTTP thread reads on every scrape; the values are relaxed atomics (see
+// common/metrics.h), set here by the coordinator's Run() thread only. The
+// series are created once, in the constructor (under the registry's mutex).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace shardps {
+
+class Membership;
+namespace metrics {
+class Registry;
+class Gauge;
+class Counter;
+class Histogram;
+}  // namespace metrics
+
+class CoordinatorMetrics {
+ public:
+  // `registry` null: the process serves no metrics and every call does
+  // nothing. `worker_ranks`: one clock series per rank.
+  CoordinatorMetrics(metrics::Registry* registry, uint32_t worker_ranks);
+
+  // The live workers and servers and the workers' clocks, as `m` has them.
+  void Publish(const Membership& m);
+  void SnapshotCompleted(double ms);
+  void SnapshotFailed();
+
+ private:
+  // Not owned: the registry's series. Set on Run()'s thread, read by the
+  // HTTP thread (atomics).
+  metrics::Gauge* live_workers_ = nullptr;
+  metrics::Gauge* live_servers_ = nullptr;
+  metrics::Gauge* min_clock_ = nullptr;
+  metrics::Gauge* max_clock_ = nullptr;
+  std::vector<metrics::Gauge*> worker_clock_;  // by worker rank
+  metrics::Counter* snapshots_ = nullptr;
+  metrics::Counter* snapshot_failures_ = nullptr;
+  metrics::Histogram* snapshot_seconds_ = nullptr;
+};
+
+}  // namespace shardps

@@ -1,0 +1,34 @@
+#include "server/coordinator_options.h"
+
+#include <set>
+
+namespace shardps {
+
+Status CoordinatorOptions::Validate() const {
+  if (num_servers == 0 || num_servers > 4096)
+    return Status::InvalidArgument("servers must be in [1, 4096], got " + std::to_string(num_servers));
+  if (num_workers > 65536)
+    return Status::InvalidArgument("workers must be in [0, 65536], got " + std::to_string(num_workers));
+  if (max_workers != 0 && (max_workers < num_workers || max_workers > 65536))
+    return Status::InvalidArgument("max_workers must be 0 (= workers) or in [workers, 65536], got " +
+                                   std::to_string(max_workers) + " with " + std::to_string(num_workers) + " workers");
+  if (partitions < num_servers || partitions > (1u << 20))
+    return Status::InvalidArgument("partitions must be in [servers, 2^20], got " +
+                                   std::to_string(partitions));
+  if (consistency == Consistency::kSync && staleness != 0)
+    return Status::InvalidArgument("staleness applies to 'bounded' consistency only (sync is 0)");
+  if (heartbeat_timeout.count() <= 0) return Status::InvalidArgument("heartbeat timeout must be > 0");
+  if (snapshot_dir.empty() && (snapshot_every_clocks || snapshot_every_sec || restore))
+    return Status::InvalidArgument("snapshot and restore options need --snapshot-dir");
+  if (keep_snapshots == 0) return Status::InvalidArgument("keep_snapshots must be at least 1");
+  std::set<std::string> names;
+  for (const auto& t : tables) {
+    Status s = t.Validate();
+    if (!s.ok()) return s;
+    if (!names.insert(t.name).second)
+      return Status::InvalidArgument("table '" + t.name + "' is defined twice");
+  }
+  return Status::OK();
+}
+
+}  // namespace shardps

@@ -1,0 +1,144 @@
+#include "server/table_directory.h"
+
+#include "common/log.h"
+#include "server/table.h"
+
+namespace shardps {
+
+TableDirectory::TableDirectory(const std::vector<TableSpec>& job_tables) {
+  for (size_t i = 0; i < job_tables.size(); ++i) {
+    tables_.push_back(job_tables[i]);
+    tables_.back().id = static_cast<uint32_t>(i);
+  }
+}
+
+Status TableDirectory::CheckBudget(const TableSpec& spec, size_t defined, const std::vector<uint64_t>& budgets,
+                                   uint32_t partitions) const {
+  if (spec.kind != TableKind::kDense) return Status::OK();  // sparse rows are counted as they are created
+  const auto servers = static_cast<uint32_t>(budgets.size());
+  const ShardMap map = map_.owner.empty() ? ShardMap::Contiguous(partitions, servers, 1) : map_;
+  uint64_t total = 0;
+  for (uint32_t r = 0; r < servers; ++r) total += ServerTable::DenseBytes(spec, map.partitions(), map.OwnedBy(r));
+  for (uint32_t r = 0; r < servers; ++r) {
+    const uint64_t budget = budgets[r];
+    if (budget == 0) continue;
+    const auto owned = map.OwnedBy(r);
+    uint64_t used = 0;
+    for (size_t i = 0; i < defined && i < tables_.size(); ++i)
+      used += ServerTable::DenseBytes(tables_[i], map.partitions(), owned);
+    const uint64_t need = ServerTable::DenseBytes(spec, map.partitions(), owned);
+    if (used + need > budget)
+      return Status::TooLarge("table '" + spec.name + "' needs " + std::to_string(need) + " bytes on server " +
+                              std::to_string(r) + " (" + std::to_string(total) + " in all), but server " +
+                              std::to_string(r) + " has " + std::to_string(budget > used ? budget - used : 0) +
+                              " of its " + std::to_string(budget) + "-byte memory budget left; nothing was created");
+  }
+  return Status::OK();
+}
+
+void TableDirectory::AwaitMap(uint64_t update_id, uint32_t servers) {
+  map_update_id_ = update_id;
+  for (uint32_t r = 0; r < servers; ++r) map_waiting_.insert(r);
+}
+
+bool TableDirectory::AwaitReady(const Waiter& w) {
+  if (ready_) return true;
+  cluster_waiters_.push_back(w);
+  return false;
+}
+
+TableDirectory::Lookup TableDirectory::Find(const TableSpec& spec, const Waiter& asker, bool resumed) {
+  Lookup l;
+  for (const auto& t : tables_) {
+    if (t.name != spec.name) continue;
+    if (!t.SameShape(spec)) {
+      l.kind = Lookup::kRefused;
+      l.error = Status::Conflict("table '" + spec.name +
+                                 "' already exists with another shape, initializer or optimizer");
+      return l;
+    }
+    l.table = t.id;
+    for (const auto& p : pending_)
+      if (p.table_id == t.id) {  // still being defined: answered with the first creator
+        PendingTable extra = p;
+        extra.creator = asker;
+        pending_.push_back(std::move(extra));
+        l.kind = Lookup::kWaits;
+        return l;
+      }
+    if (!ready_ && resumed) {  // the servers may not hold it yet: answered once they all do
+      table_waiters_.push_back({asker, t.id});
+      l.kind = Lookup::kWaits;
+      return l;
+    }
+    l.kind = Lookup::kAnswer;
+    return l;
+  }
+  return l;
+}
+
+uint32_t TableDirectory::Define(TableSpec spec) {
+  spec.id = static_cast<uint32_t>(tables_.size());
+  LOG_INFO << "table '" << spec.name << "' (" << ToString(spec.kind) << ", id " << spec.id << ") defined";
+  tables_.push_back(std::move(spec));
+  return tables_.back().id;
+}
+
+void TableDirectory::AwaitTable(uint32_t table, const Waiter& creator, uint64_t update_id,
+                                Clock::time_point deadline, std::set<uint32_t> servers) {
+  pending_.push_back({table, creator, std::move(servers), update_id, deadline});
+}
+
+TableDirectory::Answers TableDirectory::Ack(uint32_t server, uint64_t update_id) {
+  Answers a;
+  if (!ready_ && map_update_id_ != 0 && update_id >= map_update_id_) {
+    map_waiting_.erase(server);
+    if (map_waiting_.empty()) {
+      ready_ = true;
+      LOG_INFO << "every server holds the shard map: the cluster is ready";
+      a.clusters = std::move(cluster_waiters_);
+      cluster_waiters_.clear();
+      a.tables = std::move(table_waiters_);  // resent to a resumed coordinator
+      table_waiters_.clear();
+    }
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->update_id <= update_id) it->waiting_for.erase(server);
+    if (it->waiting_for.empty()) {
+      a.tables.emplace_back(it->creator, it->table_id);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return a;
+}
+
+std::vector<std::pair<Waiter, Status>> TableDirectory::Expire(Clock::time_point now) {
+  std::vector<std::pair<Waiter, Status>> out;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (now < it->deadline) {
+      ++it;
+      continue;
+    }
+    std::string missing;
+    for (auto r : it->waiting_for) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    out.emplace_back(it->creator, Status::Unavailable("servers [" + missing + "] did not confirm table '" +
+                                                      tables_[it->table_id].name + "' in time"));
+    it = pending_.erase(it);
+  }
+  return out;
+}
+
+std::vector<Waiter> TableDirectory::RollBack() {
+  map_ = ShardMap{};
+  ready_ = false;
+  map_update_id_ = 0;
+  map_waiting_.clear();
+  std::vector<Waiter> refused;
+  for (auto& p : pending_) refused.push_back(std::move(p.creator));
+  pending_.clear();
+  return refused;
+}
+
+}  // namespace shardps
