@@ -155,14 +155,19 @@ flatbuffers::Offset<wire::TableSpec> BuildTableSpec(flatbuffers::FlatBufferBuild
   b.add_max_rows(t.max_rows);
   b.add_staleness_rule(static_cast<wire::StalenessRule>(t.staleness_rule));
   b.add_dc_lambda(t.dc_lambda);
+  b.add_dtype(static_cast<wire::DType>(t.dtype));
+  b.add_admit_after(t.admit_after);
+  b.add_evict_after_clocks(t.evict_after_clocks);
+  b.add_evict_after_sec(t.evict_after_sec);
   return b.Finish();
 }
 
 Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   if (!in) return Status::BadMessage("missing table spec");
   if (in->kind() > wire::TableKind::MAX || in->init() > wire::InitKind::MAX ||
-      in->optimizer() > wire::OptimizerKind::MAX || in->staleness_rule() > wire::StalenessRule::MAX)
-    return Status::BadMessage("table spec with an unknown kind, initializer, optimizer or staleness rule");
+      in->optimizer() > wire::OptimizerKind::MAX || in->staleness_rule() > wire::StalenessRule::MAX ||
+      in->dtype() > wire::DType::MAX)
+    return Status::BadMessage("table spec with an unknown kind, initializer, optimizer, staleness rule or dtype");
   shardps::TableSpec t;
   t.id = in->id();
   t.name = in->name() ? in->name()->str() : "";
@@ -183,6 +188,10 @@ Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   t.max_rows = in->max_rows();
   t.staleness_rule = static_cast<shardps::StalenessRule>(in->staleness_rule());
   t.dc_lambda = in->dc_lambda();
+  t.dtype = static_cast<shardps::DType>(in->dtype());
+  t.admit_after = in->admit_after();
+  t.evict_after_clocks = in->evict_after_clocks();
+  t.evict_after_sec = in->evict_after_sec();
   Status s = t.Validate();
   if (!s.ok()) return Status::BadMessage("invalid table spec: " + s.message());
   *out = std::move(t);

@@ -107,12 +107,12 @@ Status GetStrings(const toml::table& t, std::string_view key, std::string_view s
   return Status::OK();
 }
 
-
 Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   SHARDPS_RETURN_IF_ERROR(CheckKeys(t, src, "table",
                             {"name", "kind", "rows", "cols", "init", "value", "low", "high", "mean",
                              "stddev", "seed", "optimizer", "lr", "momentum", "beta1", "beta2", "eps",
-                             "initial_accumulator", "max_rows", "staleness_rule", "dc_lambda"}));
+                             "initial_accumulator", "max_rows", "staleness_rule", "dc_lambda", "dtype",
+                             "admit_after", "evict_after_clocks", "evict_after_sec"}));
   auto name = t["name"].value<std::string>();
   if (!name) return Status::InvalidArgument(std::string(src) + ": a [[table]] has no name");
   spec->name = *name;
@@ -143,6 +143,10 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   SHARDPS_RETURN_IF_ERROR(GetInt<uint64_t>(t, "max_rows", src, 0, ~0ull >> 1, &spec->max_rows));
   SHARDPS_RETURN_IF_ERROR(GetEnum(t, "staleness_rule", src, &spec->staleness_rule));
   SHARDPS_RETURN_IF_ERROR(GetFloat(t, "dc_lambda", src, &spec->dc_lambda));
+  SHARDPS_RETURN_IF_ERROR(GetEnum(t, "dtype", src, &spec->dtype));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "admit_after", src, 0, 255, &spec->admit_after));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "evict_after_clocks", src, 0, ~0u >> 1, &spec->evict_after_clocks));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "evict_after_sec", src, 0, ~0u >> 1, &spec->evict_after_sec));
   Status s = spec->Validate();
   if (!s.ok()) return Status::InvalidArgument(Where(src, &t) + ": " + s.message());
   return Status::OK();

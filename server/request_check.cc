@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/half.h"
 #include "common/wire.h"
 #include "server/table.h"
 #include "server/table_set.h"
@@ -37,7 +38,7 @@ Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& f
                               " takes " + std::to_string(want_frames - 1) + " frames, got " +
                               std::to_string(frames.size() - 1));
   uint64_t rows;
-  const uint64_t max_rows = max_request_bytes_ / 4 / spec.cols;
+  const uint64_t max_rows = max_request_bytes_ / table->value_bytes() / spec.cols;
   if (by_keys) {
     rows = h.key_count();
     if (rows > max_rows)
@@ -48,8 +49,8 @@ Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& f
     *keys = wire::ArrayView<uint64_t>(frames[2], key_scratch_);
     s = table->CheckKeys(*keys, rows);
     if (!s.ok()) return s;
-    // Pushes and workers' pulls create sparse rows; an observer's pull never does.
-    if (spec.kind == TableKind::kSparse && (push || h.role() == wire::Role::Worker)) {
+    // Pushes create sparse rows; pulls never do.
+    if (spec.kind == TableKind::kSparse && push) {
       s = tables_.CheckSparseGrowth(*table, *keys, rows);
       if (!s.ok()) return s;
     }
@@ -69,13 +70,26 @@ Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& f
     if (step_scratch_.size() < steps) step_scratch_.resize(steps);
     const size_t first = frames.size() - steps;
     for (uint32_t j = 0; j < steps; ++j) {
-      Status s = wire::CheckFrameSize("values", frames[first + j].size(), rows * spec.cols * 4);
+      Status s = wire::CheckFrameSize("values", frames[first + j].size(), rows * spec.cols * table->value_bytes());
       if (!s.ok()) return s;
-      values[j] = wire::ArrayView<float>(frames[first + j], step_scratch_[j]);
+      values[j] = ValuesAsFloat(*table, frames[first + j], &step_scratch_[j]);
     }
   }
   *t = table;
   return Status::OK();
+}
+
+const float* RequestCheck::ValuesAsFloat(const ServerTable& t, zmq::message_t& frame, std::vector<float>* scratch) {
+  if (t.value_bytes() == sizeof(float)) return wire::ArrayView<float>(frame, *scratch);
+  const size_t n = frame.size() / sizeof(uint16_t);
+  scratch->resize(n);
+  std::vector<uint16_t> aligned;
+  const uint16_t* h = wire::ArrayView<uint16_t>(frame, aligned);
+  if (t.spec().dtype == DType::kBF16)
+    Bf16ToFloat(h, scratch->data(), n);
+  else
+    F16ToFloat(h, scratch->data(), n);
+  return scratch->data();
 }
 
 }  // namespace shardps

@@ -36,6 +36,9 @@ class RequestCheck {
   // The pointers point into `frames` or this object's scratch.
   Status Check(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push, ServerTable** t,
                const uint64_t** keys, const float** values);
+  // A push's values frame (of the size `t`'s dtype implies) as float32:
+  // in place when it is float32 and aligned, else converted into *scratch.
+  static const float* ValuesAsFloat(const ServerTable& t, zmq::message_t& frame, std::vector<float>* scratch);
 
  private:
   const TableSet& tables_;

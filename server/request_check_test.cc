@@ -159,7 +159,7 @@ TEST_F(RequestCheckTest, TheTableMustBeHeld) {
   EXPECT_EQ(s.message(), "server has no shard map yet");
 }
 
-TEST_F(RequestCheckTest, SparseRowsAreCreatedOnlyWithinTheTablesShareExceptByAnObserver) {
+TEST_F(RequestCheckTest, SparseRowsAreCreatedOnlyByPushesWithinTheTablesShare) {
   wire::Fields f;
   f.type = wire::MsgType::Pull;
   f.role = wire::Role::Worker;
@@ -168,15 +168,18 @@ TEST_F(RequestCheckTest, SparseRowsAreCreatedOnlyWithinTheTablesShareExceptByAnO
   std::vector<zmq::message_t> payload;
   payload.push_back(Keys({1, 2, 3, 4, 5}));
   auto frames = Request(f, std::move(payload));
-  Status s = Check(frames, false);
-  EXPECT_EQ(s.code(), Code::kTooLarge);
-  EXPECT_EQ(s.message(), "sparse table 'e' holds 0 rows on server 0; 5 new ids would pass its share (4) of max_rows 4");
-  f.role = wire::Role::Observer;  // reads, creates nothing
+  ASSERT_TRUE(Check(frames, false).ok());  // a pull reads, creates nothing: any number of unknown ids
+  EXPECT_EQ(keys_[4], 5u);
+  // A push of five new ids would pass the share (4 of max_rows 4).
+  wire::Fields p = f;
+  p.type = wire::MsgType::Push;
   payload.clear();
   payload.push_back(Keys({1, 2, 3, 4, 5}));
-  frames = Request(f, std::move(payload));
-  ASSERT_TRUE(Check(frames, false).ok());
-  EXPECT_EQ(keys_[4], 5u);
+  payload.emplace_back(5 * 2 * sizeof(float));
+  frames = Request(p, std::move(payload));
+  Status s = Check(frames, true);
+  EXPECT_EQ(s.code(), Code::kTooLarge);
+  EXPECT_EQ(s.message(), "sparse table 'e' holds 0 rows on server 0; 5 new ids would pass its share (4) of max_rows 4");
   // A keys frame of the wrong size.
   payload.clear();
   payload.push_back(Keys({1, 2}));

@@ -254,6 +254,9 @@ Status Server::Run(const std::atomic<bool>& stop) {
       HandleData(frames);
     }
     cut_.CopySome(2.0);
+    // Idle sparse rows go a few thousand at a time, between requests; not
+    // while a cut is being copied (it reads the rows as they were).
+    if (!cut_.active()) tables_.EvictSome(4096);
     SendSnapshotReports();
     ExpireParked();
   }

@@ -37,7 +37,7 @@ void Server::ApplyClock(WorkerClocks::CompleteClock& c) {
     const wire::Header* h = nullptr;
     if (!wire::ParseHeader(b.frames[1], header_scratch_, &h).ok()) continue;  // verified on arrival
     ServerTable* t = tables_.get(b.table);
-    const float* values = wire::ArrayView<float>(b.frames.back(), value_scratch_);
+    const float* values = RequestCheck::ValuesAsFloat(*t, b.frames.back(), &value_scratch_);
     if (h->key_count() > 0) {
       const uint64_t* keys = wire::ArrayView<uint64_t>(b.frames[2], key_scratch_);
       cut_.EnsureCopiedKeys(b.table, keys, h->key_count());  // the sum is applied below
@@ -53,6 +53,9 @@ void Server::ApplyClock(WorkerClocks::CompleteClock& c) {
 }
 
 void Server::Advance() {
+  // Sparse rows updated from now on are stamped with the job's clock as
+  // this server knows it (eviction by clocks).
+  tables_.SetClock(clocks_.sync() ? clocks_.applied_clock() : clocks_.MinClock());
   if (clocks_.sync()) {
     const int64_t target = clocks_.CompleteBelow();
     WorkerClocks::CompleteClock complete;

@@ -47,19 +47,33 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
       min_clock(r.GetGauge("shardps_min_clock", "Slowest live worker's clock as this server sees it")) {}
 
 void ServerMetrics::SetTables(const std::vector<std::unique_ptr<ServerTable>>& tables) {
-  for (size_t i = table_gauges.size(); i < tables.size(); ++i) {
+  for (size_t i = table_series.size(); i < tables.size(); ++i) {
     if (!tables[i]) break;
     const metrics::Labels labels{{"table", tables[i]->spec().name}};
-    table_gauges.push_back(
-        {&registry.GetGauge("shardps_table_rows", "Rows of each table held by this server", labels),
-         &registry.GetGauge("shardps_table_bytes", "Bytes of parameters and optimizer state held by this server",
-                            labels)});
+    TableSeries s;
+    s.rows = &registry.GetGauge("shardps_table_rows", "Rows of each table held by this server", labels);
+    s.bytes = &registry.GetGauge("shardps_table_bytes",
+                                 "Bytes of parameters, optimizer state and sparse indexes held by this server", labels);
+    if (tables[i]->spec().kind == TableKind::kSparse) {
+      s.created = &registry.GetCounter("shardps_sparse_rows_created_total",
+                                       "Sparse rows made by a push (an id's first, or admit_after-th)", labels);
+      s.not_admitted = &registry.GetCounter("shardps_sparse_not_admitted_total",
+                                            "Gradients of ids not admitted yet (admit_after), dropped", labels);
+      s.evicted = &registry.GetCounter("shardps_sparse_rows_evicted_total",
+                                       "Sparse rows removed after evict_after_clocks / evict_after_sec idle", labels);
+    }
+    table_series.push_back(s);
   }
-  for (size_t i = 0; i < table_gauges.size(); ++i) {
+  auto sync = [](metrics::Counter* c, uint64_t v) {
+    if (c && v > c->Value()) c->SingleWriterAdd(v - c->Value());
+  };
+  for (size_t i = 0; i < table_series.size(); ++i) {
     const ServerTable& t = *tables[i];
-    const uint64_t rows = t.rows_held();
-    table_gauges[i].first->Set(static_cast<double>(rows));
-    table_gauges[i].second->Set(static_cast<double>(rows) * t.spec().cols * sizeof(float) * (1 + t.state_width()));
+    table_series[i].rows->Set(static_cast<double>(t.rows_held()));
+    table_series[i].bytes->Set(static_cast<double>(t.bytes()));
+    sync(table_series[i].created, t.sparse_counts().created);
+    sync(table_series[i].not_admitted, t.sparse_counts().not_admitted);
+    sync(table_series[i].evicted, t.sparse_counts().evicted);
   }
 }
 

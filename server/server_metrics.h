@@ -1,7 +1,8 @@
 // ServerMetrics: everything a server counts, as series of its registry
 // (docs/operations.md, "Metrics"): request and byte totals, latencies,
 // staleness, the pulls and pushes held, and per table the rows and bytes
-// held.
+// held (and, for sparse tables, the rows made, admissions refused and rows
+// evicted).
 //
 // Thread: the event loop writes every series (SingleWriter* updates and
 // Set) and calls SetTables; any thread may render the registry.
@@ -29,7 +30,15 @@ struct ServerMetrics {
       &stale_unknown;
   metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds, &staleness;
   metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;
-  std::vector<std::pair<metrics::Gauge*, metrics::Gauge*>> table_gauges;  // rows, bytes per table id
+  struct TableSeries {
+    metrics::Gauge* rows = nullptr;
+    metrics::Gauge* bytes = nullptr;
+    // Sparse tables only (null otherwise).
+    metrics::Counter* created = nullptr;
+    metrics::Counter* not_admitted = nullptr;
+    metrics::Counter* evicted = nullptr;
+  };
+  std::vector<TableSeries> table_series;  // by table id
 };
 
 }  // namespace shardps

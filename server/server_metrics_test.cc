@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/partition.h"
 #include "server/table.h"
 #include "tests/table_spec.h"
 
@@ -45,13 +46,24 @@ TEST(ServerMetrics, EachTableHeldGetsItsRowsAndBytes) {
   tables.push_back(nullptr);
   tables.push_back(std::make_unique<ServerTable>(testing::Sparse("e", 2), 2, std::vector<uint32_t>{0}));
   m.SetTables(tables);
-  EXPECT_EQ(m.table_gauges.size(), 1u);
+  EXPECT_EQ(m.table_series.size(), 1u);
   tables[1] = std::make_unique<ServerTable>(testing::Dense("x", 4, 1), 2, std::vector<uint32_t>{1});
   m.SetTables(tables);
-  ASSERT_EQ(m.table_gauges.size(), 3u);
+  ASSERT_EQ(m.table_series.size(), 3u);
   text = r.Render();
   EXPECT_TRUE(Has(text, "shardps_table_rows{table=\"x\"} 2")) << text;
   EXPECT_TRUE(Has(text, "shardps_table_rows{table=\"e\"} 0")) << text;
+  // A sparse table's rows made by pushes, in its own counter.
+  std::vector<uint64_t> ids;  // of partition 0, the one held
+  for (uint64_t id = 0; ids.size() < 3; ++id)
+    if (PartitionOfId(id, 2) == 0) ids.push_back(id);
+  const float g[6] = {};
+  tables[2]->ApplyKeys(ids.data(), 3, g, 1.0f);
+  m.SetTables(tables);
+  text = r.Render();
+  EXPECT_TRUE(Has(text, "shardps_sparse_rows_created_total{table=\"e\"} 3")) << text;
+  EXPECT_TRUE(Has(text, "shardps_sparse_rows_evicted_total{table=\"e\"} 0")) << text;
+  EXPECT_EQ(text.find("shardps_sparse_rows_created_total{table=\"w\"}"), std::string::npos) << text;
 }
 
 }  // namespace

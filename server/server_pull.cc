@@ -35,10 +35,10 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   out.push_back(wire::EncodeSimple(fbb_, f));
   if (keys) {
     const uint64_t rows = h.key_count();
-    zmq::message_t vals(rows * t->spec().cols * sizeof(float));
-    const bool create = worker;  // an observer's read creates nothing
-    if (t->spec().kind == TableKind::kSparse && create) cut_.EnsureCopiedKeys(h.table(), keys, rows);  // may create rows
-    t->ReadKeys(keys, rows, static_cast<float*>(vals.data()), create);
+    // In the table's dtype; a pull creates no row (an absent id reads its
+    // initial values).
+    zmq::message_t vals(rows * t->spec().cols * t->value_bytes());
+    t->ReadKeysAs(keys, rows, vals.data());
     out.push_back(std::move(vals));
   } else {
     // Rows straight from the table, one frame per partition segment.
@@ -48,7 +48,7 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   }
   const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
   m_.pulls.SingleWriterInc();
-  m_.pull_bytes.SingleWriterAdd(rows * t->spec().cols * sizeof(float));
+  m_.pull_bytes.SingleWriterAdd(rows * t->spec().cols * t->value_bytes());
   const auto now = Clock::now();
   m_.pull_seconds.SingleWriterObserve(std::chrono::duration<double>(now - arrived).count());
   if (resumed) m_.wait_seconds.SingleWriterObserve(std::chrono::duration<double>(now - arrived).count());

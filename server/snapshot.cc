@@ -118,6 +118,11 @@ Status FileChecksum(const std::string& path, uint64_t* out) {
   return ok ? Status::OK() : Status::BadMessage("error reading '" + path + "'");
 }
 
+uint32_t RowStride(const TableSpec& t) {
+  const bool stamped = t.kind == TableKind::kSparse && (t.evict_after_clocks || t.evict_after_sec);
+  return t.cols + static_cast<uint32_t>(OptimizerStateWidth(t)) + (stamped ? 1 : 0);
+}
+
 Status WriteServerFile(const std::string& path, uint32_t server, std::vector<PartitionData>& parts,
                        std::vector<PartEntry>* entries, uint64_t* bytes, uint64_t* file_checksum) {
   std::sort(parts.begin(), parts.end(), [](const PartitionData& a, const PartitionData& b) {
@@ -129,6 +134,18 @@ Status WriteServerFile(const std::string& path, uint32_t server, std::vector<Par
   if (!rs.ok()) return Status::Internal("cannot create snapshot file '" + path + "': " + rs.ToString());
   bool any = false;
   char key[kKeyBytes];
+  // Admission sketches first: their keys ('a', table, partition) sort
+  // before every row's ('r', ...).
+  for (const auto& p : parts) {
+    if (p.admission.empty()) continue;
+    char akey[9];
+    akey[0] = 'a';
+    PutBe32(akey + 1, p.table);
+    PutBe32(akey + 5, p.partition);
+    rs = w.Put(rocksdb::Slice(akey, 9), rocksdb::Slice(p.admission));
+    if (!rs.ok()) return Status::Internal("writing '" + path + "': " + rs.ToString());
+    any = true;
+  }
   for (auto& p : parts) {
     XXH3_state_t* st = XXH3_createState();
     XXH3_64bits_reset(st);
@@ -281,8 +298,6 @@ Status ScanPartition(const std::string& path, uint32_t table, uint32_t partition
   return Status::OK();
 }
 
-uint32_t StrideOf(const TableSpec& t) { return t.cols + static_cast<uint32_t>(OptimizerStateWidth(t)); }
-
 const TableSpec* TableById(const Manifest& m, uint32_t id) {
   for (const auto& t : m.tables)
     if (t.id == id) return &t;
@@ -296,7 +311,7 @@ Status ForEachRow(const std::string& snap_dir, const Manifest& m, uint32_t table
   const TableSpec* spec = TableById(m, table);
   if (!spec) return Status::UnknownTable("snapshot " + snap_dir + " has no table id " + std::to_string(table));
   if (!pe) return Status::OK();  // an empty partition (no rows) may be absent
-  const uint32_t stride = StrideOf(*spec);
+  const uint32_t stride = RowStride(*spec);
   std::vector<float> row(stride);
   uint64_t rows, sum;
   const std::string path = snap_dir + "/" + ServerFileName(pe->server);
@@ -313,6 +328,32 @@ Status ForEachRow(const std::string& snap_dir, const Manifest& m, uint32_t table
     return Status::BadMessage("snapshot " + snap_dir + ": table '" + spec->name + "' partition " +
                               std::to_string(partition) + " in " + ServerFileName(pe->server) +
                               " does not match its checksum");
+  return Status::OK();
+}
+
+Status ReadAdmission(const std::string& snap_dir, const Manifest& m, uint32_t table, uint32_t partition,
+                     std::string* out) {
+  out->clear();
+  const PartEntry* pe = m.FindPart(table, partition);
+  if (!pe) return Status::OK();
+  const std::string path = snap_dir + "/" + ServerFileName(pe->server);
+  rocksdb::Options opts = SstOptions();
+  rocksdb::SstFileReader reader(opts);
+  rocksdb::Status rs = reader.Open(path);
+  if (!rs.ok()) return Status::BadMessage("cannot open snapshot file '" + path + "': " + rs.ToString());
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(ro));
+  char akey[9];
+  akey[0] = 'a';
+  PutBe32(akey + 1, table);
+  PutBe32(akey + 5, partition);
+  it->Seek(rocksdb::Slice(akey, 9));
+  if (it->Valid() && it->key() == rocksdb::Slice(akey, 9)) out->assign(it->value().data(), it->value().size());
+  if (!it->status().ok())
+    return Status::BadMessage("snapshot file '" + path + "' is corrupt (admission sketch of table " +
+                              std::to_string(table) + ", partition " + std::to_string(partition) +
+                              "): " + it->status().ToString());
   return Status::OK();
 }
 
@@ -348,7 +389,7 @@ Status Verify(const std::string& snap_dir, const Manifest& m) {
           return;
         }
         uint64_t rows, sum;
-        Status s = ScanPartition(snap_dir + "/" + m.files[i].name, p.table, p.partition, StrideOf(*spec), nullptr, &rows, &sum);
+        Status s = ScanPartition(snap_dir + "/" + m.files[i].name, p.table, p.partition, RowStride(*spec), nullptr, &rows, &sum);
         if (s.ok() && (rows != p.rows || sum != p.checksum))
           s = Status::BadMessage("snapshot " + snap_dir + ": table '" + spec->name + "' partition " +
                                  std::to_string(p.partition) + " (" + m.files[i].name + ") fails its checksum" +

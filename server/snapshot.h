@@ -6,8 +6,12 @@
 //  - server-<rank>.sst: one RocksDB SST file per server, written with
 //    rocksdb::SstFileWriter. Key: 'r', table id (be32), partition (be32),
 //    row or sparse id (be64); value: the row's parameters (cols floats)
-//    followed by its optimizer state (OptimizerStateWidth floats),
-//    little-endian. RocksDB checksums every block.
+//    followed by its optimizer state (OptimizerStateWidth floats) and, for
+//    a sparse table with eviction, its stamp (a uint32 in a float's 4
+//    bytes), little-endian (RowStride floats in all). Key 'a', table id
+//    (be32), partition (be32): a sparse partition's admission sketch
+//    (server/admission.h), covered by the whole-file checksum.
+//    RocksDB checksums every block.
 //  - MANIFEST: a FlatBuffers `Manifest` (schema/shardps.fbs) written by the
 //    coordinator after every server reported success, atomically (temp file
 //    + rename): clock, time, tables, the shard map that wrote it, every file
@@ -33,6 +37,7 @@ struct PartitionData {
   uint32_t stride = 0;          // floats per row: cols + optimizer state
   std::vector<uint64_t> rows;   // ascending
   std::vector<float> values;    // rows.size() x stride
+  std::string admission;        // a sparse table's admission sketch (AdmissionSketch::Serialize); "" none
 };
 
 struct PartEntry {
@@ -79,6 +84,13 @@ Status FileChecksum(const std::string& path, uint64_t* out);
 Status WriteManifest(const std::string& snap_dir, const Manifest& m);
 // NotFound-like InvalidArgument when absent ("incomplete"), BadMessage when corrupt.
 Status ReadManifest(const std::string& snap_dir, Manifest* m);
+
+// Floats per row of table `t` in a snapshot.
+uint32_t RowStride(const TableSpec& t);
+
+// The admission sketch stored for (table, partition); "" when none.
+Status ReadAdmission(const std::string& snap_dir, const Manifest& m, uint32_t table, uint32_t partition,
+                     std::string* out);
 
 // Calls fn(row, values, stride) for every row of (table, partition), in
 // key order. Checks the row count against the manifest.

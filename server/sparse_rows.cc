@@ -18,8 +18,15 @@ SparseRows::SparseRows(uint32_t dim, uint32_t state_width, DType dtype)
     : dim_(dim), state_width_(state_width), dtype_(dtype) {
   values_off_ = 12 + static_cast<size_t>(state_width) * 4;
   record_ = (values_off_ + static_cast<size_t>(dim) * DTypeBytes(dtype) + 7) / 8 * 8;
-  chunk_records_ = static_cast<uint32_t>(std::clamp<size_t>(kChunkBytes / record_, 1, kMaxChunkRecords));
+  // The largest power of two of records within kChunkBytes (at least one
+  // record, at most kMaxChunkRecords).
+  const size_t fit = std::clamp<size_t>(kChunkBytes / record_, 1, kMaxChunkRecords);
+  chunk_records_ = 1;
+  while (chunk_records_ * 2 <= fit) chunk_records_ *= 2;
+  while ((kFirstChunk << doubling_) < chunk_records_) ++doubling_;
+  doubled_ = kFirstChunk * ((1u << doubling_) - 1);
 }
+
 
 uint64_t SparseRows::Home(uint64_t id) const {
   // Partitions are chosen by Mix64(id) % P: hash again so that the index
@@ -62,7 +69,11 @@ uint32_t SparseRows::Insert(uint64_t id) {
     slot = free_.back();
     free_.pop_back();
   } else {
-    if (slots_ % chunk_records_ == 0) chunks_.emplace_back(new uint8_t[chunk_records_ * record_]);
+    if (slots_ == capacity_) {
+      const uint32_t n = ChunkRecords(chunks_.size());
+      chunks_.emplace_back(new uint8_t[static_cast<size_t>(n) * record_]);
+      capacity_ += n;
+    }
     slot = slots_++;
   }
   uint8_t* r = Record(slot);
@@ -113,20 +124,22 @@ void SparseRows::StoreValues(uint32_t slot, const float* in) {
 }
 
 uint64_t SparseRows::bytes() const {
-  return chunks_.size() * chunk_records_ * record_ + index_.capacity() * sizeof(uint32_t) +
-         free_.capacity() * sizeof(uint32_t);
+  return Capacity() * record_ + index_.capacity() * sizeof(uint32_t) + free_.capacity() * sizeof(uint32_t);
 }
 
 uint64_t SparseRows::BytesToAdd(uint64_t more) const {
   const uint64_t reused = std::min<uint64_t>(more, free_.size());
   const uint64_t fresh = more - reused;
-  const uint64_t room = chunks_.size() * static_cast<uint64_t>(chunk_records_) - slots_;
-  const uint64_t new_chunks = fresh > room ? (fresh - room + chunk_records_ - 1) / chunk_records_ : 0;
+  uint64_t room = Capacity() - slots_, records = 0;
+  for (size_t k = chunks_.size(); room < fresh; ++k) {
+    room += ChunkRecords(k);
+    records += ChunkRecords(k);
+  }
   uint64_t cap = index_.empty() ? 0 : index_.size();
   if (cap == 0 && size_ + more > 0) cap = kFirstIndex;
   while ((size_ + more) * 5 > cap * 4) cap += cap / 2;
   const uint64_t index_growth = cap > index_.size() ? (cap - index_.size()) * sizeof(uint32_t) : 0;
-  return new_chunks * chunk_records_ * record_ + index_growth;
+  return records * record_ + index_growth;
 }
 
 }  // namespace shardps

@@ -1,7 +1,9 @@
 // SparseRows: the rows of one sparse partition, keyed by any uint64 id, in
 // as little memory as the rows themselves allow.
 //
-// A row is one fixed-size record in a chunk of records:
+// A row is one fixed-size record in a chunk of records (chunks of 16
+// records, then 32, 64, ... up to 4096 or 1 MiB, then all of that size, so
+// a partition with few rows allocates little):
 //   [u64 id][u32 stamp][f32 state x state_width][value x dim][pad to 8]
 // with values stored as float32, bfloat16 or IEEE half (DType) and the
 // optimizer state always float32. `stamp` is the owner's: when the row was
@@ -77,9 +79,30 @@ class SparseRows {
 
  private:
   static constexpr uint32_t kEmpty = ~0u;
+  static constexpr uint32_t kFirstChunk = 16;  // records in the first chunk
   uint8_t* Record(uint32_t slot) const {
-    return chunks_[slot / chunk_records_].get() + static_cast<size_t>(slot % chunk_records_) * record_;
+    uint32_t chunk, off;
+    Locate(slot, &chunk, &off);
+    return chunks_[chunk].get() + static_cast<size_t>(off) * record_;
   }
+  // Chunk k holds kFirstChunk << k records while that is below
+  // chunk_records_ (the doubling chunks, `doubling_` of them, `doubled_`
+  // slots in all), then chunk_records_ each.
+  void Locate(uint32_t slot, uint32_t* chunk, uint32_t* off) const {
+    if (slot < doubled_) {
+      const uint32_t k = 31 - static_cast<uint32_t>(__builtin_clz(slot / kFirstChunk + 1));
+      *chunk = k;
+      *off = slot - kFirstChunk * ((1u << k) - 1);
+    } else {
+      *chunk = doubling_ + (slot - doubled_) / chunk_records_;
+      *off = (slot - doubled_) % chunk_records_;
+    }
+  }
+  uint32_t ChunkRecords(size_t chunk) const {
+    return chunk < doubling_ ? kFirstChunk << chunk : chunk_records_;
+  }
+  // Slots the allocated chunks hold.
+  uint64_t Capacity() const { return capacity_; }
   uint64_t Home(uint64_t id) const;  // the index position an id hashes to
   void GrowIndex();
   void Place(uint32_t slot);  // puts `slot` (its id) into the index
@@ -87,7 +110,9 @@ class SparseRows {
   uint32_t dim_, state_width_;
   DType dtype_;
   size_t record_ = 0, values_off_ = 0;
-  uint32_t chunk_records_ = 0;
+  uint32_t chunk_records_ = 0;  // records in a full-size chunk (a power of two)
+  uint32_t doubling_ = 0, doubled_ = 0;
+  uint64_t capacity_ = 0;  // slots of the chunks allocated
   std::vector<std::unique_ptr<uint8_t[]>> chunks_;
   uint32_t slots_ = 0;             // slots handed out so far (live or free)
   std::vector<uint32_t> free_;     // slots of erased rows, reused first

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstring>
 #include <string>
-#include <unordered_set>
 
 #include "common/partition.h"
 #include "server/initializer.h"
@@ -16,7 +15,6 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
                          const std::vector<uint32_t>& owned, bool initialize)
     : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)),
       versions_(partitions, 0), counted_in_(partitions, 0) {
-  chunk_rows_ = static_cast<uint32_t>(std::clamp<uint64_t>((1u << 20) / row_bytes(), 1, 1024));
   if (spec_.kind == TableKind::kDense) bytes_ = DenseBytes(spec_, partitions, owned);
   if (spec_.kind == TableKind::kDense) {
     dense_.resize(partitions);
@@ -60,7 +58,12 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
     }
   } else {
     sparse_.resize(partitions);
-    for (uint32_t p : owned) sparse_[p] = std::make_unique<SparsePart>();
+    for (uint32_t p : owned) {
+      if (sparse_[p]) continue;
+      sparse_[p] = std::make_unique<SparsePart>(spec_, static_cast<uint32_t>(state_width_));
+      bytes_ += sparse_[p]->rows.bytes() + (sparse_[p]->admission ? sparse_[p]->admission->bytes() : 0);
+    }
+    row_scratch_.resize(spec_.cols);
   }
 }
 
@@ -249,54 +252,23 @@ float* ServerTable::DenseRow(uint64_t row, float** state, bool write) const {
   return part.w() + r * spec_.cols;
 }
 
-float* ServerTable::SparseRow(uint64_t id) {
-  SparsePart& part = *sparse_[PartitionOfId(id, partitions_)];
-  const size_t stride = spec_.cols + state_width_;
-  auto [it, inserted] = part.index.try_emplace(id, part.count);
-  const uint32_t slot = it->second;
-  if (inserted) {
-    if (slot % chunk_rows_ == 0) {
-      part.chunks.push_back(std::make_unique<float[]>(static_cast<size_t>(chunk_rows_) * stride));
-      bytes_ += static_cast<uint64_t>(chunk_rows_) * stride * sizeof(float);
-    }
-    ++sparse_rows_;
-    part.count++;
-    float* row = part.chunks[slot / chunk_rows_].get() + (slot % chunk_rows_) * stride;
-    InitRow(spec_, id, row);
-    InitOptimizerState(spec_, row + spec_.cols, 1);
-    return row;
-  }
-  return part.chunks[slot / chunk_rows_].get() + (slot % chunk_rows_) * stride;
-}
-
-void ServerTable::ReadKeys(const uint64_t* keys, size_t n, float* out, bool create) {
+void ServerTable::ReadKeys(const uint64_t* keys, size_t n, float* out) const {
   const size_t c = spec_.cols;
+  if (spec_.kind == TableKind::kSparse) {
+    for (size_t i = 0; i < n; ++i) {
+      const SparsePart& part = SparseOf(keys[i]);
+      const uint32_t slot = part.rows.Find(keys[i]);
+      if (slot == SparseRows::kNone)
+        InitialValues(keys[i], out + i * c);
+      else
+        part.rows.LoadValues(slot, out + i * c);
+    }
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     float* state;
-    if (spec_.kind == TableKind::kSparse && !create) {
-      const SparsePart& part = *sparse_[PartitionOfId(keys[i], partitions_)];
-      auto it = part.index.find(keys[i]);
-      if (it == part.index.end()) {
-        InitRow(spec_, keys[i], out + i * c);
-        continue;
-      }
-      const size_t stride = c + state_width_;
-      std::memcpy(out + i * c, part.chunks[it->second / chunk_rows_].get() + (it->second % chunk_rows_) * stride,
-                  c * sizeof(float));
-      continue;
-    }
-    const float* row = spec_.kind == TableKind::kDense ? DenseRow(keys[i], &state, false) : SparseRow(keys[i]);
-    std::memcpy(out + i * c, row, c * sizeof(float));
+    std::memcpy(out + i * c, DenseRow(keys[i], &state, false), c * sizeof(float));
   }
-}
-
-uint64_t ServerTable::CountAbsent(const uint64_t* keys, size_t n) const {
-  std::unordered_set<uint64_t> fresh;
-  for (size_t i = 0; i < n; ++i) {
-    const SparsePart& part = *sparse_[PartitionOfId(keys[i], partitions_)];
-    if (!part.index.count(keys[i])) fresh.insert(keys[i]);
-  }
-  return fresh.size();
 }
 
 uint64_t ServerTable::DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned) {
@@ -308,16 +280,11 @@ uint64_t ServerTable::DenseBytes(const TableSpec& spec, uint32_t partitions, con
 
 void ServerTable::ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale) {
   CountKeys(keys, n);
+  if (spec_.kind == TableKind::kSparse) return ApplySparseKeys(keys, n, g, scale, lr_scale);
   const size_t c = spec_.cols;
   for (size_t i = 0; i < n; ++i) {
     float* state;
-    float* w;
-    if (spec_.kind == TableKind::kDense) {
-      w = DenseRow(keys[i], &state, true);
-    } else {
-      w = SparseRow(keys[i]);
-      state = w + c;
-    }
+    float* w = DenseRow(keys[i], &state, true);
     ApplyOptimizer(spec_, w, state, g + i * c, 1, scale, lr_scale);
   }
 }
@@ -374,9 +341,7 @@ uint64_t ServerTable::rows_held() const {
   uint64_t n = 0;
   for (const auto& p : dense_)
     if (p) n += p->end - p->begin;
-  for (const auto& p : sparse_)
-    if (p) n += p->count;
-  return n;
+  return n + sparse_rows_;
 }
 
 }  // namespace shardps
@@ -389,7 +354,7 @@ void ServerTable::Export(uint32_t table_id, std::vector<snapshot::PartitionData>
 }
 
 void ServerTable::ExportPartition(uint32_t table_id, uint32_t p, std::vector<snapshot::PartitionData>* out) const {
-  const uint32_t c = spec_.cols, sw = static_cast<uint32_t>(state_width_), stride = c + sw;
+  const uint32_t c = spec_.cols, sw = static_cast<uint32_t>(state_width_), stride = SnapshotStride(spec_);
   snapshot::PartitionData d;
   d.table = table_id;
   d.partition = p;
@@ -405,30 +370,17 @@ void ServerTable::ExportPartition(uint32_t table_id, uint32_t p, std::vector<sna
       if (sw) std::memcpy(&d.values[r * stride + c], &part.state[r * sw], sw * sizeof(float));
     }
   } else {
-    const SparsePart& part = *sparse_[p];
-    std::vector<std::pair<uint64_t, uint32_t>> ids(part.index.begin(), part.index.end());
-    std::sort(ids.begin(), ids.end());
-    d.rows.resize(ids.size());
-    d.values.resize(ids.size() * stride);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      d.rows[i] = ids[i].first;
-      const float* row = part.chunks[ids[i].second / chunk_rows_].get() + (ids[i].second % chunk_rows_) * stride;
-      std::memcpy(&d.values[i * stride], row, stride * sizeof(float));
-    }
+    ExportSparse(p, &d);
   }
   out->push_back(std::move(d));
 }
 
 void ServerTable::Import(uint64_t row, const float* values) {
-  const size_t c = spec_.cols, sw = state_width_;
-  if (spec_.kind == TableKind::kDense) {
-    float* state;
-    float* w = DenseRow(row, &state, true);
-    std::memcpy(w, values, c * sizeof(float));
-    if (sw) std::memcpy(state, values + c, sw * sizeof(float));
-  } else {
-    std::memcpy(SparseRow(row), values, (c + sw) * sizeof(float));
-  }
+  if (spec_.kind == TableKind::kSparse) return ImportSparse(row, values);
+  float* state;
+  float* w = DenseRow(row, &state, true);
+  std::memcpy(w, values, spec_.cols * sizeof(float));
+  if (state_width_) std::memcpy(state, values + spec_.cols, state_width_ * sizeof(float));
 }
 
 }  // namespace shardps

@@ -4,8 +4,11 @@
 //
 // Dense partitions are contiguous arrays (parameters, then optimizer state
 // in a parallel array), so a row range is one pointer offset. Sparse rows
-// are created on first touch, parameters and state side by side in chunks
-// that never move.
+// (server/sparse_rows.h) are created by an id's first push — or its
+// admit_after-th (server/admission.h) — and removed once idle for
+// evict_after_clocks clocks or evict_after_sec seconds, a few at a time
+// (EvictSome); their values are stored in the table's dtype, their state in
+// float32 (docs/embeddings.md). Sparse code: table_sparse.cc.
 //
 // Every mutating call is preceded by a Check*() that validates the whole
 // request, so a bad request leaves the table unchanged.
@@ -15,13 +18,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <zmq.hpp>
 
+#include "server/admission.h"
 #include "server/snapshot.h"
+#include "server/sparse_rows.h"
 #include "shardps/status.h"
 #include "shardps/types.h"
 
@@ -63,24 +69,48 @@ class ServerTable {
   Status CheckRange(uint64_t begin, uint64_t end) const;
   Status CheckKeys(const uint64_t* keys, size_t n) const;
 
-  // out: (end - begin) x cols / n x cols. Sparse rows are created if absent.
+  // out: (end - begin) x cols floats (dense tables).
   void ReadRange(uint64_t begin, uint64_t end, float* out) const;
   // The same rows as frames that point into the table (no copy): one frame
   // per extent the range touches (runs under 256 KiB are copied into one
   // frame instead), each holding a reference that keeps the rows as they
   // were until ZeroMQ has sent them (a push meanwhile copies first).
   void ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq::message_t>* frames) const;
-  // create = false (an observer's read): absent sparse rows are not
-  // created; their initial values (a function of the id) are returned.
-  void ReadKeys(const uint64_t* keys, size_t n, float* out, bool create = true);
-  // Of `keys` (a sparse table), how many distinct ids hold no row yet.
-  uint64_t CountAbsent(const uint64_t* keys, size_t n) const;
+  // n x cols floats. A sparse id without a row reads its initial values
+  // (rounded to the table's dtype, as a row made now would hold them) and
+  // creates nothing.
+  void ReadKeys(const uint64_t* keys, size_t n, float* out) const;
+  // The same in the table's dtype (what a pull reply carries): 16-bit
+  // values are copied as stored.
+  void ReadKeysAs(const uint64_t* keys, size_t n, void* out) const;
+  // Bytes of one value on the wire and in a sparse row: DTypeBytes(dtype).
+  uint32_t value_bytes() const { return DTypeBytes(spec_.dtype); }
+  // Of `keys` (a sparse table), how many distinct ids a push of them would
+  // give a row (absent, and admitted by this push), and what the table's
+  // bytes() would grow by.
+  uint64_t CountCreated(const uint64_t* keys, size_t n, uint64_t* bytes) const;
   // Sparse rows held, and the bytes the table holds (parameters, optimizer
-  // state, sparse chunks allocated): what counts against a memory budget.
+  // state, sparse records and indexes): what counts against a memory budget.
   uint64_t sparse_rows() const { return sparse_rows_; }
   uint64_t bytes() const { return bytes_; }
-  // Bytes of one sparse row (parameters and state).
-  uint64_t row_bytes() const { return (spec_.cols + state_width_) * sizeof(float); }
+  // Bytes of one sparse row's record (id, stamp, state, values).
+  uint64_t sparse_record_bytes() const;
+
+  // What happened to sparse rows since the table was made (metrics).
+  struct SparseCounts {
+    uint64_t created = 0;       // rows made by a push
+    uint64_t not_admitted = 0;  // gradients of ids not admitted yet, dropped
+    uint64_t evicted = 0;       // rows removed as idle
+  };
+  const SparseCounts& sparse_counts() const { return counts_; }
+  // The job's clock as this server sees it (sync: the clock being applied;
+  // else the slowest live worker's): a sparse row updated now is stamped
+  // with it (evict_after_clocks), or with the time (evict_after_sec).
+  void SetClock(int64_t clock) { clock_ = clock; }
+  // Removes rows idle past the table's eviction limit, looking at no more
+  // than `max_slots` rows (so no request waits behind a whole sweep);
+  // returns the rows removed. A no-op for tables without eviction.
+  uint64_t EvictSome(uint64_t max_slots);
   // Dense bytes a server holding `owned` partitions needs for `spec`.
   static uint64_t DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
 
@@ -110,14 +140,21 @@ class ServerTable {
   uint64_t rows_held() const;
 
   // Snapshots: copies every held partition, rows ascending, parameters then
-  // optimizer state per row (`table_id` labels the copies).
+  // optimizer state per row (`table_id` labels the copies) — then, for a
+  // table with eviction, the row's stamp (one more float, SnapshotStride) —
+  // and a sparse partition's admission sketch.
   void Export(uint32_t table_id, std::vector<snapshot::PartitionData>* out) const;
   // The same for one held partition.
   void ExportPartition(uint32_t table_id, uint32_t partition, std::vector<snapshot::PartitionData>* out) const;
   uint32_t partitions() const { return partitions_; }
   // Restore: sets row `row` (a dense row or sparse id of a held partition)
-  // to `values` (cols + state_width floats).
+  // to `values` (SnapshotStride floats), and a partition's admission sketch
+  // (false: not a sketch of this table).
   void Import(uint64_t row, const float* values);
+  bool ImportAdmission(uint32_t partition, const std::string& bytes);
+  // Floats per row in a snapshot of `spec`: cols + optimizer state, + 1
+  // with eviction: the row's stamp, its 32 bits stored as they are.
+  static uint32_t SnapshotStride(const TableSpec& spec);
   bool Holds(uint32_t partition) const {
     return partition < partitions_ && (spec_.kind == TableKind::kDense ? dense_[partition] != nullptr
                                                                        : sparse_[partition] != nullptr);
@@ -142,20 +179,26 @@ class ServerTable {
     FloatArray acc;                // lazily allocated, synchronous mode
     std::vector<uint8_t> touched;  // per row: acc holds a sum
   };
-  // Sparse rows are allocated a chunk at a time: up to 1024 rows, at most
-  // 1 MiB (at least one row), so a wide table does not allocate much ahead.
-  uint32_t chunk_rows_ = 1024;
   struct SparsePart {
-    std::unordered_map<uint64_t, uint32_t> index;  // id -> slot
-    std::vector<std::unique_ptr<float[]>> chunks;  // chunk_rows_ slots each
-    uint32_t count = 0;
+    SparsePart(const TableSpec& spec, uint32_t state_width);
+    SparseRows rows;
+    std::unique_ptr<AdmissionSketch> admission;  // admit_after > 1
+    uint32_t sweep = 0;                          // eviction: the next slot to look at
   };
 
   // Segments of [begin, end) by dense partition: fn(part, first_row, rows, offset_in_request).
   template <typename Fn>
   void ForEachSegment(uint64_t begin, uint64_t end, Fn&& fn) const;
   DensePart& DenseOf(uint64_t row) const;
-  float* SparseRow(uint64_t id);  // [w | state], created on first touch
+  SparsePart& SparseOf(uint64_t id) const { return *sparse_[PartitionOfKey(id)]; }
+  // The row of `id` for an update: made if absent and admitted (its
+  // initial values and state); kNone when not admitted (counted).
+  uint32_t SparseRowForUpdate(SparsePart& part, uint64_t id);
+  uint32_t Stamp() const;  // what an update stamps a sparse row with now
+  void InitialValues(uint64_t id, float* out) const;  // rounded to the dtype
+  void ApplySparseKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale);
+  void ExportSparse(uint32_t p, snapshot::PartitionData* d) const;
+  void ImportSparse(uint64_t id, const float* values);
   float* DenseRow(uint64_t row, float** state, bool write) const;
   static void Own(DensePart& part);  // before writing: unshare the parameters (its whole extent)
 
@@ -166,7 +209,10 @@ class ServerTable {
   std::vector<std::unique_ptr<Extent>> extents_;
   std::vector<std::unique_ptr<SparsePart>> sparse_;  // by partition id; null if not held
   uint64_t sparse_rows_ = 0;
-  uint64_t bytes_ = 0;  // dense rows held + sparse chunks allocated, with their state
+  uint64_t bytes_ = 0;  // dense rows held + sparse records and indexes, with their state
+  SparseCounts counts_;
+  int64_t clock_ = 0;               // SetClock
+  std::vector<float> row_scratch_;  // a sparse row's values as float32 while it is updated
   // Sparse accumulator: key -> slot in acc_, in first-touch order.
   std::unordered_map<uint64_t, uint32_t> acc_index_;
   std::vector<uint64_t> acc_keys_;

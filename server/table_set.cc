@@ -15,6 +15,16 @@ uint64_t TableSet::Bytes() const {
   return b;
 }
 
+void TableSet::SetClock(int64_t clock) {
+  for (auto& t : tables_)
+    if (t) t->SetClock(clock);
+}
+
+void TableSet::EvictSome(uint64_t max_slots) {
+  for (auto& t : tables_)
+    if (t) t->EvictSome(max_slots);
+}
+
 Status TableSet::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, uint64_t n) const {
   const TableSpec& spec = t.spec();
   // This server's share of max_rows: by its share of the partitions.
@@ -24,17 +34,19 @@ Status TableSet::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, u
                          : static_cast<uint64_t>((static_cast<unsigned __int128>(spec.max_rows) * owned_partitions_ +
                                                   parts - 1) / parts);
   const uint64_t used = Bytes();
-  // Cheap first: even if every id were new, would it fit?
-  const uint64_t worst_bytes = (n + 1024) * t.row_bytes();
+  // Cheap first: even if every id were new (a record and index room each,
+  // and a new chunk of records in every partition), would it fit?
+  const uint64_t worst_bytes = n * (t.sparse_record_bytes() + 8) + owned_partitions_ * (1u << 20);
   if (t.sparse_rows() + n <= share && used + worst_bytes <= budget_) return Status::OK();
-  const uint64_t fresh = t.CountAbsent(keys, n);
+  uint64_t grow = 0;
+  const uint64_t fresh = t.CountCreated(keys, n, &grow);
   if (fresh == 0) return Status::OK();
   if (t.sparse_rows() + fresh > share)
     return Status::TooLarge("sparse table '" + spec.name + "' holds " + std::to_string(t.sparse_rows()) +
                             " rows on server " + std::to_string(rank_) + "; " + std::to_string(fresh) +
                             " new ids would pass its share (" + std::to_string(share) + ") of max_rows " +
                             std::to_string(spec.max_rows));
-  if (used + (fresh + 1024) * t.row_bytes() > budget_)
+  if (used + grow > budget_)
     return Status::TooLarge("server " + std::to_string(rank_) + " holds " + std::to_string(used) +
                             " bytes of tables; " + std::to_string(fresh) + " new rows of sparse table '" + spec.name +
                             "' would pass its memory budget of " + std::to_string(budget_) + " bytes");
@@ -126,6 +138,13 @@ Status TableSet::Restore(const ClusterView& v, const TableSpec& spec) {
                                     });
     if (!s.ok()) return s;
     if (!bad.ok()) return bad;
+    if (spec.kind == TableKind::kSparse && spec.admit_after > 1) {
+      std::string sketch;
+      SHARDPS_RETURN_IF_ERROR(snapshot::ReadAdmission(v.restore_from, restore_manifest_, spec.id, p, &sketch));
+      if (!sketch.empty() && !t.ImportAdmission(p, sketch))
+        return Status::BadMessage("snapshot " + v.restore_from + ": the admission sketch of table '" + spec.name +
+                                  "' partition " + std::to_string(p) + " is corrupt");
+    }
   }
   LOG_INFO << "restored " << rows << " rows of table '" << spec.name << "' from " << v.restore_from;
   return Status::OK();

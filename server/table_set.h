@@ -40,6 +40,11 @@ class TableSet {
 
   // Bytes of the tables held now, against the memory budget.
   uint64_t Bytes() const;
+  // Every table's clock for sparse rows' stamps (ServerTable::SetClock),
+  // and a bounded eviction sweep over them (ServerTable::EvictSome): at
+  // most `max_slots` rows looked at per table.
+  void SetClock(int64_t clock);
+  void EvictSome(uint64_t max_slots);
   uint64_t budget() const { return budget_; }
   // A sparse request that would create rows: TooLarge when past this
   // server's share of the table's max_rows (by its share of the partitions)

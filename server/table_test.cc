@@ -77,7 +77,7 @@ TEST(ServerTable, BadRangesAndKeysAreRefused) {
   EXPECT_EQ(t.CheckKeys(far, 2).code(), Code::kWrongServer);
 }
 
-TEST(ServerTable, SparseRowsAppearOnFirstTouchWithDeterministicInit) {
+TEST(ServerTable, SparseRowsAppearOnFirstPushAndReadsCreateNothing) {
   TableSpec s = Dense(0, 4);
   s.kind = TableKind::kSparse;
   ServerTable t(s, 16, All(16));
@@ -86,9 +86,19 @@ TEST(ServerTable, SparseRowsAppearOnFirstTouchWithDeterministicInit) {
   ASSERT_TRUE(t.CheckKeys(keys, 3).ok());
   std::vector<float> out(12), want(4);
   t.ReadKeys(keys, 3, out.data());
-  EXPECT_EQ(t.rows_held(), 2u);
+  EXPECT_EQ(t.rows_held(), 0u);  // a pull reads the initial values, makes no row
   InitRow(s, 1ull << 60, want.data());
   for (int j = 0; j < 4; ++j) EXPECT_EQ(out[4 + j], want[j]);
+  uint64_t bytes = 0;
+  EXPECT_EQ(t.CountCreated(keys, 3, &bytes), 2u);  // 7 once
+  EXPECT_GT(bytes, 0u);
+  std::vector<float> zero(12, 0.0f);
+  t.ApplyKeys(keys, 3, zero.data(), 1.0f);
+  EXPECT_EQ(t.rows_held(), 2u);
+  EXPECT_EQ(t.CountCreated(keys, 3, &bytes), 0u);
+  std::vector<float> again(12);
+  t.ReadKeys(keys, 3, again.data());
+  EXPECT_EQ(again, out);  // the rows made hold the values a pull read before
   EXPECT_EQ(t.CheckRange(0, 1).code(), Code::kInvalidArgument);
   // Many rows: chunks never move existing rows.
   std::vector<uint64_t> many(5000);
@@ -221,8 +231,8 @@ TEST(ServerTable, ExportImportRoundTripKeepsParametersAndState) {
   sp.kind = TableKind::kSparse;
   ServerTable c(sp, 2, {0, 1});
   uint64_t ids[] = {900, 5, 77};
-  std::vector<float> out(9);
-  c.ReadKeys(ids, 3, out.data());
+  std::vector<float> zero(3 * sp.cols, 0.0f);
+  c.ApplyKeys(ids, 3, zero.data(), 1.0f);  // a push makes the rows
   std::vector<snapshot::PartitionData> sparse_parts;
   c.Export(1, &sparse_parts);
   size_t total = 0;

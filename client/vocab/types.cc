@@ -69,6 +69,11 @@ Status TableSpec::Validate() const {
   if (!(eps > 0) || !std::isfinite(eps)) return bad("eps must be finite and > 0");
   if (!(initial_accumulator >= 0) || !std::isfinite(initial_accumulator))
     return bad("initial_accumulator must be finite and >= 0");
+  if (static_cast<int>(dtype) > 2) return bad("unknown dtype");
+  if (kind == TableKind::kDense && (dtype != DType::kF32 || admit_after > 1 || evict_after_clocks || evict_after_sec))
+    return bad("dtype, admit_after and evict_after_* are for sparse tables");
+  if (admit_after > 255) return bad("admit_after must be at most 255");
+  if (evict_after_clocks && evict_after_sec) return bad("evict_after_clocks and evict_after_sec: give one of them");
   return Status::OK();
 }
 
@@ -78,7 +83,9 @@ bool TableSpec::SameShape(const TableSpec& o) const {
          seed == o.seed && optimizer == o.optimizer && lr == o.lr && momentum == o.momentum &&
          beta1 == o.beta1 && beta2 == o.beta2 && eps == o.eps &&
          initial_accumulator == o.initial_accumulator &&
-         staleness_rule == o.staleness_rule && dc_lambda == o.dc_lambda;  // max_rows aside: a limit, not the model
+         staleness_rule == o.staleness_rule && dc_lambda == o.dc_lambda && dtype == o.dtype &&
+         admit_after == o.admit_after && evict_after_clocks == o.evict_after_clocks &&
+         evict_after_sec == o.evict_after_sec;  // max_rows aside: a limit, not the model
 }
 
 }  // namespace shardps

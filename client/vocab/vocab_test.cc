@@ -91,6 +91,19 @@ TEST(Types, ValidateNamesTheFieldThatIsWrong) {
   t = Dense();
   t.name = "";
   EXPECT_EQ(t.Validate().code(), Code::kInvalidArgument);
+  // The embedding options are for sparse tables, one eviction rule at a time.
+  t = Dense();
+  t.dtype = DType::kBF16;
+  EXPECT_NE(t.Validate().message().find("are for sparse tables"), std::string::npos);
+  t.kind = TableKind::kSparse;
+  t.rows = 0;
+  EXPECT_TRUE(t.Validate().ok()) << t.Validate().ToString();
+  t.evict_after_clocks = 10;
+  t.evict_after_sec = 60;
+  EXPECT_NE(t.Validate().message().find("give one of them"), std::string::npos);
+  t.evict_after_sec = 0;
+  t.admit_after = 256;
+  EXPECT_NE(t.Validate().message().find("admit_after must be at most 255"), std::string::npos);
 }
 
 TEST(Types, SameShapeIgnoresTheIdAndTheRowLimit) {
@@ -98,6 +111,10 @@ TEST(Types, SameShapeIgnoresTheIdAndTheRowLimit) {
   b.id = 7;
   EXPECT_TRUE(a.SameShape(b));
   b.lr = 0.5f;
+  EXPECT_FALSE(a.SameShape(b));
+  b = a;
+  b.kind = a.kind = TableKind::kSparse;
+  b.dtype = DType::kBF16;
   EXPECT_FALSE(a.SameShape(b));
   TableSpec s = Dense(), r = Dense();
   s.kind = r.kind = TableKind::kSparse;

@@ -39,11 +39,13 @@ constexpr uint32_t DTypeBytes(DType d) { return d == DType::kF32 ? 4 : 2; }
 // The most gradients (optimizer steps) one push may carry (Client::PushSteps).
 inline constexpr uint32_t kMaxPushSteps = 64;
 
-// A model table. Parameters are float32, `cols` per row.
-//  - dense: `rows` x `cols`, rows split into contiguous ranges;
-//  - sparse: rows keyed by any uint64 id, created on first touch.
-// Initial values are a pure function of (seed, row id): the same model comes
-// out whatever the number of servers.
+// A model table, `cols` values per row.
+//  - dense: `rows` x `cols` float32, rows split into contiguous ranges;
+//  - sparse: rows keyed by any uint64 id, created by the first push of an
+//    id (a pull of an unknown id reads its initial values, creating
+//    nothing); values in `dtype`.
+// Initial values are a pure function of (table name, seed, row id, column):
+// the same model comes out whatever the number of servers.
 struct SHARDPS_EXPORT TableSpec {
   uint32_t id = 0;  // assigned by the coordinator
   std::string name;
@@ -69,6 +71,18 @@ struct SHARDPS_EXPORT TableSpec {
   uint64_t max_rows = 0;
   StalenessRule staleness_rule = StalenessRule::kDefault;
   float dc_lambda = 0.04f;  // kDelayCompensation's lambda
+
+  // Embedding tables (sparse; docs/embeddings.md).
+  // The values' type where they are stored and on the wire (pulls and
+  // pushes); optimizer state stays float32.
+  DType dtype = DType::kF32;
+  // An id gets a row only at its admit_after-th push (0 or 1: at its
+  // first); before that its gradients are dropped (and counted).
+  uint32_t admit_after = 0;
+  // Rows not updated for this many clocks, or seconds, are removed (0:
+  // never); at most one of the two.
+  uint32_t evict_after_clocks = 0;
+  uint32_t evict_after_sec = 0;
 
   // OK, or InvalidArgument naming the first field that is wrong.
   Status Validate() const;
