@@ -263,5 +263,132 @@ TEST(Dlrm, PlainSgdLearnsASyntheticClickLog) {
   EXPECT_GT(acc, base + 0.2);
 }
 
+// The model as ../shared/bench/torch_dlrm.py's DLRM.forward computes it,
+// for any sizes: reads shape.txt (rows dense dim sparse; the bottom dims;
+// the top dims) and in.bin (each layer's weight, in x out, and bias, bottom
+// then top; x; the embeddings; the labels), writes out.bin (the logits, the
+// mean loss, each layer's weight and bias gradients in the same order, the
+// embeddings' gradient).
+constexpr char kTorchScript[] = R"py(
+import os, sys
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np
+import torch
+torch.set_num_threads(1)
+d = sys.argv[1]
+lines = open(os.path.join(d, "shape.txt")).read().split("\n")
+rows, dense, dim, nf = map(int, lines[0].split())
+bdims, tdims = list(map(int, lines[1].split())), list(map(int, lines[2].split()))
+flat, at = np.fromfile(os.path.join(d, "in.bin"), dtype=np.float32), 0
+def take(n):
+    global at
+    at += n
+    return torch.from_numpy(flat[at - n:at].copy())
+def stack(dims, relu_last):
+    mods = []
+    for l in range(len(dims) - 1):
+        lin = torch.nn.Linear(dims[l], dims[l + 1])
+        with torch.no_grad():
+            lin.weight.copy_(take(dims[l] * dims[l + 1]).reshape(dims[l], dims[l + 1]).t())
+            lin.bias.copy_(take(dims[l + 1]))
+        mods += [lin] + ([torch.nn.ReLU()] if l + 2 < len(dims) or relu_last else [])
+    return torch.nn.Sequential(*mods)
+bottom, top = stack(bdims, True), stack(tdims, False)
+x = take(rows * dense).reshape(rows, dense)
+e = take(rows * nf * dim).reshape(rows, nf, dim).requires_grad_()
+y = take(rows)
+dd = bottom(x)
+v = torch.stack([dd] + [e[:, i] for i in range(nf)], dim=1)
+iu = torch.triu_indices(nf + 1, nf + 1, 1)
+z = torch.bmm(v, v.transpose(1, 2))[:, iu[0], iu[1]]
+logits = top(torch.cat([dd, z], dim=1)).squeeze(1)
+loss = torch.nn.BCEWithLogitsLoss()(logits, y)
+loss.backward()
+out = [logits.detach(), loss.detach().reshape(1)]
+for m in list(bottom) + list(top):
+    if isinstance(m, torch.nn.Linear):
+        out += [m.weight.grad.t().reshape(-1), m.bias.grad]
+out.append(e.grad.reshape(-1))
+torch.cat([t.reshape(-1) for t in out]).numpy().astype(np.float32).tofile(os.path.join(d, "out.bin"))
+)py";
+
+void WriteFloats(std::ofstream& f, const float* p, size_t n) {
+  f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n * sizeof(float)));
+}
+
+// Writes kTorchScript's inputs for m and `in` into dir.
+void WriteTorchInputs(const std::string& dir, Dlrm& m, const Inputs& in, int rows) {
+  const DlrmOptions& o = m.options();
+  std::ofstream shape(dir + "/shape.txt"), bin(dir + "/in.bin", std::ios::binary);
+  shape << rows << " " << o.dense_features << " " << o.dim << " " << o.sparse_features << "\n";
+  for (DlrmPart part : {DlrmPart::kBottom, DlrmPart::kTop}) {
+    DenseStack& s = m.stack(part);
+    for (int v : s.dims()) shape << v << " ";
+    shape << "\n";
+    for (int l = 0; l < s.num_layers(); ++l) {
+      WriteFloats(bin, s.weight(l).data(), s.weight_size(l));
+      WriteFloats(bin, s.bias(l).data(), s.bias_size(l));
+    }
+  }
+  for (const auto* v : {&in.x, &in.emb, &in.y}) WriteFloats(bin, v->data(), v->size());
+  std::ofstream(dir + "/dlrm.py") << kTorchScript;
+}
+
+// Runs kTorchScript on dir's inputs: its out.bin, empty on failure.
+std::vector<float> RunTorch(const std::string& dir) {
+  if (std::system(("/usr/bin/python3 " + dir + "/dlrm.py " + dir).c_str()) != 0) return {};
+  std::ifstream f(dir + "/out.bin", std::ios::binary | std::ios::ate);
+  std::vector<float> out(static_cast<size_t>(f.tellg()) / sizeof(float));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
+  return out;
+}
+
+// Compares n floats at got with want[*at ..], advancing *at.
+void ExpectMatchesTorch(const float* got, size_t n, const std::vector<float>& want, size_t* at,
+                        const std::string& what) {
+  ASSERT_LE(*at + n, want.size()) << what;
+  for (size_t i = 0; i < n; ++i)
+    EXPECT_NEAR(got[i], want[*at + i], 1e-5 + 1e-3 * std::fabs(want[*at + i])) << what << " [" << i << "]";
+  *at += n;
+}
+
+// Default sizes (torch_dlrm.py's model), a batch of 4.
+TEST(Dlrm, MatchesPyTorchOnTheSameWeights) {
+  if (std::system("/usr/bin/python3 -c 'import numpy, torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy (Debian: python3-torch python3-numpy)";
+  auto dev = MakeCpuDevice();
+  std::mt19937 rng(31);
+  Dlrm m(dev.get(), DlrmOptions());
+  InitLikeTorch(m.bottom(), rng);
+  InitLikeTorch(m.top(), rng);
+  const int rows = 4;
+  const Inputs in = RandomInputs(m, rows, rng);
+  std::string dir = ::testing::TempDir() + "dlrm_torch_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  WriteTorchInputs(dir, m, in, rows);
+  const std::vector<float> want = RunTorch(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(want.empty()) << "the PyTorch script failed";
+
+  float stats[2] = {0, 0};
+  std::vector<float> emb_grad(m.embedding_floats(rows));
+  size_t at = 0;
+  ExpectMatchesTorch(m.Forward(in.x.data(), in.emb.data(), rows), rows, want, &at, "logits");
+  m.Backward(in.x.data(), in.y.data(), rows, stats, emb_grad.data(), nullptr);
+  const float mean_loss = stats[0] / rows;
+  ExpectMatchesTorch(&mean_loss, 1, want, &at, "loss");
+  for (DlrmPart part : {DlrmPart::kBottom, DlrmPart::kTop}) {
+    DenseStack& s = m.stack(part);
+    for (int l = 0; l < s.num_layers(); ++l) {
+      const std::string layer = (part == DlrmPart::kTop ? " of top " : " of bottom ") + std::to_string(l);
+      ExpectMatchesTorch(s.grad_weight(l).data(), s.weight_size(l), want, &at, "weight gradient" + layer);
+      ExpectMatchesTorch(s.grad_bias(l).data(), s.bias_size(l), want, &at, "bias gradient" + layer);
+    }
+  }
+  ExpectMatchesTorch(emb_grad.data(), emb_grad.size(), want, &at, "embedding gradient");
+  EXPECT_EQ(at, want.size());
+}
+
 }  // namespace
 }  // namespace shardps::worker
