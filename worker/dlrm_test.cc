@@ -98,6 +98,12 @@ TEST(Dlrm, ForwardEvaluateAndPredictMatchTheReference) {
   std::vector<float> predicted(rows);
   m.Predict(in.x.data(), in.emb.data(), rows, predicted.data());
   for (int r = 0; r < rows; ++r) EXPECT_NEAR(predicted[r], want[r], 1e-5) << r;
+  for (int n : {3, 12, 5}) {  // smaller and larger batches after it
+    const Inputs other = RandomInputs(m, n, rng);
+    const auto expected = ReferenceLogits(m, other.x, other.emb, n, nullptr);
+    logits = m.Forward(other.x.data(), other.emb.data(), n);
+    for (int r = 0; r < n; ++r) EXPECT_NEAR(logits[r], expected[r], 1e-5) << n << " " << r;
+  }
 }
 
 void ExpectNearAll(const float* got, const std::vector<double>& want, const std::string& what) {
@@ -388,6 +394,58 @@ TEST(Dlrm, MatchesPyTorchOnTheSameWeights) {
   }
   ExpectMatchesTorch(emb_grad.data(), emb_grad.size(), want, &at, "embedding gradient");
   EXPECT_EQ(at, want.size());
+}
+
+void ExpectNearDevice(Device* gpu, const float* got, const float* want, size_t n, float tol, const std::string& what) {
+  std::vector<float> g(n);
+  gpu->Download(g.data(), got, n);
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(g[i], want[i], tol * (1 + std::fabs(want[i]))) << what << " [" << i << "]";
+}
+
+// A step of the default model on both backends, the embeddings uploaded
+// from page-locked memory as a trainer's would be.
+TEST(Dlrm, CudaMatchesCpu) {
+  std::string why;
+  auto gpu = MakeCudaDevice(&why);
+  if (!gpu) GTEST_SKIP() << "no GPU: " << why;
+  auto cpu = MakeCpuDevice();
+  Dlrm a(cpu.get(), DlrmOptions()), b(gpu.get(), DlrmOptions());
+  std::mt19937 rng(41);
+  InitLikeTorch(a.bottom(), rng);
+  InitLikeTorch(a.top(), rng);
+  for (DlrmPart part : {DlrmPart::kBottom, DlrmPart::kTop})
+    for (int l = 0; l < a.stack(part).num_layers(); ++l) {
+      gpu->Upload(b.stack(part).weight(l).data(), a.stack(part).weight(l).data(), a.stack(part).weight_size(l));
+      gpu->Upload(b.stack(part).bias(l).data(), a.stack(part).bias(l).data(), a.stack(part).bias_size(l));
+    }
+  const int rows = 100;
+  const Inputs in = RandomInputs(a, rows, rng);
+  HostBuffer emb(gpu.get(), in.emb.size()), emb_grad(gpu.get(), in.emb.size());
+  std::copy(in.emb.begin(), in.emb.end(), emb.data());
+  DeviceBuffer x(gpu.get(), in.x.size()), y(gpu.get(), rows), stats(gpu.get(), 2);
+  gpu->Upload(x.data(), in.x.data(), in.x.size());
+  gpu->Upload(y.data(), in.y.data(), rows);
+  gpu->Zero(stats.data(), 2);
+  float cpu_stats[2] = {0, 0};
+  std::vector<float> cpu_emb_grad(in.emb.size());
+  const float* want = a.Forward(in.x.data(), in.emb.data(), rows);
+  ExpectNearDevice(gpu.get(), b.Forward(x.data(), emb.data(), rows), want, rows, 1e-4f, "logits");
+  a.Backward(in.x.data(), in.y.data(), rows, cpu_stats, cpu_emb_grad.data(), nullptr);
+  int calls = 0;
+  b.Backward(x.data(), y.data(), rows, stats.data(), emb_grad.data(), [&](DlrmPart, int) { ++calls; });
+  EXPECT_EQ(calls, 3 + 1 + 2);
+  ExpectNearDevice(gpu.get(), stats.data(), cpu_stats, 2, 1e-4f, "stats");
+  for (size_t i = 0; i < cpu_emb_grad.size(); ++i) ASSERT_NEAR(emb_grad[i], cpu_emb_grad[i], 1e-5f) << i;
+  for (DlrmPart part : {DlrmPart::kBottom, DlrmPart::kTop})
+    for (int l = 0; l < a.stack(part).num_layers(); ++l) {
+      DenseStack &s = a.stack(part), &t = b.stack(part);
+      ExpectNearDevice(gpu.get(), t.grad_weight(l).data(), s.grad_weight(l).data(), s.weight_size(l), 1e-3f, "weight");
+      ExpectNearDevice(gpu.get(), t.grad_bias(l).data(), s.grad_bias(l).data(), s.bias_size(l), 1e-3f, "bias");
+    }
+  std::vector<float> logits(rows), cpu_logits(rows);
+  b.Predict(x.data(), emb.data(), rows, logits.data());
+  a.Predict(in.x.data(), in.emb.data(), rows, cpu_logits.data());
+  for (int r = 0; r < rows; ++r) EXPECT_NEAR(logits[r], cpu_logits[r], 1e-4f * (1 + std::fabs(cpu_logits[r])));
 }
 
 }  // namespace
