@@ -1,12 +1,13 @@
 // A chain of fully connected layers on a Device, with no loss of its own:
-// the bottom and top MLPs of a DLRM (worker/dlrm.h). Layer l maps dims[l]
-// to dims[l+1]: out = in W + b, then a ReLU after every hidden layer, and
-// after the last too when `relu_last` (the DLRM's bottom MLP ends in one).
+// the layers of worker/mlp.h's Mlp, and the bottom and top MLPs of a DLRM
+// (worker/dlrm.h). Layer l maps dims[l] to dims[l+1]: out = in W + b, then
+// a ReLU after every hidden layer, and after the last too when `relu_last`
+// (the DLRM's bottom MLP ends in one).
 //
 // Parameters of layer l: weight (dims[l] x dims[l+1], row-major) and bias
-// (dims[l+1]), as worker/mlp.h lays them out. The trainer uploads pulled
-// parameters into weight(l)/bias(l), runs Forward and Backward, and pushes
-// grad_weight(l)/grad_bias(l) as Backward produces them (last layer first).
+// (dims[l+1]). The trainer uploads pulled parameters into weight(l)/bias(l),
+// runs Forward and Backward, and pushes grad_weight(l)/grad_bias(l) as
+// Backward produces them (last layer first).
 #pragma once
 
 #include <functional>
