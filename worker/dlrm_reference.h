@@ -81,6 +81,12 @@ inline void InitLikeTorch(DenseStack& s, std::mt19937& rng) {
   }
 }
 
+// Both of m's stacks so. CPU backend only.
+inline void InitLikeTorch(Dlrm& m, std::mt19937& rng) {
+  InitLikeTorch(m.bottom(), rng);
+  InitLikeTorch(m.top(), rng);
+}
+
 // The central difference (f(p + eps) - f(p - eps)) / (the step p took), for
 // each of p's n values in turn (restored after).
 template <typename Loss>

@@ -80,8 +80,7 @@ TEST(Dlrm, ForwardEvaluateAndPredictMatchTheReference) {
   auto dev = MakeCpuDevice();
   std::mt19937 rng(11);
   Dlrm m(dev.get(), Tiny());
-  InitLikeTorch(m.bottom(), rng);
-  InitLikeTorch(m.top(), rng);
+  InitLikeTorch(m, rng);
   const int rows = 7;
   const Inputs in = RandomInputs(m, rows, rng);
   const auto want = ReferenceLogits(m, in.x, in.emb, rows, nullptr);
@@ -123,8 +122,7 @@ TEST(Dlrm, GradientsMatchFiniteDifferencesForLayersAndEmbeddings) {
   Inputs in;
   for (uint32_t seed = 1;; ++seed) {  // parameters away from every ReLU's kink
     std::mt19937 rng(seed);
-    InitLikeTorch(m.bottom(), rng);
-    InitLikeTorch(m.top(), rng);
+    InitLikeTorch(m, rng);
     in = RandomInputs(m, rows, rng);
     double closest = 1e9;
     ReferenceLogits(m, in.x, in.emb, rows, &closest);
@@ -246,8 +244,7 @@ TEST(Dlrm, PlainSgdLearnsASyntheticClickLog) {
   for (auto& v : score) v = nd(rng);
   const Clicks train = MakeClicks(o, 1024, table_rows, score, rng), test = MakeClicks(o, 1024, table_rows, score, rng);
   Dlrm m(dev.get(), o);
-  InitLikeTorch(m.bottom(), rng);
-  InitLikeTorch(m.top(), rng);
+  InitLikeTorch(m, rng);
   HostSgd sgd(o, table_rows, rng);
   const auto [loss0, acc0] = Score(m, sgd, test);
   std::vector<float> emb, emb_grad(m.embedding_floats(batch));
@@ -366,8 +363,7 @@ TEST(Dlrm, MatchesPyTorchOnTheSameWeights) {
   auto dev = MakeCpuDevice();
   std::mt19937 rng(31);
   Dlrm m(dev.get(), DlrmOptions());
-  InitLikeTorch(m.bottom(), rng);
-  InitLikeTorch(m.top(), rng);
+  InitLikeTorch(m, rng);
   const int rows = 4;
   const Inputs in = RandomInputs(m, rows, rng);
   std::string dir = ::testing::TempDir() + "dlrm_torch_XXXXXX";
@@ -411,8 +407,7 @@ TEST(Dlrm, CudaMatchesCpu) {
   auto cpu = MakeCpuDevice();
   Dlrm a(cpu.get(), DlrmOptions()), b(gpu.get(), DlrmOptions());
   std::mt19937 rng(41);
-  InitLikeTorch(a.bottom(), rng);
-  InitLikeTorch(a.top(), rng);
+  InitLikeTorch(a, rng);
   for (DlrmPart part : {DlrmPart::kBottom, DlrmPart::kTop})
     for (int l = 0; l < a.stack(part).num_layers(); ++l) {
       gpu->Upload(b.stack(part).weight(l).data(), a.stack(part).weight(l).data(), a.stack(part).weight_size(l));
