@@ -92,6 +92,59 @@ class CpuDevice final : public Device {
       prev[i] = t;
     }
   }
+  void SigmoidBce(const float* logits, const float* labels, int rows, float* grad, float* stats) override {
+    const float inv = 1.0f / static_cast<float>(rows);
+    double loss = 0;
+    int correct = 0;
+    for (int r = 0; r < rows; ++r) {
+      const float z = logits[r], y = labels[r];
+      const float e = std::exp(-std::fabs(z));  // in (0, 1]: never overflows
+      loss += std::max(z, 0.0f) - z * y + std::log1p(e);
+      correct += (z > 0.0f) == (y > 0.5f);
+      if (grad) grad[r] = ((z >= 0.0f ? 1.0f : e) / (1.0f + e) - y) * inv;
+    }
+    stats[0] += static_cast<float>(loss);
+    stats[1] += static_cast<float>(correct);
+  }
+  void PairwiseDot(const float* v, int rows, int n, int dim, float* out, int out_stride) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* vr = v + static_cast<size_t>(r) * n * dim;
+      float* o = out + static_cast<size_t>(r) * out_stride;
+      for (int i = 0; i < n; ++i)
+        for (int j = i + 1; j < n; ++j) {
+          float s = 0;
+          for (int k = 0; k < dim; ++k) s += vr[i * dim + k] * vr[j * dim + k];
+          *o++ = s;
+        }
+    }
+  }
+  void PairwiseDotBackward(const float* v, const float* dz, int dz_stride, int rows, int n, int dim,
+                           float* dv) override {
+    for (int r = 0; r < rows; ++r) {
+      const size_t at = static_cast<size_t>(r) * n * dim;
+      const float* vr = v + at;
+      const float* g = dz + static_cast<size_t>(r) * dz_stride;
+      float* d = dv + at;
+      std::fill(d, d + static_cast<size_t>(n) * dim, 0.0f);
+      for (int i = 0; i < n; ++i)
+        for (int j = i + 1; j < n; ++j, ++g)
+          for (int k = 0; k < dim; ++k) {
+            d[i * dim + k] += *g * vr[j * dim + k];
+            d[j * dim + k] += *g * vr[i * dim + k];
+          }
+    }
+  }
+  void CopyColumns(const float* src, int src_stride, int rows, int cols, float* dst, int dst_stride,
+                   bool accumulate) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* s = src + static_cast<size_t>(r) * src_stride;
+      float* d = dst + static_cast<size_t>(r) * dst_stride;
+      if (accumulate)
+        for (int j = 0; j < cols; ++j) d[j] += s[j];
+      else
+        std::copy_n(s, cols, d);
+    }
+  }
 };
 
 }  // namespace

@@ -73,6 +73,70 @@ __global__ void ColumnSumKernel(const float* x, int rows, int cols, float* out) 
   out[j] = s;
 }
 
+// One thread per row; a warp sums its rows' loss and correct count before
+// one atomic add each. REQUIRES blockDim.x a multiple of 32.
+__global__ void SigmoidBceKernel(const float* logits, const float* labels, int rows, float* grad, float* stats) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  float loss = 0.0f, correct = 0.0f;
+  if (r < rows) {
+    const float z = logits[r], y = labels[r];
+    const float e = expf(-fabsf(z));
+    loss = fmaxf(z, 0.0f) - z * y + log1pf(e);
+    correct = (z > 0.0f) == (y > 0.5f) ? 1.0f : 0.0f;
+    if (grad) grad[r] = ((z >= 0.0f ? 1.0f : e) / (1.0f + e) - y) / rows;
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    loss += __shfl_down_sync(0xffffffffu, loss, off);
+    correct += __shfl_down_sync(0xffffffffu, correct, off);
+  }
+  if ((threadIdx.x & 31) == 0 && r < rows) {
+    atomicAdd(&stats[0], loss);
+    atomicAdd(&stats[1], correct);
+  }
+}
+// The index of pair (a, b), a < b, in row-major upper-triangle order.
+__device__ int PairIndex(int a, int b, int n) { return a * (2 * n - a - 1) / 2 + (b - a - 1); }
+// One thread per (row, pair).
+__global__ void PairwiseDotKernel(const float* v, int rows, int n, int dim, float* out, int out_stride) {
+  const int pairs = n * (n - 1) / 2;
+  const size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (t >= static_cast<size_t>(rows) * pairs) return;
+  const size_t r = t / pairs;
+  const int p = static_cast<int>(t % pairs);
+  int i = 0, first = 0;  // first: the index of pair (i, i + 1)
+  while (p >= first + n - 1 - i) first += n - 1 - i, ++i;
+  const int j = i + 1 + (p - first);
+  const float* a = v + (r * n + i) * dim;
+  const float* b = v + (r * n + j) * dim;
+  float s = 0.0f;
+  for (int k = 0; k < dim; ++k) s += a[k] * b[k];
+  out[r * out_stride + p] = s;
+}
+// One thread per element of dv: (row, vector i, component k).
+__global__ void PairwiseDotBackwardKernel(const float* v, const float* dz, int dz_stride, int rows, int n, int dim,
+                                          float* dv) {
+  const size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (t >= static_cast<size_t>(rows) * n * dim) return;
+  const int k = static_cast<int>(t % dim);
+  const int i = static_cast<int>(t / dim % n);
+  const size_t r = t / dim / n;
+  const float* vr = v + r * n * dim;
+  const float* g = dz + r * dz_stride;
+  float s = 0.0f;
+  for (int j = 0; j < n; ++j)
+    if (j != i) s += g[j < i ? PairIndex(j, i, n) : PairIndex(i, j, n)] * vr[j * dim + k];
+  dv[t] = s;
+}
+__global__ void CopyColumnsKernel(const float* src, int src_stride, int rows, int cols, float* dst, int dst_stride,
+                                  bool accumulate) {
+  const size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (t >= static_cast<size_t>(rows) * cols) return;
+  const size_t r = t / cols, j = t % cols;
+  const float x = src[r * src_stride + j];
+  float* d = dst + r * dst_stride + j;
+  *d = accumulate ? *d + x : x;
+}
+
 unsigned Blocks(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 class CudaDevice final : public Device {
@@ -139,6 +203,26 @@ class CudaDevice final : public Device {
       Check(cudaMemcpyAsync(prev, w, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "copy");
     else
       ExtrapolateKernel<<<Blocks(n, 256), 256, 0, stream_>>>(w, prev, n, a);
+  }
+  void SigmoidBce(const float* logits, const float* labels, int rows, float* grad, float* stats) override {
+    if (rows > 0) SigmoidBceKernel<<<Blocks(rows, 128), 128, 0, stream_>>>(logits, labels, rows, grad, stats);
+  }
+  void PairwiseDot(const float* v, int rows, int n, int dim, float* out, int out_stride) override {
+    const size_t total = static_cast<size_t>(rows) * (n * (n - 1) / 2);
+    if (total) PairwiseDotKernel<<<Blocks(total, 128), 128, 0, stream_>>>(v, rows, n, dim, out, out_stride);
+  }
+  void PairwiseDotBackward(const float* v, const float* dz, int dz_stride, int rows, int n, int dim,
+                           float* dv) override {
+    const size_t total = static_cast<size_t>(rows) * n * dim;
+    if (total)
+      PairwiseDotBackwardKernel<<<Blocks(total, 128), 128, 0, stream_>>>(v, dz, dz_stride, rows, n, dim, dv);
+  }
+  void CopyColumns(const float* src, int src_stride, int rows, int cols, float* dst, int dst_stride,
+                   bool accumulate) override {
+    const size_t total = static_cast<size_t>(rows) * cols;
+    if (total)
+      CopyColumnsKernel<<<Blocks(total, 256), 256, 0, stream_>>>(src, src_stride, rows, cols, dst, dst_stride,
+                                                                 accumulate);
   }
 
  private:

@@ -81,7 +81,36 @@ class Device {
   // prev[i] = t. With a = 0, w is unchanged and prev takes it (prev is not
   // read: it may hold anything, NaN included).
   virtual void Extrapolate(float* w, float* prev, size_t n, float a) = 0;
+
+  // The operations of a DLRM (worker/dlrm.h). A "row" of a strided matrix
+  // starts at ptr + r * stride; a pointer into a wider matrix (ptr + column)
+  // reads or writes only those columns.
+  //
+  // Binary cross-entropy with logits against labels (0 or 1), for r < rows
+  // with z = logits[r], y = labels[r]: loss = max(z, 0) - z y + log(1 +
+  // exp(-|z|)) (never overflows); grad[r] = (sigmoid(z) - y) / rows, the
+  // gradient of the mean loss (grad may be null: statistics only). Adds the
+  // summed loss and the number of correct predictions, (z > 0) == (y > 0.5),
+  // into stats[0] and stats[1] (device memory, 2 floats).
+  virtual void SigmoidBce(const float* logits, const float* labels, int rows, float* grad, float* stats) = 0;
+  // The pairwise dot products of n vectors: v is rows x n x dim (row-major,
+  // contiguous); out row r (out + r * out_stride) gets the n (n - 1) / 2
+  // values <v[r][i], v[r][j]> for i < j in row-major upper-triangle order
+  // (0,1), (0,2) .. (0,n-1), (1,2) .. (n-2,n-1): torch.triu_indices(n, n, 1).
+  virtual void PairwiseDot(const float* v, int rows, int n, int dim, float* out, int out_stride) = 0;
+  // PairwiseDot's backward: given dz (row r at dz + r * dz_stride, in
+  // PairwiseDot's pair order), dv[r][i] = sum over j != i of dz[r][pair(i,
+  // j)] v[r][j]; dv (rows x n x dim, contiguous) is overwritten.
+  virtual void PairwiseDotBackward(const float* v, const float* dz, int dz_stride, int rows, int n, int dim,
+                                   float* dv) = 0;
+  // For r < rows and j < cols: dst[r * dst_stride + j] = src[r * src_stride
+  // + j], or += with `accumulate`. src and dst do not overlap.
+  virtual void CopyColumns(const float* src, int src_stride, int rows, int cols, float* dst, int dst_stride,
+                           bool accumulate) = 0;
 };
+
+// The number of pairs i < j of n vectors: PairwiseDot's output columns.
+inline int PairCount(int n) { return n * (n - 1) / 2; }
 
 // Host memory from Device::AllocHost, `size` floats. Movable.
 class HostBuffer {

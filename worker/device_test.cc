@@ -1,7 +1,9 @@
-// CUDA against CPU for every device operation. Without a GPU these tests
-// skip, saying why.
+// CUDA against CPU for every device operation (without a GPU these tests
+// skip, saying why), and the CPU backend against the definitions of the
+// operations the CPU-only tests do not cover (Extrapolate, the DLRM ones).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
@@ -131,6 +133,108 @@ TEST_F(CudaVsCpu, WholeMlpStep) {
     gpu_->Download(g.data(), b.grad_weight(l).data(), g.size());
     for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], a.grad_weight(l).data()[i], 1e-4f) << l << " " << i;
   }
+}
+
+TEST_F(CudaVsCpu, DlrmOperations) {
+  std::vector<float> labels(300);
+  for (int i = 0; i < 300; ++i) labels[i] = static_cast<float>(i % 3 == 0);
+  for (int out = 2; out < 4; ++out)  // the gradient, then the statistics
+    Compare({Random(300, -40, 40), labels, std::vector<float>(300), {1.0f, 2.0f}}, out,
+            [](Device* d, std::vector<float*>& p) { d->SigmoidBce(p[0], p[1], 300, p[2], p[3]); }, 1e-3f);
+  Compare({Random(300, -4, 4), labels, {0.5f, 0.0f}}, 2,
+          [](Device* d, std::vector<float*>& p) { d->SigmoidBce(p[0], p[1], 300, nullptr, p[2]); }, 1e-3f);
+  const int rows = 37, n = 27, dim = 16, wide = 400;  // z written at columns 20 .. 370 of a wider matrix
+  Compare({Random(rows * n * dim), Random(rows * wide)}, 1, [](Device* d, std::vector<float*>& p) {
+    d->PairwiseDot(p[0], rows, n, dim, p[1] + 20, wide);
+  });
+  Compare({Random(rows * n * dim), Random(rows * wide), Random(rows * n * dim)}, 2,
+          [](Device* d, std::vector<float*>& p) { d->PairwiseDotBackward(p[0], p[1] + 20, wide, rows, n, dim, p[2]); });
+  for (bool acc : {false, true})
+    Compare({Random(rows * 50), Random(rows * 70)}, 1, [acc](Device* d, std::vector<float*>& p) {
+      d->CopyColumns(p[0] + 3, 50, rows, 40, p[1] + 5, 70, acc);
+    });
+}
+
+// The DLRM operations of the CPU backend against their definitions.
+TEST(CpuDevice, SigmoidBceIsStableForLargeLogits) {
+  auto d = MakeCpuDevice();
+  const std::vector<float> z = {0.0f, 2.5f, -1.5f, 100.0f, -100.0f, 30.0f, -0.25f}, y = {1, 0, 1, 1, 1, 0, 0};
+  const int rows = static_cast<int>(z.size());
+  std::vector<float> grad(rows);
+  float stats[2] = {1.0f, 1.0f}, only[2] = {0.0f, 0.0f};  // added into
+  d->SigmoidBce(z.data(), y.data(), rows, grad.data(), stats);
+  d->SigmoidBce(z.data(), y.data(), rows, nullptr, only);
+  double loss = 0;
+  int correct = 0;
+  for (int r = 0; r < rows; ++r) {
+    const double zr = z[r];
+    loss += std::log1p(std::exp(zr)) - zr * y[r];  // exact in double for |z| < 700
+    correct += (zr > 0) == (y[r] == 1);
+    EXPECT_NEAR(grad[r], (1 / (1 + std::exp(-zr)) - y[r]) / rows, 1e-7) << r;
+  }
+  EXPECT_EQ(correct, 2);  // z = 0 with y = 1 is wrong: a prediction is a click when z > 0
+  EXPECT_NEAR(stats[0], 1.0 + loss, 1e-4 * loss);
+  EXPECT_EQ(stats[1], 1.0f + correct);
+  EXPECT_NEAR(only[0], loss, 1e-4 * loss);
+  EXPECT_EQ(only[1], static_cast<float>(correct));
+}
+
+TEST(CpuDevice, PairwiseDotWritesTheUpperTriangleInTorchOrder) {
+  auto d = MakeCpuDevice();
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int rows = 3, n = 4, dim = 3, stride = 10, at = 2;  // 6 pairs at columns 2 .. 7 of 10
+  std::vector<float> v(rows * n * dim), out(rows * stride, -7.0f);
+  for (auto& x : v) x = u(rng);
+  d->PairwiseDot(v.data(), rows, n, dim, out.data() + at, stride);
+  const int order[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};  // torch.triu_indices(4, 4, 1)
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < stride; ++c) {
+      const int p = c - at;
+      if (p < 0 || p >= PairCount(n)) {
+        EXPECT_EQ(out[r * stride + c], -7.0f) << "column " << c << " is not z's";
+        continue;
+      }
+      double dot = 0;
+      for (int k = 0; k < dim; ++k) dot += v[(r * n + order[p][0]) * dim + k] * v[(r * n + order[p][1]) * dim + k];
+      EXPECT_NEAR(out[r * stride + c], dot, 1e-6) << r << " " << p;
+    }
+}
+
+TEST(CpuDevice, PairwiseDotBackwardIsTheSymmetricProduct) {
+  auto d = MakeCpuDevice();
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int rows = 2, n = 5, dim = 3, stride = 13, at = 1;  // dz: 10 pairs at columns 1 .. 10
+  std::vector<float> v(rows * n * dim), dz(rows * stride), dv(rows * n * dim, 99.0f);
+  for (auto& x : v) x = u(rng);
+  for (auto& x : dz) x = u(rng);
+  d->PairwiseDotBackward(v.data(), dz.data() + at, stride, rows, n, dim, dv.data());
+  for (int r = 0; r < rows; ++r) {
+    std::vector<double> g(n * n, 0.0);  // dz as a symmetric matrix with a zero diagonal
+    int p = at;
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j, ++p) g[i * n + j] = g[j * n + i] = dz[r * stride + p];
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < dim; ++k) {
+        double want = 0;
+        for (int j = 0; j < n; ++j) want += g[i * n + j] * v[(r * n + j) * dim + k];
+        EXPECT_NEAR(dv[(r * n + i) * dim + k], want, 1e-6) << r << " " << i << " " << k;
+      }
+  }
+}
+
+TEST(CpuDevice, CopyColumnsCopiesOrAddsOnlyTheBlock) {
+  auto d = MakeCpuDevice();
+  const int rows = 3;
+  std::vector<float> src(rows * 6), dst(rows * 5, 1.0f);
+  for (int i = 0; i < rows * 6; ++i) src[i] = static_cast<float>(i);
+  d->CopyColumns(src.data() + 1, 6, rows, 2, dst.data() + 3, 5, false);  // src columns 1-2 to dst columns 3-4
+  d->CopyColumns(src.data(), 6, rows, 2, dst.data(), 5, true);           // src columns 0-1 added to dst 0-1
+  for (int r = 0; r < rows; ++r)
+    EXPECT_EQ(std::vector<float>(dst.begin() + r * 5, dst.begin() + r * 5 + 5),
+              (std::vector<float>{1.0f + 6 * r, 2.0f + 6 * r, 1.0f, 1.0f + 6 * r, 2.0f + 6 * r}))
+        << r;
 }
 
 TEST(DeviceChoice, AutoAlwaysGivesADeviceAndSaysWhich) {

@@ -11,25 +11,29 @@
 #include <functional>
 #include <vector>
 
+#include "worker/dense_stack.h"
 #include "worker/device.h"
 
 namespace shardps::worker {
 
+// The layers are a DenseStack (no ReLU after the last); the head is the
+// softmax cross-entropy.
+// Thread: one (the trainer's); every member is its.
 class Mlp {
  public:
   Mlp(Device* dev, std::vector<int> dims);
 
-  int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
-  const std::vector<int>& dims() const { return dims_; }
-  size_t weight_size(int l) const { return static_cast<size_t>(dims_[l]) * dims_[l + 1]; }
-  size_t bias_size(int l) const { return static_cast<size_t>(dims_[l + 1]); }
-  DeviceBuffer& weight(int l) { return w_[l]; }
-  DeviceBuffer& bias(int l) { return b_[l]; }
-  DeviceBuffer& grad_weight(int l) { return gw_[l]; }
-  DeviceBuffer& grad_bias(int l) { return gb_[l]; }
+  int num_layers() const { return stack_.num_layers(); }
+  const std::vector<int>& dims() const { return stack_.dims(); }
+  size_t weight_size(int l) const { return stack_.weight_size(l); }
+  size_t bias_size(int l) const { return stack_.bias_size(l); }
+  DeviceBuffer& weight(int l) { return stack_.weight(l); }
+  DeviceBuffer& bias(int l) { return stack_.bias(l); }
+  DeviceBuffer& grad_weight(int l) { return stack_.grad_weight(l); }
+  DeviceBuffer& grad_bias(int l) { return stack_.grad_bias(l); }
 
   // x: rows x dims[0] on the device. Returns the logits (rows x dims.back()).
-  const float* Forward(const float* x, int rows);
+  const float* Forward(const float* x, int rows) { return stack_.Forward(x, rows); }
   // After Forward on the same x: gradients of the mean cross-entropy against
   // `labels` (rows floats on the device). Calls layer_ready(l) as soon as
   // layer l's gradients are complete, from the last layer down. Adds the
@@ -42,11 +46,8 @@ class Mlp {
  private:
   void EnsureRows(int rows);
   Device* dev_;
-  std::vector<int> dims_;
-  std::vector<DeviceBuffer> w_, b_, gw_, gb_;
-  std::vector<DeviceBuffer> act_;   // act_[l] = output of layer l-1 (l >= 1)
-  std::vector<DeviceBuffer> delta_; // delta_[l]: gradient w.r.t. layer l's pre-activation
-  DeviceBuffer scratch_;
+  DenseStack stack_;
+  DeviceBuffer dlogits_;  // rows_ x classes: d(mean cross-entropy)/d(logits)
   int rows_ = 0;
 };
 
