@@ -41,12 +41,35 @@ def _rows_cols(p):
     return rows, n // rows
 
 
+def _torch_init(pname, p, owner):
+    """The shardps initializer closest to torch's default for parameter
+    `pname` ("weight", "bias", ...) of module `owner`: the reset_parameters
+    of Linear and Conv (kaiming_uniform with a = sqrt(5): weights, and the
+    biases with their weight's fan_in, uniform in +-1/sqrt(fan_in)),
+    Embedding's N(0, 1), the norm layers' weights 1 and biases 0; any other
+    parameter of 2 or more dimensions as a Linear weight, of 1 as a norm
+    layer's."""
+    if isinstance(owner, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and pname == "weight":
+        return {"init": "normal", "mean": 0.0, "stddev": 1.0}
+    if p.dim() >= 2:
+        bound = 1.0 / _rows_cols(p)[1] ** 0.5
+        return {"init": "uniform", "low": -bound, "high": bound}
+    w = getattr(owner, "weight", None)
+    if pname == "bias" and isinstance(w, torch.Tensor) and w.dim() >= 2:
+        bound = 1.0 / _rows_cols(w)[1] ** 0.5
+        return {"init": "uniform", "low": -bound, "high": bound}
+    return {"init": "constant", "value": 1.0} if pname == "weight" else {"init": "zeros"}
+
+
 class ShardedModel:
     """Maps `module`'s parameters to tables and moves them between the
     model and the servers. The tables start from the servers' initializer
     (`init`: "he" -- weights normal with stddev sqrt(2 / fan_in), biases
-    zero -- or a shardps initializer with `stddev`; `seed`: the same on
-    every worker), so pull() before the first step. `optimizer`, `lr` and `optimizer_args` (momentum, beta1,
+    zero; "torch" -- torch's own defaults (_torch_init): Linear and Conv
+    weights and biases uniform in +-1/sqrt(fan_in), nn.Embedding N(0, 1),
+    norm layers' weights 1 and biases 0; or a shardps initializer with
+    `stddev`; `seed`: the same on every worker), so pull() before the
+    first step. `optimizer`, `lr` and `optimizer_args` (momentum, beta1,
     ...) configure the server-side optimizer. `push_in_backward`: push each
     gradient from its hook as soon as backward produced it (else all in
     step()). `prefetch`: step() sends the next iteration's pulls before it
@@ -77,6 +100,8 @@ class ShardedModel:
         # shardps embeddings inside the model: no parameters (their rows are
         # on the servers), but their pushes must land before the clock.
         self.embeddings = [m for m in module.modules() if isinstance(m, _SparseLookup)]
+        owners = {(f"{mn}." if mn else "") + pn: m for mn, m in module.named_modules()
+                  for pn, _ in m.named_parameters(recurse=False)}
         for name, p in module.named_parameters():
             if not p.requires_grad:  # frozen: not trained, not a table
                 continue
@@ -85,11 +110,13 @@ class ShardedModel:
                                  f"(make it contiguous, e.g. not channels_last, before mapping the model)")
             rows, cols = _rows_cols(p)
             if init == "he":  # weights: normal, stddev sqrt(2 / fan_in); biases (1-d): zeros
-                kind, sd = ("normal", (2.0 / cols) ** 0.5) if p.dim() >= 2 else ("zeros", 0.0)
+                how = {"init": "normal", "stddev": (2.0 / cols) ** 0.5} if p.dim() >= 2 else {"init": "zeros"}
+            elif init == "torch":
+                how = _torch_init(name.rsplit(".", 1)[-1], p, owners[name])
             else:
-                kind, sd = init, stddev
-            t = client.create_table(prefix + name, rows=rows, cols=cols, init=kind, stddev=sd, seed=seed,
-                                    optimizer=optimizer, lr=lr, **optimizer_args)
+                how = {"init": init, "stddev": stddev}
+            t = client.create_table(prefix + name, rows=rows, cols=cols, seed=seed, optimizer=optimizer, lr=lr,
+                                    **how, **optimizer_args)
             self.params.append(p)
             self.tables.append(t)
             self.views.append(p.data.numpy().reshape(rows, cols))  # the parameter's storage
