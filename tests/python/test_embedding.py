@@ -78,11 +78,9 @@ def test_embedding_adagrad_two_steps_equal_torch_adagrad(ps):
     np.testing.assert_allclose(emb.read(uniq).numpy(), ref.weight.detach().numpy(), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-@pytest.mark.parametrize("shape", ["offsets", "2d", "weights"])
+@pytest.mark.parametrize("mode,shape", [(m, s) for m in ("sum", "mean", "max") for s in ("offsets", "2d")] +
+                         [("sum", "weights")])  # per_sample_weights: mode sum only
 def test_embedding_bag_equals_torch_embedding_bag(ps, mode, shape):
-    if shape == "weights" and mode != "sum":
-        pytest.skip("per_sample_weights is for mode sum")
     bag = shardps.torch.EmbeddingBag(ps, f"b_{mode}_{shape}", dim=5, mode=mode, init="uniform", low=-0.05,
                                      high=0.05, optimizer="sgd", lr=1.0)
     if shape == "2d":
