@@ -306,6 +306,7 @@ PYBIND11_MODULE(_shardps, m) {
   py::enum_<StalenessRule>(m, "StalenessRule")
       .value("default", StalenessRule::kDefault).value("none", StalenessRule::kNone)
       .value("scale_lr", StalenessRule::kScaleLr).value("dc", StalenessRule::kDelayCompensation);
+  py::enum_<DType>(m, "DType").value("f32", DType::kF32).value("bf16", DType::kBF16).value("f16", DType::kF16);
 
   py::class_<TableSpec>(m, "TableSpec")
       .def(py::init<>())
@@ -320,6 +321,9 @@ PYBIND11_MODULE(_shardps, m) {
       .def_readwrite("max_rows", &TableSpec::max_rows)
       .def_readwrite("staleness_rule", &TableSpec::staleness_rule)
       .def_readwrite("dc_lambda", &TableSpec::dc_lambda)
+      .def_readwrite("dtype", &TableSpec::dtype).def_readwrite("admit_after", &TableSpec::admit_after)
+      .def_readwrite("evict_after_clocks", &TableSpec::evict_after_clocks)
+      .def_readwrite("evict_after_sec", &TableSpec::evict_after_sec)
       .def("validate", [](const TableSpec& s) { Check(s.Validate()); });
 
   py::class_<Table>(m, "Table")
@@ -328,10 +332,12 @@ PYBIND11_MODULE(_shardps, m) {
       .def_property_readonly("rows", &Table::rows)
       .def_property_readonly("cols", &Table::cols)
       .def_property_readonly("dense", [](const Table& t) { return t.spec.kind == TableKind::kDense; })
+      .def_property_readonly("dtype", [](const Table& t) { return std::string(ToString(t.spec.dtype)); })
       .def_readonly("spec", &Table::spec)
       .def("__repr__", [](const Table& t) {
         return "<shardps.Table '" + t.spec.name + "' " + std::string(ToString(t.spec.kind)) + " " +
-               (t.spec.kind == TableKind::kDense ? std::to_string(t.rows()) + "x" : "?x") + std::to_string(t.cols()) + ">";
+               (t.spec.kind == TableKind::kDense ? std::to_string(t.rows()) + "x" : "?x") + std::to_string(t.cols()) +
+               (t.spec.dtype == DType::kF32 ? "" : " " + std::string(ToString(t.spec.dtype))) + ">";
       });
 
   py::class_<PyRequest, std::shared_ptr<PyRequest>>(m, "Request")

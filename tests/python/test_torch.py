@@ -109,3 +109,24 @@ def test_prediction_is_off_under_sync(cluster_factory):
                 shardps.torch.ShardedModel(ps, make_model(), prefix="b.", predict=bad)
         with pytest.raises(ValueError, match="compensate the same drift"):
             shardps.torch.ShardedModel(ps, make_model(), prefix="c.", predict=1, staleness_rule="dc")
+
+
+def test_torch_init_follows_torchs_defaults(cluster_factory):
+    """init="torch": Linear/Conv weights and biases uniform in +-1/sqrt(fan_in),
+    an nn.Embedding N(0, 1), a norm layer's weight 1 and bias 0."""
+    c = cluster_factory(servers=2, workers=1, consistency="async")
+    model = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 5), torch.nn.Flatten(), torch.nn.Linear(400, 300),
+                                torch.nn.LayerNorm(300), torch.nn.Embedding(50, 60))
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        sm = shardps.torch.ShardedModel(ps, model, init="torch", seed=2)
+        sm.pull()
+    for name, fan_in in (("0.weight", 15), ("0.bias", 15), ("2.weight", 400), ("2.bias", 400)):
+        v = dict(model.named_parameters())[name].detach().numpy()
+        bound = fan_in ** -0.5
+        assert np.abs(v).max() <= bound and np.all(v != 0), name
+        if v.size >= 60:  # uniform's spread and stddev, not a normal's
+            assert np.abs(v).max() > 0.9 * bound and abs(v.std() - bound / 3 ** 0.5) < 0.15 * bound, name
+    np.testing.assert_array_equal(model[3].weight.detach().numpy(), np.ones(300, np.float32))
+    np.testing.assert_array_equal(model[3].bias.detach().numpy(), np.zeros(300, np.float32))
+    e = model[4].weight.detach().numpy()
+    assert abs(e.mean()) < 0.05 and abs(e.std() - 1) < 0.05

@@ -16,6 +16,7 @@ raises a `shardps.Error` subclass carrying the server's message.
 PyTorch: `shardps.torch` (docs/python.md).
 """
 
+import operator
 import os
 
 try:
@@ -44,6 +45,7 @@ _OPTIMIZERS = {"sgd": _ext.OptimizerKind.sgd, "momentum": _ext.OptimizerKind.mom
                "adagrad": _ext.OptimizerKind.adagrad, "adam": _ext.OptimizerKind.adam}
 _RULES = {"default": _ext.StalenessRule.default, "none": _ext.StalenessRule.none,
           "scale-lr": _ext.StalenessRule.scale_lr, "dc": _ext.StalenessRule.dc}
+_DTYPES = {"f32": _ext.DType.f32, "bf16": _ext.DType.bf16, "f16": _ext.DType.f16}
 
 
 def _choice(what, value, table):
@@ -51,6 +53,17 @@ def _choice(what, value, table):
         return table[value]
     except KeyError:
         raise ValueError(f"{what} must be one of {', '.join(table)}, got {value!r}") from None
+
+
+def _count(what, value, most=0xFFFFFFFF):
+    """`value` (an int, not a bool) in [0, most], else ValueError naming `what`."""
+    try:
+        v = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        v = None
+    if v is None or not 0 <= v <= most:
+        raise ValueError(f"{what} must be an integer in [0, {most}], got {value!r}")
+    return v
 
 
 def connect(coordinator, rank=None, role="worker", timeout=60.0, request_timeout=120.0, key=None):
@@ -83,13 +96,20 @@ class Client:
     def create_table(self, name, rows=0, cols=1, kind="dense", init="zeros", init_a=0.0, init_b=0.0, seed=0,
                      optimizer="sgd", lr=0.01, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
                      initial_accumulator=0.0, max_rows=0, *, value=None, low=None, high=None, mean=None,
-                     stddev=None, staleness_rule="default", dc_lambda=0.04):
+                     stddev=None, staleness_rule="default", dc_lambda=0.04, dtype="f32", admit_after=0,
+                     evict_after_clocks=0, evict_after_sec=0):
         """Defines a table (every worker may call it with the same spec and
         gets the same table; another shape raises ConflictError) and returns
         it once every server holds it. Fields as in the C++ TableSpec;
         `value` (constant), `low`/`high` (uniform), `mean`/`stddev` (normal)
         name init_a/init_b; `staleness_rule` ("default", "none", "scale-lr",
-        "dc") and `dc_lambda` weigh stale gradients (docs/consistency.md)."""
+        "dc") and `dc_lambda` weigh stale gradients (docs/consistency.md).
+        Embedding tables (kind="sparse" only): `dtype` ("f32", "bf16",
+        "f16": the values' type where stored and sent; optimizer state stays
+        float32), `admit_after` (an id gets a row at its k-th push; 0 or 1:
+        at its first; at most 255), `evict_after_clocks` or `evict_after_sec`
+        (rows not updated for that long are removed; 0: never; one of
+        them). Pushes and pulls still take float32 arrays."""
         s = _ext.TableSpec()
         s.name, s.rows, s.cols = name, int(rows), int(cols)
         s.kind = _choice("kind", kind, _KINDS)
@@ -105,6 +125,10 @@ class Client:
         s.max_rows = int(max_rows)
         s.staleness_rule = _choice("staleness_rule", staleness_rule, _RULES)
         s.dc_lambda = float(dc_lambda)
+        s.dtype = _choice("dtype", dtype, _DTYPES)
+        s.admit_after = _count("admit_after", admit_after)
+        s.evict_after_clocks = _count("evict_after_clocks", evict_after_clocks)
+        s.evict_after_sec = _count("evict_after_sec", evict_after_sec)
         s.validate()
         return self._c.create_table(s)
 

@@ -19,6 +19,7 @@ class Table:
     rows: int
     cols: int
     dense: bool
+    dtype: str  # "f32", "bf16", "f16"
 
 class Request:
     def wait(self, timeout: Optional[float] = None) -> Optional[npt.NDArray[np.float32]]: ...
@@ -48,7 +49,9 @@ class Client:
                      eps: float = 1e-8, initial_accumulator: float = 0.0, max_rows: int = 0, *,
                      value: Optional[float] = None,
                      low: Optional[float] = None, high: Optional[float] = None, mean: Optional[float] = None,
-                     stddev: Optional[float] = None) -> Table: ...
+                     stddev: Optional[float] = None, staleness_rule: str = "default", dc_lambda: float = 0.04,
+                     dtype: str = "f32", admit_after: int = 0, evict_after_clocks: int = 0,
+                     evict_after_sec: int = 0) -> Table: ...
     def table(self, name: str) -> Table: ...
     def push_async(self, table: TableRef, grads: F32, rows: Optional[Rows] = None,
                    ids: Optional[Ids] = None) -> Request: ...

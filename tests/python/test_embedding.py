@@ -1,0 +1,266 @@
+"""shardps.torch.Embedding / EmbeddingBag against torch.nn.Embedding /
+EmbeddingBag holding the same rows, and the embedding-table options of
+Client.create_table, on real local clusters."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import shardps  # noqa: E402
+import shardps.torch  # noqa: E402
+
+# Ids far apart (no fixed size), repeated within the batch.
+IDS = torch.tensor([[3, 1 << 40, 3, 7], [7, 7, 12345678901, 3], [0, 3, 1 << 40, 5]])
+
+
+def reference(emb, ids, cls=torch.nn.Embedding, **kw):
+    """A torch module holding the servers' rows of every id in `ids`, and
+    the ids renumbered into it."""
+    uniq, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+    ref = cls(len(uniq), emb.embedding_dim, **kw)
+    with torch.no_grad():
+        ref.weight.copy_(emb.read(uniq))
+    return ref, uniq, inverse
+
+
+def loss_of(out, seed=1):
+    """A loss whose gradient differs per position (and is not linear)."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(out.shape, generator=g)
+    return (out * t).sum() + (out ** 2).sum()
+
+
+def train_step(ps, module, loss):
+    loss.backward()
+    assert module.step() >= 1  # the pushes backward sent, waited for: before the clock
+    ps.clock()
+
+
+@pytest.fixture
+def ps(cluster_factory):
+    c = cluster_factory(servers=2, workers=1, consistency="sync")
+    with shardps.connect(c.endpoint, rank=0) as client:
+        yield client
+
+
+def test_embedding_equals_torch_embedding_forward_and_after_sgd(ps):
+    emb = shardps.torch.Embedding(ps, "e", dim=4, init="uniform", low=-0.05, high=0.05, optimizer="sgd", lr=1.0)
+    ref, uniq, inverse = reference(emb, IDS)
+    assert float(ref.weight.abs().max()) <= 0.05 and float(ref.weight.std()) > 0
+    out = emb(IDS)
+    assert out.shape == (3, 4, 4) and out.dtype == torch.float32
+    np.testing.assert_array_equal(out.detach().numpy(), ref(inverse).detach().numpy())
+    opt = torch.optim.SGD(ref.parameters(), lr=1.0)
+    loss_of(ref(inverse)).backward()
+    opt.step()
+    train_step(ps, emb, loss_of(out))
+    # Id 3 is in the batch 4 times, 7 three times: their steps are the sums of their gradients.
+    np.testing.assert_allclose(emb.read(uniq).numpy(), ref.weight.detach().numpy(), rtol=0, atol=1e-6)
+
+
+def test_embedding_adagrad_two_steps_equal_torch_adagrad(ps):
+    emb = shardps.torch.Embedding(ps, "e", dim=3, init="normal", stddev=0.1, optimizer="adagrad", lr=0.1,
+                                  eps=1e-8, initial_accumulator=0.0)
+    second = torch.tensor([[3, 3, 99], [1 << 40, 42, 42]])  # overlaps the first batch: accumulators carry on
+    everything = torch.cat([IDS.flatten(), second.flatten()])
+    ref, uniq, _ = reference(emb, everything)
+    opt = torch.optim.Adagrad(ref.parameters(), lr=0.1, eps=1e-8, initial_accumulator_value=0.0)
+    for seed, ids in ((1, IDS), (2, second)):
+        local = torch.searchsorted(uniq, ids)  # the ids renumbered into ref
+        out = emb(ids)
+        np.testing.assert_allclose(out.detach().numpy(), ref(local).detach().numpy(), rtol=0, atol=1e-6)
+        opt.zero_grad()
+        loss_of(ref(local), seed).backward()
+        opt.step()
+        train_step(ps, emb, loss_of(out, seed))
+    np.testing.assert_allclose(emb.read(uniq).numpy(), ref.weight.detach().numpy(), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,shape", [(m, s) for m in ("sum", "mean", "max") for s in ("offsets", "2d")] +
+                         [("sum", "weights")])  # per_sample_weights: mode sum only
+def test_embedding_bag_equals_torch_embedding_bag(ps, mode, shape):
+    bag = shardps.torch.EmbeddingBag(ps, f"b_{mode}_{shape}", dim=5, mode=mode, init="uniform", low=-0.05,
+                                     high=0.05, optimizer="sgd", lr=1.0)
+    if shape == "2d":
+        ids, offsets = IDS, None
+    else:
+        ids, offsets = IDS.flatten(), torch.tensor([0, 3, 3, 8])  # bag 1 is empty
+    weights = torch.linspace(0.5, 2.0, ids.numel()).reshape(ids.shape) if shape == "weights" else None
+    ref, uniq, inverse = reference(bag, ids, torch.nn.EmbeddingBag, mode=mode)
+    out = bag(ids, offsets, per_sample_weights=weights)
+    want = ref(inverse, offsets, per_sample_weights=weights)
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-7)
+    opt = torch.optim.SGD(ref.parameters(), lr=1.0)
+    loss_of(want).backward()
+    opt.step()
+    train_step(ps, bag, loss_of(out))
+    np.testing.assert_allclose(bag.read(uniq).numpy(), ref.weight.detach().numpy(), rtol=0, atol=1e-6)
+
+
+def test_unpushed_ids_read_their_initial_values_and_pulls_push_nothing(ps):
+    emb = shardps.torch.Embedding(ps, "c", dim=2, init="constant", value=0.25, optimizer="sgd", lr=1.0)
+    np.testing.assert_array_equal(emb(torch.tensor([9, 1 << 50])).detach().numpy(), np.full((2, 2), 0.25, np.float32))
+    assert emb.step() == 0  # no backward: nothing was pushed
+    with torch.no_grad():
+        emb(torch.tensor([9]))
+    assert emb.step() == 0
+    u = shardps.torch.Embedding(ps, "u", dim=8, init="uniform", low=-0.05, high=0.05, seed=4)
+    before = u.read(torch.tensor([77, 78]))
+    train_step(ps, u, u(torch.tensor([5, 6, 5])).sum())  # other ids pushed and changed
+    after = u.read(torch.tensor([77, 78]))
+    np.testing.assert_array_equal(before.numpy(), after.numpy())
+    assert float(after.abs().max()) <= 0.05 and not torch.equal(after[0], after[1])
+    assert torch.all(u.read(torch.tensor([5])) != u.read(torch.tensor([6])))
+
+
+def test_empty_batch(ps):
+    emb = shardps.torch.Embedding(ps, "e", dim=3)
+    assert emb(torch.zeros(0, 4, dtype=torch.long)).shape == (0, 4, 3)
+    bag = shardps.torch.EmbeddingBag(ps, "b", dim=3, mode="sum")
+    np.testing.assert_array_equal(bag(torch.zeros(0, dtype=torch.long), torch.tensor([0, 0])).detach().numpy(),
+                                  np.zeros((2, 3), np.float32))
+
+
+def test_bad_inputs_raise_clear_errors(ps):
+    emb = shardps.torch.Embedding(ps, "e", dim=4, num_embeddings=100)
+    with pytest.raises(IndexError, match=r"Embedding 'e': id -1 is negative"):
+        emb(torch.tensor([1, -1]))
+    with pytest.raises(IndexError, match=r"id 100 is out of range: num_embeddings is 100"):
+        emb(torch.tensor([[99, 100]]))
+    with pytest.raises(TypeError, match=r"ids must be int64 \(or int32\), got torch.float32"):
+        emb(torch.tensor([1.0]))
+    with pytest.raises(TypeError, match=r"must be a torch.Tensor .* got ndarray"):
+        emb(np.array([1]))
+    assert emb(torch.tensor([1, 99], dtype=torch.int32)).shape == (2, 4)
+    bag = shardps.torch.EmbeddingBag(ps, "b", dim=4, mode="mean")
+    with pytest.raises(ValueError, match="input must be 1-d .* got 3 dimensions"):
+        bag(torch.zeros(2, 2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="a 1-d input needs offsets"):
+        bag(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="offsets must be None for a 2-d input"):
+        bag(torch.tensor([[1, 2]]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="offsets must be a 1-d int64"):
+        bag(torch.tensor([1, 2]), torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="per_sample_weights is for mode 'sum' only"):
+        bag(torch.tensor([[1, 2]]), per_sample_weights=torch.ones(1, 2))
+    bsum = shardps.torch.EmbeddingBag(ps, "s", dim=4, mode="sum")
+    with pytest.raises(ValueError, match=r"per_sample_weights must be a floating tensor of the input's shape \(1, 2\)"):
+        bsum(torch.tensor([[1, 2]]), per_sample_weights=torch.ones(2))
+    with pytest.raises(ValueError, match="mode must be one of sum, mean, max"):
+        shardps.torch.EmbeddingBag(ps, "x", dim=4, mode="median")
+    with pytest.raises(ValueError, match="dim must be an integer >= 1"):
+        shardps.torch.Embedding(ps, "x", dim=0)
+    with pytest.raises(ValueError, match="num_embeddings must be an integer >= 1"):
+        shardps.torch.Embedding(ps, "x", dim=2, num_embeddings=-5)
+    with pytest.raises(ValueError, match="dtype must be one of f32, bf16, f16, got 'f64'"):
+        shardps.torch.Embedding(ps, "x", dim=2, dtype="f64")
+
+
+def test_create_table_embedding_options(ps):
+    t = ps.create_table("bf", kind="sparse", cols=8, dtype="bf16", admit_after=3, evict_after_clocks=10)
+    assert t.dtype == "bf16" and "bf16" in repr(t)
+    assert (t.spec.dtype, t.spec.admit_after, t.spec.evict_after_clocks, t.spec.evict_after_sec) == \
+        (shardps._ext.DType.bf16, 3, 10, 0)
+    assert ps.create_table("h", kind="sparse", cols=8, dtype="f16", evict_after_sec=60).spec.evict_after_sec == 60
+    assert ps.create_table("d", rows=2, cols=2).dtype == "f32"
+    for bad, match in (({"dtype": "float32"}, "dtype must be one of f32, bf16, f16"),
+                       ({"admit_after": -1}, r"admit_after must be an integer in \[0, 4294967295\], got -1"),
+                       ({"admit_after": 1.5}, "admit_after must be an integer"),
+                       ({"evict_after_sec": True}, "evict_after_sec must be an integer"),
+                       ({"evict_after_clocks": 1 << 32}, "evict_after_clocks must be an integer")):
+        with pytest.raises(ValueError, match=match):
+            ps.create_table("x", kind="sparse", cols=2, **bad)
+    for bad, match in (({"admit_after": 256}, "admit_after must be at most 255"),
+                       ({"evict_after_clocks": 5, "evict_after_sec": 5}, "give one of them"),
+                       ({"kind": "dense", "rows": 4, "dtype": "bf16"}, "are for sparse tables")):
+        with pytest.raises(shardps.InvalidArgumentError, match=match):
+            ps.create_table("x", **{"kind": "sparse", "cols": 2, **bad})
+    with pytest.raises(shardps.ConflictError):  # the same name with another dtype
+        ps.create_table("bf", kind="sparse", cols=8, dtype="f16", admit_after=3, evict_after_clocks=10)
+
+
+def test_admit_after_drops_the_first_pushes(ps):
+    emb = shardps.torch.Embedding(ps, "a", dim=2, init="zeros", optimizer="sgd", lr=1.0, admit_after=2)
+    ids = torch.tensor([5])
+    train_step(ps, emb, emb(ids).sum())  # the 1st push of id 5: dropped, no row
+    np.testing.assert_array_equal(emb.read(ids).numpy(), [[0, 0]])
+    train_step(ps, emb, emb(ids).sum())  # the 2nd: admitted, applied
+    np.testing.assert_array_equal(emb.read(ids).numpy(), [[-1, -1]])
+
+
+def test_evicted_rows_read_their_initial_values_again(ps):
+    emb = shardps.torch.Embedding(ps, "v", dim=2, init="constant", value=0.5, optimizer="sgd", lr=1.0,
+                                  evict_after_clocks=2)
+    ids = torch.tensor([11])
+    train_step(ps, emb, emb(ids).sum())
+    np.testing.assert_array_equal(emb.read(ids).numpy(), [[-0.5, -0.5]])
+    deadline = time.monotonic() + 20
+    while emb.read(ids)[0, 0] != 0.5:  # idle for more than 2 clocks: swept away between requests
+        assert time.monotonic() < deadline, "the idle row was not evicted"
+        ps.clock()
+        time.sleep(0.01)
+
+
+def test_bsp_with_sharded_model_equals_one_process_with_the_combined_batch(cluster_factory):
+    """Two workers (threads), sync: a model with a dense layer (ShardedModel)
+    and a shardps EmbeddingBag; ShardedModel.step() waits for the
+    embedding's pushes before the clock. Equals one torch process training
+    on both batches at once."""
+    torch.set_num_threads(1)
+    c = cluster_factory(servers=2, workers=2, consistency="sync")
+    steps, batch, lr = 4, 8, 0.5
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(0, 20, (steps, 2, batch, 3), generator=g)
+    ys = torch.randn(steps, 2, batch, generator=g)
+
+    class Net(torch.nn.Module):
+        def __init__(self, bag):
+            super().__init__()
+            self.bag, self.head = bag, torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(torch.relu(self.bag(x))).squeeze(1)
+
+    final, start = {}, {}
+
+    def worker(rank):
+        with shardps.connect(c.endpoint, rank=rank) as ps:
+            bag = shardps.torch.EmbeddingBag(ps, "bag", dim=4, mode="mean", init="uniform", low=-0.5, high=0.5,
+                                             optimizer="sgd", lr=lr)
+            net = Net(bag)
+            sm = shardps.torch.ShardedModel(ps, net, optimizer="sgd", lr=lr, seed=3)
+            assert sm.embeddings == [bag] and [n for n, _ in net.named_parameters()] == ["head.weight", "head.bias"]
+            sm.pull()
+            if rank == 0:
+                start["head"] = {k: v.clone() for k, v in net.head.state_dict().items()}
+                start["rows"] = bag.read(torch.arange(20))
+            for s in range(steps):
+                torch.nn.functional.mse_loss(net(ids[s, rank]), ys[s, rank]).backward()
+                sm.step()
+                assert bag.wait() == 0  # step() waited for the embedding's pushes
+            final[rank] = (bag.read(torch.arange(20)), {k: v.clone() for k, v in net.head.state_dict().items()})
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert set(final) == {0, 1}, "a worker did not finish"
+
+    ref_bag = torch.nn.EmbeddingBag(20, 4, mode="mean")
+    with torch.no_grad():
+        ref_bag.weight.copy_(start["rows"])
+    ref = Net(ref_bag)
+    ref.head.load_state_dict(start["head"])
+    opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    for s in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ref(torch.cat([ids[s, 0], ids[s, 1]])), torch.cat([ys[s, 0], ys[s, 1]])).backward()
+        opt.step()
+    np.testing.assert_allclose(final[0][0].numpy(), ref_bag.weight.detach().numpy(), rtol=0, atol=1e-6)
+    for k, v in ref.head.state_dict().items():
+        np.testing.assert_allclose(final[0][1][k].numpy(), v.numpy(), rtol=0, atol=1e-6, err_msg=k)
+    np.testing.assert_array_equal(final[0][0].numpy(), final[1][0].numpy())
