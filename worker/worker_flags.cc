@@ -69,6 +69,47 @@ Status ToSparseOptions(const WorkerFlags& f, bool evaluator, SparseLrOptions* ou
   return Status::OK();
 }
 
+Status ToDlrmOptions(const WorkerFlags& f, bool evaluator, DlrmTrainOptions* out) {
+  const DlrmFlags& d = f.dlrm;
+  DlrmTrainOptions o;
+  if (d.train_tsv.empty()) return Status::InvalidArgument("--model dlrm needs --train-tsv FILE");
+  if (evaluator && d.test_tsv.empty())
+    return Status::InvalidArgument("--model dlrm: the evaluating worker needs --test-tsv FILE");
+  if (d.hash_rows == 1) return Status::InvalidArgument("--hash-rows must be 0 (a row per value) or at least 2");
+  o.train_tsv = d.train_tsv;
+  o.test_tsv = d.test_tsv;
+  o.read.skip_malformed = d.skip_malformed;
+  o.hash_rows = d.hash_rows;
+  o.model.dim = d.dim;
+  Status s = ParseHidden(d.bottom, &o.model.bottom_hidden);
+  if (!s.ok()) return Status::InvalidArgument("--bottom: " + s.message().substr(s.message().find(':') + 2));
+  s = ParseHidden(d.top, &o.model.top_hidden);
+  if (!s.ok()) return Status::InvalidArgument("--top: " + s.message().substr(s.message().find(':') + 2));
+  SHARDPS_RETURN_IF_ERROR(CheckDlrmOptions(o.model));
+  SHARDPS_RETURN_IF_ERROR(Parse(f.model.optimizer, &o.optimizer));
+  o.lr = f.model.lr;
+  o.embedding.kind = TableKind::kSparse;
+  o.embedding.name = "dlrm.emb";
+  o.embedding.cols = static_cast<uint32_t>(d.dim);
+  SHARDPS_RETURN_IF_ERROR(Parse(d.emb_dtype, &o.embedding.dtype));
+  o.embedding.admit_after = d.admit_after;
+  o.embedding.evict_after_clocks = d.evict_after_clocks;
+  o.embedding.evict_after_sec = d.evict_after_sec;
+  SHARDPS_RETURN_IF_ERROR(o.embedding.Validate());
+  o.epochs = f.loop.epochs;
+  o.batch = f.loop.batch;
+  o.max_steps = f.loop.max_steps;
+  o.static_shards = f.loop.static_shards;
+  o.work_chunk = f.loop.work_chunk;
+  o.progress_sec = f.loop.progress_sec;
+  o.seed = f.model.seed;
+  o.evaluator = evaluator;
+  o.eval_batch = d.eval_batch;
+  o.csv = evaluator ? f.eval.csv : "";
+  *out = o;
+  return Status::OK();
+}
+
 Status MlpTableSpecs(const ModelFlags& m, const std::vector<int>& dims, std::vector<TableSpec>* w,
                      std::vector<TableSpec>* b) {
   OptimizerKind opt;

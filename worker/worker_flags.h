@@ -12,6 +12,7 @@
 #include "shardps/status.h"
 #include "shardps/types.h"
 #include "worker/data.h"
+#include "worker/dlrm_trainer.h"
 #include "worker/sparse_trainer.h"
 #include "worker/trainer.h"
 
@@ -75,6 +76,18 @@ struct SparseFlags {
   int ids_per_example = 20, eval_examples = 20000;
 };
 
+// The DLRM on a Criteo-format click log (worker/dlrm_trainer.h).
+struct DlrmFlags {
+  std::string train_tsv, test_tsv;
+  bool skip_malformed = false;
+  uint64_t hash_rows = 0;  // rows per feature (0: a row per value)
+  int dim = 16;
+  std::string bottom = "64", top = "128,64";  // hidden layer widths
+  std::string emb_dtype = "f32";
+  uint32_t admit_after = 0, evict_after_clocks = 0, evict_after_sec = 0;
+  int eval_batch = 8192;
+};
+
 struct WorkerFlags {
   ConnectFlags connect;
   ModelFlags model;
@@ -83,6 +96,7 @@ struct WorkerFlags {
   FillFlags fill;
   EvalFlags eval;
   SparseFlags sparse;
+  DlrmFlags dlrm;
 };
 
 // --hidden: comma-separated layer widths in [1, 65536] (empty items are
@@ -95,6 +109,12 @@ TrainerOptions ToTrainerOptions(const WorkerFlags& f, int rank);
 // The sparse trainer's options (`evaluator`: this worker evaluates). The
 // error of a bad --optimizer.
 Status ToSparseOptions(const WorkerFlags& f, bool evaluator, SparseLrOptions* out);
+
+// The DLRM trainer's options (`evaluator`: this worker evaluates): the
+// error of a bad --optimizer, --emb-dtype, --bottom, --top, a missing
+// --train-tsv (or, for the evaluator, --test-tsv), or embedding options
+// the table refuses.
+Status ToDlrmOptions(const WorkerFlags& f, bool evaluator, DlrmTrainOptions* out);
 
 // The tables of a dense model of layer widths `dims` (dims[0] inputs, the
 // last the classes): layer l's weights "<model>.w<l>" (dims[l] x dims[l + 1],

@@ -24,6 +24,7 @@
 #include "shardps/client.h"
 #include "worker/data.h"
 #include "worker/device.h"
+#include "worker/dlrm_trainer.h"
 #include "worker/mlp.h"
 #include "worker/sparse_trainer.h"
 #include "worker/trainer.h"
@@ -114,8 +115,27 @@ Exit RunSparseLr(const WorkerFlags& f, Client& ps) {
   return CheckAccuracy(f.eval, evaluator, r.final_accuracy, ps);
 }
 
-// The model's device and its line ("worker R | model | device D | C consistency"), then RunMlp.
-Exit RunDense(const WorkerFlags& f, const std::vector<int>& hidden, Client& ps) {
+// The DLRM on a click log (`logs` opened before connecting).
+Exit RunDlrm(const WorkerFlags& f, DlrmLogs logs, Client& ps, Device& dev) {
+  const bool evaluator = ps.rank() == f.eval.eval_rank;
+  DlrmTrainOptions o;
+  if (Status s = ToDlrmOptions(f, evaluator, &o); !s.ok()) return Fail(s, 2, true);
+  if (evaluator && !logs.test) {  // the rank was assigned: its test log is opened now
+    DlrmLogs with_test;
+    if (Status s = OpenDlrmLogs(o, true, &with_test); !s.ok()) return Fail(s, 1, true);
+    logs.test = std::move(with_test.test);
+  }
+  DlrmTrainer trainer(ps, dev, o, std::move(logs));
+  if (Status s = trainer.OpenCsv(); !s.ok()) return Fail(s, 2, true);
+  if (Status s = trainer.CreateTables(); !s.ok()) return Fail(s, 1, true);
+  DlrmResult r;
+  if (Status s = trainer.Run(&r); !s.ok()) return Fail(s, 1, true);
+  if (r.skipped) std::printf("worker %d | %llu malformed lines skipped\n", ps.rank(), static_cast<unsigned long long>(r.skipped));
+  return {};
+}
+
+// The model's device and its line ("worker R | model | device D | C consistency"), then RunMlp or RunDlrm.
+Exit RunDense(const WorkerFlags& f, const std::vector<int>& hidden, DlrmLogs logs, Client& ps) {
   DeviceKind kind;
   if (Status s = ParseDeviceKind(f.data.device, &kind); !s.ok()) return Fail(s, 1, false);
   std::unique_ptr<Device> dev;
@@ -124,7 +144,17 @@ Exit RunDense(const WorkerFlags& f, const std::vector<int>& hidden, Client& ps) 
   std::printf("worker %d | %s | device %s | %s consistency\n", ps.rank(), f.model.model.c_str(), why.c_str(),
               std::string(ToString(ps.consistency())).c_str());
   std::fflush(stdout);
+  if (f.model.model == "dlrm") return RunDlrm(f, std::move(logs), ps, *dev);
   return RunMlp(f, hidden, ps, *dev);
+}
+
+// --model dlrm: the flags and the logs, checked before connecting (the
+// evaluator's test log too when the rank is given, or --test-tsv is).
+Status CheckDlrmInputs(const WorkerFlags& f, DlrmLogs* logs) {
+  const bool evaluator = f.connect.rank == f.eval.eval_rank;
+  DlrmTrainOptions o;
+  SHARDPS_RETURN_IF_ERROR(ToDlrmOptions(f, evaluator, &o));
+  return OpenDlrmLogs(o, evaluator || !f.dlrm.test_tsv.empty(), logs);
 }
 
 // Everything after the flags: the worker's exit code.
@@ -132,6 +162,12 @@ int RunWorker(const WorkerFlags& f) {
   std::vector<int> hidden;  // a bad --hidden is refused before connecting
   if (f.model.model == "mlp")
     if (Status s = ParseHidden(f.model.hidden, &hidden); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.message().c_str());
+      return 2;
+    }
+  DlrmLogs logs;
+  if (f.model.model == "dlrm")
+    if (Status s = CheckDlrmInputs(f, &logs); !s.ok()) {
       std::fprintf(stderr, "error: %s\n", s.message().c_str());
       return 2;
     }
@@ -150,7 +186,7 @@ int RunWorker(const WorkerFlags& f) {
                 std::string(ToString(ps->consistency())).c_str());
     e = RunSparseLr(f, *ps);
   } else {
-    e = RunDense(f, hidden, *ps);
+    e = RunDense(f, hidden, std::move(logs), *ps);
   }
   if (!e.leave) std::exit(e.code);  // without Client::Close (Exit)
   if (Status s = ps->Close(); !s.ok()) std::fprintf(stderr, "warning: %s\n", s.ToString().c_str());
@@ -168,7 +204,7 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator", f.connect.coordinator, "coordinator endpoint")->required();
   app.add_option("--key", f.connect.key_file, "security on: the job's worker key (shardps-keygen DIR makes DIR/worker.key)")->envname("SHARDPS_KEY");
   app.add_option("--rank", f.connect.rank, "worker rank (default: assigned)")->check(CLI::Range(-1, 65535));
-  app.add_option("--model", f.model.model, "softmax | mlp | sparse-lr")->check(CLI::IsMember({"softmax", "mlp", "sparse-lr"}))->capture_default_str();
+  app.add_option("--model", f.model.model, "softmax | mlp | sparse-lr | dlrm")->check(CLI::IsMember({"softmax", "mlp", "sparse-lr", "dlrm"}))->capture_default_str();
   app.add_option("--hidden", f.model.hidden, "MLP hidden layer widths, comma-separated")->capture_default_str();
   app.add_option("--epochs", f.loop.epochs)->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("--batch", f.loop.batch, "examples per step per worker")->check(CLI::Range(1, 1 << 20))->capture_default_str();
@@ -202,6 +238,18 @@ int main(int argc, char** argv) {
   app.add_option("--id-space", f.sparse.id_space, "sparse-lr: feature ids")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--ids-per-example", f.sparse.ids_per_example, "sparse-lr: features per example")->check(CLI::Range(1, 10000))->capture_default_str();
   app.add_option("--eval-examples", f.sparse.eval_examples, "sparse-lr: test examples")->check(CLI::Range(1, 10000000))->capture_default_str();
+  app.add_option("--train-tsv", f.dlrm.train_tsv, "dlrm: the training click log (Criteo TSV: label, 13 integers, 26 hex categories)");
+  app.add_option("--test-tsv", f.dlrm.test_tsv, "dlrm: the test click log (the evaluating worker's)");
+  app.add_flag("--skip-malformed", f.dlrm.skip_malformed, "dlrm: skip and count a malformed line instead of failing on it");
+  app.add_option("--hash-rows", f.dlrm.hash_rows, "dlrm: hash each feature's categories into this many rows (row 0: missing); 0: a row per value")->capture_default_str();
+  app.add_option("--dim", f.dlrm.dim, "dlrm: embedding width")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--bottom", f.dlrm.bottom, "dlrm: the bottom MLP's hidden widths, comma-separated")->capture_default_str();
+  app.add_option("--top", f.dlrm.top, "dlrm: the top MLP's hidden widths, comma-separated")->capture_default_str();
+  app.add_option("--emb-dtype", f.dlrm.emb_dtype, "dlrm: the embeddings' values on the servers and the wire: f32, bf16, f16")->check(CLI::IsMember({"f32", "bf16", "f16"}))->capture_default_str();
+  app.add_option("--admit-after", f.dlrm.admit_after, "dlrm: an id gets a row at its k-th push (0: the first)")->check(CLI::Range(0, 255))->capture_default_str();
+  app.add_option("--evict-after-clocks", f.dlrm.evict_after_clocks, "dlrm: rows not updated for this many clocks are removed (0: never)")->capture_default_str();
+  app.add_option("--evict-after-sec", f.dlrm.evict_after_sec, "dlrm: rows not updated for this many seconds are removed (0: never)")->capture_default_str();
+  app.add_option("--eval-batch", f.dlrm.eval_batch, "dlrm: test examples per evaluation batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   f.loop.predict_given = app.count("--predict") > 0;
   return RunWorker(f);

@@ -1,0 +1,128 @@
+// The DLRM's training loop (worker/dlrm.h) on a Criteo-format click log
+// (worker/criteo.h): the 26 categorical features' embeddings in one sparse
+// table on the servers ("dlrm.emb", each feature in its own key space,
+// CriteoKey), the bottom and top MLPs' layers in dense tables. Each batch
+// reads its examples from disk, pulls the dense layers and the rows its ids
+// touch (the client library sends each id once), runs forward and backward
+// on the device, pushes each layer's gradients and the rows' (summed per id
+// by the client) and ticks. The batches of an epoch are the log's lines in
+// file order, shared through the epoch's pool (one batch per clock under
+// sync, a few at a time under bounded staleness and async) or, with
+// static shards, a contiguous block of lines per worker. The evaluating
+// worker reports the test AUC and logloss after each epoch.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardps/client.h"
+#include "worker/batches.h"
+#include "worker/criteo.h"
+#include "worker/dlrm.h"
+#include "worker/progress.h"
+#include "worker/stack_params.h"
+
+namespace shardps::worker {
+
+struct DlrmTrainOptions {
+  DlrmOptions model;                 // layer sizes (sparse_features must be 26: the log's categories)
+  std::string train_tsv, test_tsv;   // test_tsv: the evaluator's
+  CriteoOptions read;                // skip_malformed
+  uint64_t hash_rows = 0;            // rows per feature (0: a row per value; CriteoKey)
+  int epochs = 1;
+  int batch = 128;
+  int max_steps = 0;                 // per epoch and worker, 0 = all
+  bool static_shards = false;
+  int work_chunk = 8;
+  double progress_sec = 2.0;
+  OptimizerKind optimizer = OptimizerKind::kAdagrad;
+  float lr = 0.05f;
+  float eps = 1e-10f;                // torch.optim.Adagrad's
+  TableSpec embedding;               // the embedding table's options (dtype, admission, eviction)
+  uint64_t seed = 1;
+  bool evaluator = false;
+  int eval_batch = 8192;
+  std::string csv;                   // evaluator: (time, epoch, loss, auc, logloss) rows
+  FILE* out = stdout;
+};
+
+struct DlrmResult {
+  int epochs_done = 0;
+  bool stopped = false;
+  double auc = -1, logloss = -1;  // evaluator: after the last epoch
+  long samples = 0;               // trained by this worker
+  uint64_t skipped = 0;           // malformed lines skipped (skip_malformed)
+  double seconds = 0;
+};
+
+// Every table of the model: the embeddings first, then the bottom's and
+// the top's layers (StackTableSpecs).
+std::vector<TableSpec> DlrmTableSpecs(const DlrmTrainOptions& o);
+
+// A batch's inputs from its examples: x (n x 13), labels (n), keys (n x 26,
+// CriteoKey).
+void DlrmInputs(const std::vector<CriteoExample>& ex, uint64_t hash_rows, std::vector<float>* x,
+                std::vector<float>* labels, std::vector<uint64_t>* keys);
+
+// The logs of `o`: the training log, and the test log when `with_test`.
+// InvalidArgument naming a missing, unreadable or empty file. What a worker
+// checks before it connects anywhere.
+struct DlrmLogs {
+  std::unique_ptr<CriteoFile> train, test;
+};
+Status OpenDlrmLogs(const DlrmTrainOptions& o, bool with_test, DlrmLogs* out);
+
+// Thread: the caller of Run() owns every member; the client's I/O thread
+// writes pulled rows into emb_ and reads pushed ones from emb_grad_ between
+// a request's issue and its Wait().
+class DlrmTrainer {
+ public:
+  // `logs`: from OpenDlrmLogs (with the test log if o.evaluator).
+  DlrmTrainer(Client& ps, Device& dev, const DlrmTrainOptions& o, DlrmLogs logs);
+  DlrmTrainer(const DlrmTrainer&) = delete;
+  DlrmTrainer& operator=(const DlrmTrainer&) = delete;
+
+  // The evaluator's CSV log: InvalidArgument if it cannot be written.
+  Status OpenCsv() { return csv_.Open(o_.evaluator ? o_.csv : ""); }
+  // Defines the tables.
+  Status CreateTables();
+  // REQUIRES CreateTables() returned OK.
+  Status Run(DlrmResult* result);
+
+ private:
+  struct EpochTotals {
+    double loss = 0;  // summed over the examples trained
+    long examples = 0;
+  };
+  Status RunEpoch(int epoch, DlrmResult* r);
+  Status TrainBatch(const Batch& b, int epoch, const EpochBatches& batches, EpochTotals* t);
+  Status ReadBatch(const Batch& b);
+  Status Step(int n, double* loss);
+  Status Evaluate(double* auc, double* logloss);
+  Status EndEpoch(int epoch, const EpochTotals& t, const EpochBatches& batches, DlrmResult* r);
+
+  Client& ps_;
+  Device& dev_;
+  const DlrmTrainOptions o_;
+  const int rank_;
+  int world_ = 1;
+  BatchSource source_ = BatchSource::kShard;
+  std::unique_ptr<CriteoFile> train_, test_;
+  uint64_t shard_begin_ = 0, shard_size_ = 0;  // static shards: this worker's lines
+  Dlrm model_;
+  StackParams bottom_, top_;
+  Table emb_table_;
+  std::vector<CriteoExample> examples_;
+  std::vector<float> x_, labels_;
+  std::vector<uint64_t> keys_;
+  std::vector<float> emb_, emb_grad_;    // n x 26 x dim, host
+  DeviceBuffer x_dev_, labels_dev_, stats_;
+  Progress progress_;
+  CsvLog csv_;
+  double t_start_ = 0;
+};
+
+}  // namespace shardps::worker
