@@ -14,10 +14,14 @@ constexpr uint32_t kMaxChunkRecords = 4096;
 constexpr size_t kFirstIndex = 16;
 }  // namespace
 
+size_t SparseRows::RecordBytes(uint32_t dim, uint32_t state_width, DType dtype) {
+  return (12 + static_cast<size_t>(state_width) * 4 + static_cast<size_t>(dim) * DTypeBytes(dtype) + 7) / 8 * 8;
+}
+
 SparseRows::SparseRows(uint32_t dim, uint32_t state_width, DType dtype)
     : dim_(dim), state_width_(state_width), dtype_(dtype) {
   values_off_ = 12 + static_cast<size_t>(state_width) * 4;
-  record_ = (values_off_ + static_cast<size_t>(dim) * DTypeBytes(dtype) + 7) / 8 * 8;
+  record_ = RecordBytes(dim, state_width, dtype);
   // The largest power of two of records within kChunkBytes (at least one
   // record, at most kMaxChunkRecords).
   const size_t fit = std::clamp<size_t>(kChunkBytes / record_, 1, kMaxChunkRecords);

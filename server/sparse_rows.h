@@ -42,6 +42,7 @@ class SparseRows {
   DType dtype() const { return dtype_; }
   // Bytes of one record (id, stamp, state, values, padding).
   size_t record_bytes() const { return record_; }
+  static size_t RecordBytes(uint32_t dim, uint32_t state_width, DType dtype);
 
   // The slot holding `id`, or kNone.
   uint32_t Find(uint64_t id) const;

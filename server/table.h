@@ -113,6 +113,12 @@ class ServerTable {
   uint64_t EvictSome(uint64_t max_slots);
   // Dense bytes a server holding `owned` partitions needs for `spec`.
   static uint64_t DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
+  // What a table may grow to on such a server, against its memory budget
+  // when the table is defined: a dense table's bytes; a sparse table's
+  // share of max_rows (by its share of the partitions) at a record and 8
+  // bytes of index each; 0 for a sparse table without max_rows (its rows
+  // are counted as pushes make them).
+  static uint64_t BudgetBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
 
   // Applies the optimizer to the rows, gradient scaled by `scale`, this
   // step's learning rate by `lr_scale` (server/optimizer.h). A key repeated

@@ -14,19 +14,20 @@ TableDirectory::TableDirectory(const std::vector<TableSpec>& job_tables) {
 
 Status TableDirectory::CheckBudget(const TableSpec& spec, size_t defined, const std::vector<uint64_t>& budgets,
                                    uint32_t partitions) const {
-  if (spec.kind != TableKind::kDense) return Status::OK();  // sparse rows are counted as they are created
+  // A sparse table without max_rows: its rows are counted as pushes make them.
+  if (spec.kind != TableKind::kDense && spec.max_rows == 0) return Status::OK();
   const auto servers = static_cast<uint32_t>(budgets.size());
   const ShardMap map = map_.owner.empty() ? ShardMap::Contiguous(partitions, servers, 1) : map_;
   uint64_t total = 0;
-  for (uint32_t r = 0; r < servers; ++r) total += ServerTable::DenseBytes(spec, map.partitions(), map.OwnedBy(r));
+  for (uint32_t r = 0; r < servers; ++r) total += ServerTable::BudgetBytes(spec, map.partitions(), map.OwnedBy(r));
   for (uint32_t r = 0; r < servers; ++r) {
     const uint64_t budget = budgets[r];
     if (budget == 0) continue;
     const auto owned = map.OwnedBy(r);
     uint64_t used = 0;
     for (size_t i = 0; i < defined && i < tables_.size(); ++i)
-      used += ServerTable::DenseBytes(tables_[i], map.partitions(), owned);
-    const uint64_t need = ServerTable::DenseBytes(spec, map.partitions(), owned);
+      used += ServerTable::BudgetBytes(tables_[i], map.partitions(), owned);
+    const uint64_t need = ServerTable::BudgetBytes(spec, map.partitions(), owned);
     if (used + need > budget)
       return Status::TooLarge("table '" + spec.name + "' needs " + std::to_string(need) + " bytes on server " +
                               std::to_string(r) + " (" + std::to_string(total) + " in all), but server " +

@@ -103,7 +103,7 @@ TEST(TableDirectory, UnconfirmedTablesExpireNamingTheMissingServers) {
 TEST(TableDirectory, ADenseTableMustFitEachServersBudgetNextToTheTablesBeforeIt) {
   TableDirectory d({testing::Dense("a", 100, 10)});
   const uint32_t partitions = 4;
-  // No budget known: anything fits; sparse tables are counted as rows come.
+  // No budget known: anything fits; sparse tables without max_rows are counted as rows come.
   EXPECT_TRUE(d.CheckBudget(testing::Dense("b", 1000000, 100), 1, {0, 0}, partitions).ok());
   EXPECT_TRUE(d.CheckBudget(testing::Sparse("s", 1000), 1, {1, 1}, partitions).ok());
   // Before there is a map: the contiguous one, server 0 holding partitions 0 and 1.
@@ -126,6 +126,23 @@ TEST(TableDirectory, ADenseTableMustFitEachServersBudgetNextToTheTablesBeforeIt)
   d.SetMap(ShardMap{1, {1, 1, 1, 1}});
   EXPECT_TRUE(d.CheckBudget(b, 1, {1, 0}, partitions).ok());
   EXPECT_EQ(d.CheckBudget(b, 1, {0, 1}, partitions).code(), Code::kTooLarge);
+}
+
+TEST(TableDirectory, ASparseTableWithMaxRowsMustFitItsShareOfThem) {
+  TableDirectory d({});
+  const uint32_t partitions = 4;
+  // 10 M rows of 16 bf16 values with Adagrad's 16 floats of state: each of
+  // two servers holds half: 5 M records of 112 bytes and 8 bytes of index.
+  const TableSpec e = testing::Sparse("e", 16).Adagrad(0.05f).Type(DType::kBF16).MaxRows(10'000'000);
+  const uint64_t half = 5'000'000ull * (112 + 8);
+  const ShardMap map = ShardMap::Contiguous(partitions, 2, 1);
+  ASSERT_EQ(ServerTable::BudgetBytes(e, partitions, map.OwnedBy(0)), half);
+  EXPECT_TRUE(d.CheckBudget(e, 0, {half, half}, partitions).ok());
+  Status s = d.CheckBudget(e, 0, {half, half - 1}, partitions);
+  EXPECT_EQ(s.code(), Code::kTooLarge);
+  EXPECT_EQ(s.message(), "table 'e' needs " + std::to_string(half) + " bytes on server 1 (" + std::to_string(2 * half) +
+                             " in all), but server 1 has " + std::to_string(half - 1) + " of its " +
+                             std::to_string(half - 1) + "-byte memory budget left; nothing was created");
 }
 
 TEST(TableDirectory, ARollbackForgetsTheMapAndRefusesUnconfirmedTables) {

@@ -64,7 +64,7 @@ Status TableSet::Define(const ClusterView& v, uint32_t rank) {
     // The coordinator checks every table against the servers' budgets
     // before it defines one; this is the last line: never allocate past
     // the budget, and never die of a failed allocation.
-    const uint64_t need = ServerTable::DenseBytes(spec, partitions_, owned), used = Bytes();
+    const uint64_t need = ServerTable::BudgetBytes(spec, partitions_, owned), used = Bytes();
     if (used + need > budget_) {
       LOG_ERROR << "table '" << spec.name << "' needs " << need << " bytes here, " << used << " of the " << budget_
                 << "-byte memory budget are in use: not holding it";

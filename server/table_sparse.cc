@@ -20,6 +20,15 @@ ServerTable::SparsePart::SparsePart(const TableSpec& spec, uint32_t state_width)
 
 uint32_t ServerTable::SnapshotStride(const TableSpec& spec) { return snapshot::RowStride(spec); }
 
+uint64_t ServerTable::BudgetBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned) {
+  if (spec.kind == TableKind::kDense) return DenseBytes(spec, partitions, owned);
+  if (spec.max_rows == 0 || partitions == 0) return 0;
+  const uint64_t share = static_cast<uint64_t>(
+      (static_cast<unsigned __int128>(spec.max_rows) * owned.size() + partitions - 1) / partitions);
+  const size_t record = SparseRows::RecordBytes(spec.cols, static_cast<uint32_t>(OptimizerStateWidth(spec)), spec.dtype);
+  return share * (record + 8);
+}
+
 uint64_t ServerTable::sparse_record_bytes() const {
   for (const auto& p : sparse_)
     if (p) return p->rows.record_bytes();
