@@ -80,8 +80,10 @@ class ClientImpl {
   ClusterCache cache_;
 
  private:
-  // Sends each of `parts` as one message to its server, all under one Call.
-  Request SendParts(const Table& t, uint32_t servers, std::vector<Part>& parts, const Payload& pl, int64_t clock_ahead);
+  // Checks `t`, splits the request (`split(map, &parts)`, request_split.h)
+  // and sends each part as one message to its server, all under one Call.
+  template <typename Split>
+  Request DataRequest(const Table& t, const Payload& pl, int64_t clock_ahead, Split split);
   // A pull's call records the versions each server read, for stamps.
   std::shared_ptr<Call> NewDataCall(bool push, const Table& t, uint32_t servers);
   // The versions each step's gradient was computed on: its stamp, or (a
@@ -141,42 +143,14 @@ StepBases ClientImpl::BasesOf(const Table& t, std::span<const PushStep> steps) {
   return out;
 }
 
-Request ClientImpl::RangeRequest(bool push, const Table& t, RowRange r, float* values, uint64_t floats,
-                                 int64_t clock_ahead, std::shared_ptr<PulledFrames> view,
-                                 std::span<const PushStep> steps) {
+template <typename Split>
+Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock_ahead, Split split) {
   std::shared_ptr<const ShardMap> map;
   uint32_t servers = 0;
   Status s = cache_.Resolve(t, &map, &servers);
   std::vector<Part> parts;
-  if (s.ok()) s = SplitRange(t.spec, *map, r, floats, push, opts_.max_message_bytes, &parts);
+  if (s.ok()) s = split(*map, &parts);
   if (!s.ok()) return MakeRequest(FailedCall(s));
-  Payload pl;
-  pl.push = push;
-  pl.cols = t.spec.cols;
-  pl.values = values;
-  pl.steps = steps;
-  pl.view = std::move(view);
-  return SendParts(t, servers, parts, pl, clock_ahead);
-}
-
-Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values,
-                                uint64_t floats) {
-  std::shared_ptr<const ShardMap> map;
-  uint32_t servers = 0;
-  Status s = cache_.Resolve(t, &map, &servers);
-  std::vector<Part> parts;
-  if (s.ok()) s = SplitKeys(t.spec, *map, keys, floats, push, &parts);
-  if (!s.ok()) return MakeRequest(FailedCall(s));
-  Payload pl;
-  pl.push = push;
-  pl.cols = t.spec.cols;
-  pl.values = values;
-  pl.keys = keys;
-  return SendParts(t, servers, parts, pl, 0);
-}
-
-Request ClientImpl::SendParts(const Table& t, uint32_t servers, std::vector<Part>& parts, const Payload& pl,
-                              int64_t clock_ahead) {
   auto call = NewDataCall(pl.push, t, servers);
   call->parts_left = static_cast<int>(parts.size());
   const StepBases bases = pl.push ? BasesOf(t, pl.steps) : StepBases{};
@@ -201,6 +175,23 @@ Request ClientImpl::SendParts(const Table& t, uint32_t servers, std::vector<Part
     io_.EnqueueRequest(std::move(o), f, std::move(extra), pl.push, fbb);
   }
   return MakeRequest(call);
+}
+
+Request ClientImpl::RangeRequest(bool push, const Table& t, RowRange r, float* values, uint64_t floats,
+                                 int64_t clock_ahead, std::shared_ptr<PulledFrames> view,
+                                 std::span<const PushStep> steps) {
+  Payload pl{push, t.spec.cols, values, {}, steps, std::move(view)};
+  return DataRequest(t, pl, clock_ahead, [&](const ShardMap& map, std::vector<Part>* parts) {
+    return SplitRange(t.spec, map, r, floats, push, opts_.max_message_bytes, parts);
+  });
+}
+
+Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values,
+                                uint64_t floats) {
+  Payload pl{push, t.spec.cols, values, keys, {}, nullptr};
+  return DataRequest(t, pl, 0, [&](const ShardMap& map, std::vector<Part>* parts) {
+    return SplitKeys(t.spec, map, keys, floats, push, parts);
+  });
 }
 
 Request ClientImpl::PushSteps(const Table& t, RowRange rows, std::span<const PushStep> steps) {

@@ -36,8 +36,10 @@ inline constexpr uint32_t kMaxPushSteps = 64;
 // A model table. Parameters are float32, `cols` per row.
 //  - dense: `rows` x `cols`, rows split into contiguous ranges;
 //  - sparse: rows keyed by any uint64 id, created on first touch.
-// Initial values are a pure function of (seed, row id): the same model comes
-// out whatever the number of servers.
+// Initial values are a pure function of (table name, seed, row id, column)
+// and the init kind and its parameters: the same model comes out whatever
+// the number of servers (tables of other names but the same seed start from
+// other values).
 struct SHARDPS_EXPORT TableSpec {
   uint32_t id = 0;  // assigned by the coordinator
   std::string name;
