@@ -63,6 +63,7 @@ struct IoLoop {
   std::unordered_map<uint64_t, Pending> pending;
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<uint64_t> scratch;
+  std::vector<zmq::message_t> frames;  // the message being received
 };
 
 // ---- IoThread: the callers' side ----
@@ -202,7 +203,6 @@ void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
 }
 
 void IoLoop::ReceiveAll() {
-  std::vector<zmq::message_t> frames;
   while (RecvMultipart(coord, &frames)) OnReply(frames, -1);
   for (size_t i = 0; i < servers.size(); ++i)
     for (int k = 0; k < 1024 && RecvMultipart(servers[i], &frames); ++k) OnReply(frames, static_cast<int>(i));
