@@ -41,6 +41,15 @@ class ChannelTest : public ::testing::Test {
 
 std::vector<zmq::message_t> Nothing() { return {}; }
 
+// A reply to claim `h` granting units [begin, end) of `pool`.
+std::vector<zmq::message_t> Grant(const wire::Header& h, uint64_t pool, uint64_t begin, uint64_t end) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto g = wire::CreateWorkGrant(fbb, pool, begin, end, wire::GrantState::Granted, 0);
+  std::vector<zmq::message_t> out;
+  out.push_back(wire::Encode(fbb, wire::Fields{.request_id = h.request_id()}, wire::Body::WorkGrant, g.Union()));
+  return out;
+}
+
 TEST_F(ChannelTest, RegisterGivesAWorkerItsRank) {
   TestPeer coord([](const wire::Header& h, std::vector<zmq::message_t>&) {
     if (h.type() != wire::MsgType::Register) return Nothing();
@@ -115,12 +124,7 @@ TEST_F(ChannelTest, ARequestIsSentAgainWithItsIdAfterTheCoordinatorRestarts) {
   first.reset();
   TestPeer second(
       [](const wire::Header& h, std::vector<zmq::message_t>&) {
-        if (h.type() != wire::MsgType::ClaimWork) return Nothing();
-        flatbuffers::FlatBufferBuilder fbb;
-        auto g = wire::CreateWorkGrant(fbb, 1, 20, 30, wire::GrantState::Granted, 0);
-        std::vector<zmq::message_t> out;
-        out.push_back(wire::Encode(fbb, wire::Fields{.request_id = h.request_id()}, wire::Body::WorkGrant, g.Union()));
-        return out;
+        return h.type() == wire::MsgType::ClaimWork ? Grant(h, 1, 20, 30) : Nothing();
       },
       endpoint);
   caller.join();
@@ -130,30 +134,16 @@ TEST_F(ChannelTest, ARequestIsSentAgainWithItsIdAfterTheCoordinatorRestarts) {
   EXPECT_EQ(second.Ids(wire::MsgType::ClaimWork), std::vector<uint64_t>{id});
 }
 
-// Answers each claim with the grant `grant` returns, recording its seq.
-TestPeer::Handler Grants(std::vector<uint64_t>* seqs, std::mutex* mu, std::function<flatbuffers::Offset<wire::WorkGrant>(
-                                                                          flatbuffers::FlatBufferBuilder&)> grant) {
-  return [=](const wire::Header& h, std::vector<zmq::message_t>&) {
-    if (h.type() != wire::MsgType::ClaimWork) return Nothing();
-    {
-      std::lock_guard<std::mutex> lock(*mu);
-      seqs->push_back(h.seq());
-    }
-    flatbuffers::FlatBufferBuilder fbb;
-    auto g = grant(fbb);
-    std::vector<zmq::message_t> out;
-    out.push_back(wire::Encode(fbb, wire::Fields{.request_id = h.request_id()}, wire::Body::WorkGrant, g.Union()));
-    return out;
-  };
-}
-
 TEST_F(ChannelTest, ClaimsAreNumberedAndTheirGrantsChecked) {
   std::mutex mu;
-  std::vector<uint64_t> seqs;
+  std::vector<uint64_t> seqs;  // under mu
   std::atomic<uint64_t> end{10};
-  TestPeer coord(Grants(&seqs, &mu, [&](flatbuffers::FlatBufferBuilder& fbb) {
-    return wire::CreateWorkGrant(fbb, 3, 0, end, wire::GrantState::Granted, 0);
-  }));
+  TestPeer coord([&](const wire::Header& h, std::vector<zmq::message_t>&) {
+    if (h.type() != wire::MsgType::ClaimWork) return Nothing();
+    std::lock_guard<std::mutex> lock(mu);
+    seqs.push_back(h.seq());
+    return Grant(h, 3, 0, end);
+  });
   Start(coord);
   WorkRange r;
   ASSERT_TRUE(channel_->ClaimWork(3, 100, 10, ClaimOptions{}, &r).ok());
