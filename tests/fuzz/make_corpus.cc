@@ -137,7 +137,7 @@ void WireCorpus() {
   }
   {
     fbb.Clear();
-    auto b = wire::CreateBarrierRequest(fbb, 3);
+    auto b = wire::CreateBarrierRequest(fbb);
     one("barrier", {Str(wire::Encode(fbb, Fields(wire::MsgType::Barrier, 10), wire::Body::BarrierRequest, b.Union()))});
   }
   {
@@ -418,10 +418,10 @@ void CoordinatorCorpus() {
   o.Msg(2, Header(hb));
   {
     flatbuffers::FlatBufferBuilder fbb;
-    auto b = wire::CreateBarrierRequest(fbb, 0);
+    auto b = wire::CreateBarrierRequest(fbb);
     o.Msg(2, Str(wire::Encode(fbb, Fields(wire::MsgType::Barrier, 9, wire::Role::Worker, 0), wire::Body::BarrierRequest, b.Union())));
     fbb.Clear();
-    b = wire::CreateBarrierRequest(fbb, 0);
+    b = wire::CreateBarrierRequest(fbb);
     o.Msg(3, Str(wire::Encode(fbb, Fields(wire::MsgType::Barrier, 10, wire::Role::Worker, 1), wire::Body::BarrierRequest, b.Union())));
   }
   for (uint64_t i = 0; i < 3; ++i) {

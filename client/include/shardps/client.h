@@ -26,9 +26,12 @@
 //   ps->Close();
 //
 // Push and Pull return at once with a Request to Wait() on; a request for
-// several servers is split and sent to all of them in parallel. Value and
-// key arrays are sent without copies: they must stay valid (and, for a push,
-// unchanged) until Wait() returns OK; after an error, until Close().
+// several servers is split and sent to all of them in parallel. Large value
+// and key arrays are sent without copies (straight from your memory; a
+// frame under 4 KiB is copied, and a push of keys of several servers is
+// gathered into one copied frame per server): they must stay valid (and,
+// for a push, unchanged) until Wait() returns OK; after an error, until
+// Close().
 //
 // Thread-safety: a Client may be shared by any number of threads. One
 // internal I/O thread owns the sockets.

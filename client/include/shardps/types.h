@@ -44,8 +44,10 @@ inline constexpr uint32_t kMaxPushSteps = 64;
 //  - sparse: rows keyed by any uint64 id, created by the first push of an
 //    id (a pull of an unknown id reads its initial values, creating
 //    nothing); values in `dtype`.
-// Initial values are a pure function of (table name, seed, row id, column):
-// the same model comes out whatever the number of servers.
+// Initial values are a pure function of (table name, seed, row id, column)
+// and the init kind and its parameters: the same model comes out whatever
+// the number of servers (tables of other names but the same seed start from
+// other values).
 struct SHARDPS_EXPORT TableSpec {
   uint32_t id = 0;  // assigned by the coordinator
   std::string name;

@@ -1,0 +1,362 @@
+#include "client/io_thread.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <map>
+#include <unordered_map>
+
+#include "common/handshake.h"
+#include "common/log.h"
+
+namespace shardps::detail {
+
+// Everything the I/O thread owns. Touched only by that thread, and by
+// IoThread::Start before the thread runs.
+struct IoLoop {
+  // With a key, every socket is a CURVE client. Every socket is watched by a
+  // monitor for a failed handshake: a refused key (or a missing one) fails
+  // the requests to that peer at once with the reason (PermissionDenied)
+  // instead of letting them time out.
+  struct Monitor {
+    zmq::socket_t pair;
+    int target;
+    int drops = 0;      // handshakes dropped in a row
+    int connected = 0;  // handshakes that succeeded
+  };
+  // A request part sent and not answered yet.
+  struct Pending {
+    std::shared_ptr<Call> call;
+    Dest dest;
+    int target;
+    Clock::time_point deadline;
+  };
+
+  IoLoop(IoThread& t, std::optional<KeyFile> k) : io(t), opts(t.opts_), self(t.self_), key(std::move(k)) {}
+
+  Status ConnectCoordinator();
+  void Run();
+  void RunQueued(std::deque<Outgoing>& batch, bool* stop);
+  void ReceiveAll();
+  void Secure(zmq::socket_t& s, int target);
+  void OnMonitor(Monitor& m);
+  void FailPending(int target, const Status& s);
+  void ConnectServers(const std::vector<std::string>& endpoints);
+  void Send(Outgoing& o);
+  void OnReply(std::vector<zmq::message_t>& frames, int from);
+  void Heartbeat();
+  void ExpireRequests(Clock::time_point now);
+  void Close();
+  std::string PeerName(int target) const;
+
+  IoThread& io;
+  const ClientOptions& opts;
+  const Sender& self;
+  const std::optional<KeyFile> key;
+  zmq::context_t ctx{1};  // before the sockets: destroyed after them
+  zmq::socket_t coord;
+  std::vector<zmq::socket_t> servers;
+  std::vector<Monitor> monitors;
+  std::map<int, std::string> refused;  // target -> why its handshake failed, until one succeeds
+  uint64_t monitor_seq = 0;
+  std::vector<std::string> endpoints;
+  std::unordered_map<uint64_t, Pending> pending;
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<uint64_t> scratch;
+  std::vector<zmq::message_t> frames;  // the message being received
+};
+
+// ---- IoThread: the callers' side ----
+
+IoThread::IoThread(const ClientOptions& opts, const Sender& self) : opts_(opts), self_(self) {}
+
+IoThread::~IoThread() {
+  Stop();
+  if (efd_ >= 0) ::close(efd_);
+}
+
+Status IoThread::Start(std::optional<KeyFile> key) {
+  efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd_ < 0) return Status::Internal("eventfd failed");
+  loop_ = std::make_unique<IoLoop>(*this, std::move(key));
+  if (Status s = loop_->ConnectCoordinator(); !s.ok()) return s;
+  thread_ = std::thread([loop = loop_.get()] { loop->Run(); });
+  return Status::OK();
+}
+
+void IoThread::Stop() {
+  if (!thread_.joinable()) return;
+  Outgoing o;
+  o.kind = Outgoing::kStop;
+  Enqueue(std::move(o));
+  thread_.join();
+}
+
+template <typename Finish>
+void IoThread::Enqueue(Outgoing&& o, Finish&& finish) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_ && o.kind != Outgoing::kStop) {
+      if (o.call) o.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
+      return;
+    }
+    if (o.kind == Outgoing::kStop) stopping_ = true;
+    finish(o);
+    wake = queue_.empty();
+    queue_.push_back(std::move(o));
+  }
+  if (wake) {  // the I/O thread drains the whole queue once woken
+    uint64_t one = 1;
+    ssize_t n = ::write(efd_, &one, sizeof one);
+    (void)n;
+  }
+}
+
+void IoThread::Enqueue(Outgoing&& o) {
+  Enqueue(std::move(o), [](Outgoing&) {});
+}
+
+void IoThread::EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::message_t> extra, bool numbered,
+                              flatbuffers::FlatBufferBuilder& fbb) {
+  o.request_id = f.request_id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  Enqueue(std::move(o), [&](Outgoing& q) {
+    if (numbered && self_.worker() && q.target < static_cast<int>(seq_.size())) f.seq = ++seq_[q.target];
+    q.frames.push_back(wire::EncodeSimple(fbb, f));
+    for (auto& m : extra) q.frames.push_back(std::move(m));
+  });
+}
+
+void IoThread::ConnectServers(std::vector<std::string> endpoints) {
+  Outgoing o;
+  o.kind = Outgoing::kConnect;
+  o.endpoints = std::move(endpoints);
+  Enqueue(std::move(o), [this](Outgoing& q) { seq_.resize(q.endpoints.size(), 0); });
+}
+
+void IoThread::TakeQueued(std::deque<Outgoing>* batch) {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  batch->swap(queue_);
+}
+
+// ---- IoLoop: the I/O thread ----
+
+Status IoLoop::ConnectCoordinator() {
+  try {
+    coord = zmq::socket_t(ctx, zmq::socket_type::dealer);
+    coord.set(zmq::sockopt::linger, 0);
+    coord.set(zmq::sockopt::sndhwm, 0);
+    Secure(coord, -1);
+    coord.connect(opts.coordinator);
+  } catch (const zmq::error_t& e) {
+    return Status::InvalidArgument("cannot connect to coordinator '" + opts.coordinator + "': " + e.what());
+  }
+  return Status::OK();
+}
+
+void IoLoop::Run() {
+  SetThreadLogName("client");
+  std::deque<Outgoing> batch;
+  auto next_hb = Clock::now();
+  auto next_expiry = Clock::now();
+  bool stop = false;
+  while (!stop) {
+    std::vector<zmq::pollitem_t> items;
+    items.push_back({nullptr, io.efd_, ZMQ_POLLIN, 0});
+    items.push_back({coord.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& s : servers) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& m : monitors) items.push_back({m.pair.handle(), 0, ZMQ_POLLIN, 0});
+    Poll(items.data(), items.size(), Millis(50));
+    for (auto& m : monitors) OnMonitor(m);
+    if (items[0].revents & ZMQ_POLLIN) {
+      uint64_t v;
+      ssize_t n = ::read(io.efd_, &v, sizeof v);
+      (void)n;
+    }
+    io.TakeQueued(&batch);
+    RunQueued(batch, &stop);
+    ReceiveAll();
+    const auto now = Clock::now();
+    if (now >= next_hb && self.worker()) {
+      next_hb = now + opts.heartbeat_interval;
+      Heartbeat();
+    }
+    if (now >= next_expiry) {
+      next_expiry = now + Millis(100);
+      ExpireRequests(now);
+    }
+  }
+  Close();
+}
+
+void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
+  for (auto& o : batch) {
+    if (o.kind == Outgoing::kStop) {
+      *stop = true;
+    } else if (o.kind == Outgoing::kConnect) {
+      ConnectServers(o.endpoints);
+    } else {
+      Send(o);
+    }
+  }
+  batch.clear();
+}
+
+void IoLoop::ReceiveAll() {
+  while (RecvMultipart(coord, &frames)) OnReply(frames, -1);
+  for (size_t i = 0; i < servers.size(); ++i)
+    for (int k = 0; k < 1024 && RecvMultipart(servers[i], &frames); ++k) OnReply(frames, static_cast<int>(i));
+}
+
+void IoLoop::Close() {
+  for (auto& [id, p] : pending) p.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
+  pending.clear();
+  servers.clear();
+  coord.close();
+  monitors.clear();
+}
+
+void IoLoop::Secure(zmq::socket_t& s, int target) {
+  if (key) MakeCurveClient(s, *key);
+  const std::string ep = "inproc://shardps-client-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this)) +
+                         "-" + std::to_string(monitor_seq++);
+  monitors.push_back({WatchHandshakes(ctx, s, ep), target, 0, 0});
+}
+
+void IoLoop::OnMonitor(Monitor& m) {
+  std::string why;
+  for (Handshake h; (h = ReadHandshakeEvent(m.pair, key ? &*key : nullptr, &why)) != Handshake::kNone;) {
+    if (h == Handshake::kSucceeded) {
+      m.drops = 0;
+      refused.erase(m.target);
+      if (m.target < 0 && m.connected++ > 0) io.coord_reconnects_.fetch_add(1);
+      continue;
+    }
+    if (h == Handshake::kDropped) {
+      if (++m.drops < kDropsToRefuse) continue;
+      why = DroppedHandshakesWhy(key ? &*key : nullptr);
+    }
+    const std::string msg = PeerName(m.target) + ": " + why;
+    if (refused.emplace(m.target, msg).second) LOG_WARN << msg;
+    FailPending(m.target, Status::PermissionDenied(msg));
+  }
+}
+
+void IoLoop::FailPending(int target, const Status& s) {
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (it->second.target != target) {
+      ++it;
+      continue;
+    }
+    it->second.call->PartDone(s, false, 0, 0);
+    it = pending.erase(it);
+  }
+}
+
+void IoLoop::ConnectServers(const std::vector<std::string>& eps) {
+  // A new server list (first time, or a server moved): reconnect all.
+  servers.clear();
+  std::erase_if(monitors, [](const Monitor& m) { return m.target >= 0; });
+  std::erase_if(refused, [](const auto& r) { return r.first >= 0; });
+  endpoints = eps;
+  for (const auto& ep : eps) {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::sndhwm, 0);
+    s.set(zmq::sockopt::rcvhwm, 0);
+    Secure(s, static_cast<int>(servers.size()));
+    if (!ep.empty()) s.connect(ep);
+    servers.push_back(std::move(s));
+  }
+}
+
+void IoLoop::Send(Outgoing& o) {
+  zmq::socket_t* s = nullptr;
+  if (o.target < 0)
+    s = &coord;
+  else if (static_cast<size_t>(o.target) < servers.size())
+    s = &servers[o.target];
+  if (!s) {
+    o.call->PartDone(Status::Unavailable("not connected to server " + std::to_string(o.target)), false, 0, 0);
+    return;
+  }
+  if (auto r = refused.find(o.target); r != refused.end()) {
+    o.call->PartDone(Status::PermissionDenied(r->second), false, 0, 0);
+    return;
+  }
+  pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
+  Status st = SendMultipart(*s, o.frames);
+  if (st.ok()) return;
+  // A handshake that failed with a protocol error (a refused key, no key at
+  // a job with security on) takes the socket's pipe away, so the send would
+  // block; the monitor has the reason already, and it fails this request
+  // (and the target's others) with it.
+  for (auto& m : monitors)
+    if (m.target == o.target) OnMonitor(m);
+  auto it = pending.find(o.request_id);
+  if (it == pending.end()) return;
+  // Without a send limit (sndhwm 0), a socket that takes nothing has no
+  // connection left to queue on.
+  const std::string why = (s->get(zmq::sockopt::events) & ZMQ_POLLOUT) == 0
+                              ? "no connection to send on (its handshake failed)"
+                              : st.message();
+  it->second.call->PartDone(Status::Unavailable(PeerName(o.target) + ": " + why), false, 0, 0);
+  pending.erase(it);
+}
+
+void IoLoop::OnReply(std::vector<zmq::message_t>& frames, int from) {
+  const wire::Header* h = nullptr;
+  Status s = wire::ParseHeader(frames[0], scratch, &h);
+  if (!s.ok()) {
+    LOG_ERROR << "bad reply from " << PeerName(from) << ": " << s.ToString();
+    return;
+  }
+  if (from < 0 && h->stopping()) io.stop_requested_.store(true, std::memory_order_relaxed);
+  auto it = pending.find(h->request_id());
+  if (it == pending.end()) {
+    Status rs = wire::ReplyStatus(h);
+    if (!rs.ok()) LOG_WARN << PeerName(from) << ": " << rs.ToString();
+    return;
+  }
+  Pending p = std::move(it->second);
+  pending.erase(it);
+  s = wire::ReplyStatus(h);
+  if (s.ok() && p.dest.wants_values()) s = PlaceValues(p.dest, frames, PeerName(from));
+  if (p.dest.keep_reply) p.call->reply = std::move(frames[0]);
+  p.call->PartDone(s, p.dest.clocks && s.ok(), h->min_clock(), h->max_clock(), from,
+                   p.dest.clocks ? h->table_version() : h->staleness());
+}
+
+void IoLoop::Heartbeat() {
+  const int rank = self.rank.load();
+  if (rank < 0) return;
+  wire::Fields f;
+  f.type = wire::MsgType::Heartbeat;
+  f.request_id = io.NextRequestId();
+  f.role = self.wire_role();
+  f.rank = rank;
+  f.clock = self.clock.load(std::memory_order_relaxed);
+  coord.send(wire::EncodeSimple(fbb, f), zmq::send_flags::dontwait);
+}
+
+void IoLoop::ExpireRequests(Clock::time_point now) {
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (now < it->second.deadline) {
+      ++it;
+      continue;
+    }
+    const Call& call = *it->second.call;
+    it->second.call->PartDone(Status::Timeout(std::string(call.op) + " to " + PeerName(it->second.target) +
+                                              " got no answer in time (request " + std::to_string(it->first) + ")"),
+                              false, 0, 0);
+    it = pending.erase(it);
+  }
+}
+
+std::string IoLoop::PeerName(int target) const {
+  if (target < 0) return "coordinator " + opts.coordinator;
+  return "server " + std::to_string(target) +
+         (static_cast<size_t>(target) < endpoints.size() ? " (" + endpoints[target] + ")" : "");
+}
+
+}  // namespace shardps::detail

@@ -1,0 +1,125 @@
+// The client's I/O thread: the one thread that owns its sockets (the
+// coordinator's and every server's), their handshake monitors and the book
+// of requests in flight. Caller threads hand it requests through its queue;
+// it sends them, routes each reply to its request's Call (a pull's values
+// to where its Dest says), fails the requests of a peer that refused the
+// handshake and those that timed out, and sends a worker's heartbeats.
+//
+// Threads: Start and Stop are called by the client's owner (Connect,
+// Close); every other method by any thread. What the I/O thread alone
+// touches is one struct, IoLoop (io_thread.cc), made by Start before the
+// thread runs; what the callers share with it is under queue_mu_ or atomic.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "client/call.h"
+#include "common/net.h"
+#include "common/security.h"
+#include "common/wire.h"
+#include "shardps/client.h"
+
+namespace shardps::detail {
+
+// Who this client is, as every message it sends says. `rank` is written
+// once by Register, `clock` by Clock/Join (any caller thread); both are
+// read by every thread, the I/O thread's heartbeats included.
+struct Sender {
+  explicit Sender(ClientRole r) : role(r) {}
+  const ClientRole role;
+  std::atomic<int> rank{-1};
+  std::atomic<int64_t> clock{0};
+
+  bool worker() const { return role == ClientRole::kWorker; }
+  wire::Role wire_role() const { return worker() ? wire::Role::Worker : wire::Role::Observer; }
+};
+
+// One item of the I/O thread's queue: a request part to send, a new server
+// list to connect to, or the order to stop. Built by a caller, then owned
+// by the I/O thread.
+struct Outgoing {
+  enum Kind { kSend, kConnect, kStop } kind = kSend;
+  int target = -1;  // server rank, or -1 for the coordinator
+  uint64_t request_id = 0;
+  std::vector<zmq::message_t> frames;
+  std::shared_ptr<Call> call;
+  Dest dest;
+  Millis timeout{0};
+  std::vector<std::string> endpoints;  // kConnect
+};
+
+struct IoLoop;
+
+class IoThread {
+ public:
+  // `opts` and `self` outlive this.
+  IoThread(const ClientOptions& opts, const Sender& self);
+  ~IoThread();  // Stop()s
+  IoThread(const IoThread&) = delete;
+  IoThread& operator=(const IoThread&) = delete;
+
+  // Connects the coordinator socket (a CURVE client with `key`, if any) and
+  // starts the thread. Once, before anything is queued. InvalidArgument
+  // when the coordinator's endpoint is not one.
+  Status Start(std::optional<KeyFile> key);
+  // Stops the thread: what is in flight fails with Unavailable ("client is
+  // closed"), and so does whatever is queued later. Idempotent.
+  void Stop();
+
+  // A new request id (unique within this client).
+  uint64_t NextRequestId() { return next_id_.fetch_add(1); }
+  // Queues `o`, its frames complete. Fails o.call if the client is closed.
+  void Enqueue(Outgoing&& o);
+  // Queues a request to server o.target: gives it a request id, and builds
+  // its header from `f` (in `fbb`) under the queue lock, where a worker's
+  // `numbered` request (a push) takes its next sequence number for that
+  // server: the servers see a worker's pushes numbered in the order they
+  // are sent, whichever thread issued them. `extra` follow the header.
+  void EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::message_t> extra, bool numbered,
+                      flatbuffers::FlatBufferBuilder& fbb);
+  // (Re)connects to `endpoints` (server rank -> data endpoint), dropping
+  // the old server sockets; push numbering continues per rank.
+  void ConnectServers(std::vector<std::string> endpoints);
+
+  // How often the coordinator connection came back after a first handshake
+  // (the coordinator restarted). Written by the I/O thread.
+  uint64_t coordinator_reconnects() const { return coord_reconnects_.load(); }
+  // A heartbeat reply said the job is stopping. Written by the I/O thread.
+  bool stop_requested() const { return stop_requested_.load(std::memory_order_relaxed); }
+
+ private:
+  friend struct IoLoop;
+  // Queues `o`; `finish(o)` runs under queue_mu_ (so what it numbers is
+  // numbered in send order).
+  template <typename Finish>
+  void Enqueue(Outgoing&& o, Finish&& finish);
+  // The I/O thread: moves everything queued into *batch.
+  void TakeQueued(std::deque<Outgoing>* batch);
+
+  const ClientOptions& opts_;
+  const Sender& self_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> coord_reconnects_{0};
+  std::atomic<bool> stop_requested_{false};
+  int efd_ = -1;  // wakes the I/O thread; set by Start, then constant
+
+  std::mutex queue_mu_;  // guards queue_, stopping_, seq_
+  std::deque<Outgoing> queue_;
+  bool stopping_ = false;
+  std::vector<uint64_t> seq_;  // server rank -> this worker's last push sequence number
+
+  std::unique_ptr<IoLoop> loop_;  // the I/O thread's state (made by Start)
+  std::thread thread_;
+};
+
+}  // namespace shardps::detail

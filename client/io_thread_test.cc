@@ -1,0 +1,259 @@
+// The I/O thread (io_thread.h) against peers of the test's own (ROUTER
+// sockets on loopback, test_peer.h): reply routing, push numbering,
+// timeouts, closing, heartbeats, a coordinator restart. No processes.
+#include "client/io_thread.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "client/test_peer.h"
+
+namespace shardps::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TestPeer;
+
+// Waits until `cond` holds (up to 10 s).
+template <typename F>
+bool Eventually(F cond) {
+  for (auto end = Clock::now() + 10s; Clock::now() < end; std::this_thread::sleep_for(5ms))
+    if (cond()) return true;
+  return cond();
+}
+
+class IoThreadTest : public ::testing::Test {
+ protected:
+  IoThreadTest() : self_(ClientRole::kWorker) {}
+  // Starts the I/O thread towards `coordinator`.
+  void Start(const TestPeer& coordinator) {
+    opts_.coordinator = coordinator.endpoint();
+    opts_.heartbeat_interval = 20ms;
+    io_ = std::make_unique<IoThread>(opts_, self_);
+    ASSERT_TRUE(io_->Start(std::nullopt).ok());
+  }
+  // A request part to `target` under `call`.
+  Outgoing Item(int target, const std::shared_ptr<Call>& call, Millis timeout = 10s) {
+    Outgoing o;
+    o.target = target;
+    o.call = call;
+    o.timeout = timeout;
+    return o;
+  }
+  static std::shared_ptr<Call> NewCall(int parts, const char* op = "push") {
+    auto c = std::make_shared<Call>();
+    c->parts_left = parts;
+    c->op = op;
+    return c;
+  }
+  static wire::Fields Fields(wire::MsgType type) {
+    wire::Fields f;
+    f.type = type;
+    return f;
+  }
+
+  ClientOptions opts_;
+  Sender self_;
+  flatbuffers::FlatBufferBuilder fbb_;
+  std::unique_ptr<IoThread> io_;
+};
+
+TestPeer::Handler Silent() {
+  return [](const wire::Header&, std::vector<zmq::message_t>&) { return std::vector<zmq::message_t>{}; };
+}
+
+TEST_F(IoThreadTest, ACoordinatorRequestGetsItsReplyHeader) {
+  TestPeer coord([](const wire::Header& h, std::vector<zmq::message_t>&) {
+    wire::Fields f;
+    f.min_clock = 42;
+    return h.type() == wire::MsgType::GetCluster ? TestPeer::Reply(h, f) : std::vector<zmq::message_t>{};
+  });
+  Start(coord);
+  auto call = NewCall(1, "coordinator request");
+  Outgoing o = Item(-1, call);
+  o.request_id = io_->NextRequestId();
+  wire::Fields f = Fields(wire::MsgType::GetCluster);
+  f.request_id = o.request_id;
+  o.frames.push_back(wire::EncodeSimple(fbb_, f));
+  o.dest.keep_reply = true;
+  io_->Enqueue(std::move(o));
+  ASSERT_TRUE(MakeRequest(call).Wait(10s).ok());
+  std::vector<uint64_t> scratch;
+  const wire::Header* h = nullptr;
+  ASSERT_TRUE(wire::ParseHeader(call->reply, scratch, &h).ok());
+  EXPECT_EQ(h->request_id(), f.request_id);
+  EXPECT_EQ(h->min_clock(), 42);
+}
+
+TEST_F(IoThreadTest, PullRepliesLandWhereTheirDestSays) {
+  TestPeer coord(Silent());
+  // Answers a pull of rows [b, e) of one column with the row ids as values.
+  auto rows = [](const wire::Header& h, std::vector<zmq::message_t>&) {
+    wire::Fields f;
+    f.min_clock = 3;
+    f.max_clock = 4;
+    f.table_version = 77;
+    auto out = TestPeer::Reply(h, f);
+    std::vector<float> v;
+    for (uint64_t r = h.row_begin(); r < h.row_end(); ++r) v.push_back(static_cast<float>(r));
+    out.emplace_back(v.data(), v.size() * 4);
+    return out;
+  };
+  TestPeer s0(rows), s1(rows);
+  Start(coord);
+  io_->ConnectServers({s0.endpoint(), s1.endpoint()});
+  std::vector<float> out(10, -1.0f);
+  auto call = NewCall(2, "pull");
+  call->versions.assign(2, kNoVersion);
+  for (int sv = 0; sv < 2; ++sv) {
+    Outgoing o = Item(sv, call);
+    o.dest.out = out.data() + 5 * sv;
+    o.dest.floats = 5;
+    o.dest.clocks = true;
+    wire::Fields f = Fields(wire::MsgType::Pull);
+    f.row_begin = 5 * sv;
+    f.row_end = 5 * sv + 5;
+    io_->EnqueueRequest(std::move(o), f, {}, false, fbb_);
+  }
+  Request r = MakeRequest(call);
+  ASSERT_TRUE(r.Wait(10s).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(out[i], static_cast<float>(i));
+  EXPECT_EQ(r.min_clock(), 3);
+  EXPECT_EQ(r.max_clock(), 4);
+  EXPECT_EQ(call->versions, (std::vector<uint64_t>{77, 77}));
+
+  // A reply of the wrong size fails the pull, naming the server.
+  call = NewCall(1, "pull");
+  Outgoing o = Item(1, call);
+  o.dest.out = out.data();
+  o.dest.floats = 4;  // the server sends 5
+  wire::Fields f = Fields(wire::MsgType::Pull);
+  f.row_begin = 0;
+  f.row_end = 5;
+  io_->EnqueueRequest(std::move(o), f, {}, false, fbb_);
+  Status s = MakeRequest(call).Wait(10s);
+  EXPECT_EQ(s.code(), Code::kBadMessage);
+  EXPECT_NE(s.message().find("server 1 (" + s1.endpoint() + ") answered a pull with 20 bytes"), std::string::npos)
+      << s.message();
+}
+
+TEST_F(IoThreadTest, AWorkersPushesAreNumberedPerServerInSendOrder) {
+  TestPeer coord(Silent());
+  std::mutex mu;
+  std::vector<uint64_t> seqs[2];
+  auto record = [&](int sv) {
+    return [&, sv](const wire::Header& h, std::vector<zmq::message_t>&) {
+      std::lock_guard<std::mutex> lock(mu);
+      seqs[sv].push_back(h.seq());
+      return TestPeer::Reply(h);
+    };
+  };
+  TestPeer s0(record(0)), s1(record(1));
+  Start(coord);
+  io_->ConnectServers({s0.endpoint(), s1.endpoint()});
+  auto call = NewCall(6);
+  for (int target : {0, 1, 0, 0, 1}) io_->EnqueueRequest(Item(target, call), Fields(wire::MsgType::Push), {}, true, fbb_);
+  io_->EnqueueRequest(Item(0, call), Fields(wire::MsgType::Pull), {}, false, fbb_);  // not numbered
+  ASSERT_TRUE(MakeRequest(call).Wait(10s).ok());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seqs[0], (std::vector<uint64_t>{1, 2, 3, 0}));
+  EXPECT_EQ(seqs[1], (std::vector<uint64_t>{1, 2}));
+}
+
+TEST_F(IoThreadTest, NumberingContinuesAcrossANewServerList) {
+  TestPeer coord(Silent());
+  std::atomic<uint64_t> last{0};
+  TestPeer s0([&](const wire::Header& h, std::vector<zmq::message_t>&) {
+    last = h.seq();
+    return TestPeer::Reply(h);
+  });
+  Start(coord);
+  io_->ConnectServers({s0.endpoint()});
+  auto call = NewCall(1);
+  io_->EnqueueRequest(Item(0, call), Fields(wire::MsgType::Push), {}, true, fbb_);
+  ASSERT_TRUE(MakeRequest(call).Wait(10s).ok());
+  io_->ConnectServers({s0.endpoint(), ""});
+  call = NewCall(1);
+  io_->EnqueueRequest(Item(0, call), Fields(wire::MsgType::Push), {}, true, fbb_);
+  ASSERT_TRUE(MakeRequest(call).Wait(10s).ok());
+  EXPECT_EQ(last.load(), 2u);
+}
+
+TEST_F(IoThreadTest, AnUnansweredRequestTimesOut) {
+  TestPeer coord(Silent()), s0(Silent());
+  Start(coord);
+  io_->ConnectServers({s0.endpoint()});
+  auto call = NewCall(1);
+  io_->EnqueueRequest(Item(0, call, 100ms), Fields(wire::MsgType::Push), {}, true, fbb_);
+  Status s = MakeRequest(call).Wait(10s);
+  EXPECT_EQ(s.code(), Code::kTimeout);
+  EXPECT_NE(s.message().find("push to server 0 (" + s0.endpoint() + ") got no answer in time"), std::string::npos)
+      << s.message();
+}
+
+TEST_F(IoThreadTest, ARequestToAServerItHasNoSocketForFailsAtOnce) {
+  TestPeer coord(Silent());
+  Start(coord);
+  auto call = NewCall(1);
+  io_->EnqueueRequest(Item(3, call), Fields(wire::MsgType::Push), {}, true, fbb_);
+  Status s = MakeRequest(call).Wait(10s);
+  EXPECT_EQ(s.code(), Code::kUnavailable);
+  EXPECT_EQ(s.message(), "not connected to server 3");
+}
+
+TEST_F(IoThreadTest, StopFailsWhatIsInFlightAndWhatComesAfter) {
+  TestPeer coord(Silent()), s0(Silent());
+  Start(coord);
+  io_->ConnectServers({s0.endpoint()});
+  auto in_flight = NewCall(1);
+  io_->EnqueueRequest(Item(0, in_flight), Fields(wire::MsgType::Pull), {}, false, fbb_);
+  ASSERT_TRUE(Eventually([&] { return s0.Count(wire::MsgType::Pull) == 1; }));
+  io_->Stop();
+  Status s = MakeRequest(in_flight).Wait(1s);
+  EXPECT_EQ(s.code(), Code::kUnavailable);
+  EXPECT_EQ(s.message(), "client is closed");
+  auto later = NewCall(1);
+  io_->EnqueueRequest(Item(0, later), Fields(wire::MsgType::Pull), {}, false, fbb_);
+  EXPECT_TRUE(MakeRequest(later).Done());
+  EXPECT_EQ(MakeRequest(later).Wait(1s).code(), Code::kUnavailable);
+  io_->Stop();  // idempotent
+}
+
+TEST_F(IoThreadTest, AWorkerHeartbeatsWithItsRankAndClockOnceItHasARank) {
+  std::atomic<int> rank{-2};
+  std::atomic<int64_t> clock{-1};
+  TestPeer coord([&](const wire::Header& h, std::vector<zmq::message_t>&) {
+    if (h.type() != wire::MsgType::Heartbeat) return std::vector<zmq::message_t>{};
+    rank = h.rank();
+    clock = h.clock();
+    wire::Fields f;
+    f.stopping = h.clock() >= 6;
+    return TestPeer::Reply(h, f);
+  });
+  Start(coord);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(coord.Count(wire::MsgType::Heartbeat), 0) << "no rank yet";
+  self_.rank = 2;
+  self_.clock = 5;
+  ASSERT_TRUE(Eventually([&] { return rank == 2 && clock == 5; }));
+  EXPECT_FALSE(io_->stop_requested());
+  self_.clock = 6;
+  EXPECT_TRUE(Eventually([&] { return io_->stop_requested(); })) << "the reply said the job is stopping";
+}
+
+TEST_F(IoThreadTest, CountsTheCoordinatorConnectionComingBack) {
+  auto coord = std::make_unique<TestPeer>(Silent());
+  const std::string endpoint = coord->endpoint();
+  Start(*coord);
+  self_.rank = 0;  // heartbeats make the connection's handshake observable from both sides
+  ASSERT_TRUE(Eventually([&] { return coord->Count(wire::MsgType::Heartbeat) > 0; }));
+  EXPECT_EQ(io_->coordinator_reconnects(), 0u);
+  coord.reset();  // the coordinator restarts on the same endpoint
+  coord = std::make_unique<TestPeer>(Silent(), endpoint);
+  EXPECT_TRUE(Eventually([&] { return io_->coordinator_reconnects() == 1; }));
+}
+
+}  // namespace
+}  // namespace shardps::detail

@@ -1,0 +1,175 @@
+#include "client/request_split.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace shardps::detail {
+
+namespace {
+
+Status SizeMismatch(bool push, uint64_t floats, const std::string& shape, uint64_t need) {
+  return Status::SizeMismatch(std::string(push ? "gradient" : "output") + " array has " + std::to_string(floats) +
+                              " floats, " + shape + " need " + std::to_string(need));
+}
+
+}  // namespace
+
+Status SplitRange(const TableSpec& t, const ShardMap& map, RowRange r, uint64_t floats, bool push,
+                  uint64_t max_message_bytes, std::vector<Part>* parts) {
+  parts->clear();
+  if (t.kind != TableKind::kDense)
+    return Status::InvalidArgument("table '" + t.name + "' is sparse: address it by ids, not a row range");
+  if (r.begin >= r.end || r.end > t.rows)
+    return Status::OutOfRange("rows [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ") of table '" +
+                              t.name + "' with " + std::to_string(t.rows) + " rows");
+  const uint64_t cols = t.cols;
+  if (floats != (r.end - r.begin) * cols)
+    return SizeMismatch(push, floats,
+                        "rows [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ") x " +
+                            std::to_string(cols) + " cols",
+                        (r.end - r.begin) * cols);
+  const uint32_t P = map.partitions();
+  for (uint64_t row = r.begin; row < r.end;) {
+    const uint32_t p = PartitionOfRow(row, t.rows, P);
+    const uint64_t stop = std::min(r.end, PartitionRowBegin(p + 1, t.rows, P));
+    Part* last = parts->empty() ? nullptr : &parts->back();
+    if (last && last->server == map.owner[p] && last->row_end == row &&
+        (stop - last->row_begin) * cols * 4 <= max_message_bytes) {
+      last->row_end = stop;
+    } else {
+      Part part;
+      part.server = map.owner[p];
+      part.row_begin = row;
+      part.row_end = stop;
+      parts->push_back(std::move(part));
+    }
+    row = stop;
+  }
+  for (Part& part : *parts) {
+    part.offset = (part.row_begin - r.begin) * cols;
+    part.floats = (part.row_end - part.row_begin) * cols;
+  }
+  return Status::OK();
+}
+
+Status SplitKeys(const TableSpec& t, const ShardMap& map, std::span<const uint64_t> keys, uint64_t floats, bool push,
+                 std::vector<Part>* parts) {
+  parts->clear();
+  const uint64_t cols = t.cols, n = keys.size();
+  if (floats != n * cols)
+    return SizeMismatch(push, floats, std::to_string(n) + " keys x " + std::to_string(cols) + " cols", n * cols);
+  if (n == 0) return Status::OK();
+  const uint32_t P = map.partitions();
+  const bool dense = t.kind == TableKind::kDense;
+  std::vector<uint32_t> server(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (dense && keys[i] >= t.rows)
+      return Status::OutOfRange("row id " + std::to_string(keys[i]) + " (key " + std::to_string(i) +
+                                ") is outside table '" + t.name + "' with " + std::to_string(t.rows) + " rows");
+    server[i] = map.owner[dense ? PartitionOfRow(keys[i], t.rows, P) : PartitionOfId(keys[i], P)];
+  }
+  if (std::all_of(server.begin(), server.end(), [&](uint32_t x) { return x == server[0]; })) {
+    Part part;
+    part.server = server[0];
+    part.keyed = true;
+    part.key_count = n;
+    part.floats = n * cols;
+    parts->push_back(std::move(part));
+    return Status::OK();
+  }
+  std::vector<std::vector<uint32_t>> pos(*std::max_element(server.begin(), server.end()) + 1);
+  for (uint64_t i = 0; i < n; ++i) pos[server[i]].push_back(static_cast<uint32_t>(i));
+  for (uint32_t sv = 0; sv < pos.size(); ++sv) {
+    if (pos[sv].empty()) continue;
+    Part part;
+    part.server = sv;
+    part.keyed = true;
+    part.key_count = pos[sv].size();
+    part.positions = std::move(pos[sv]);
+    parts->push_back(std::move(part));
+  }
+  return Status::OK();
+}
+
+wire::Fields PartFields(const DataHeader& h, const Part& p, std::span<const uint64_t> bases) {
+  wire::Fields f;
+  f.type = h.push ? wire::MsgType::Push : wire::MsgType::Pull;
+  f.role = h.role;
+  f.rank = h.rank;
+  f.table = h.table;
+  f.clock = h.clock;
+  f.steps = h.steps;
+  if (p.keyed) {
+    f.key_count = p.key_count;
+  } else {
+    f.row_begin = p.row_begin;
+    f.row_end = p.row_end;
+  }
+  if (h.push) f.base_versions = bases;
+  return f;
+}
+
+int64_t RequestClock(int64_t now, int64_t ahead) {
+  return ahead == kPreviousClock ? std::max<int64_t>(0, now - 1) : now + ahead;
+}
+
+std::vector<uint64_t> BasesFor(const StepBases& bases, uint32_t server) {
+  std::vector<uint64_t> out;
+  for (const auto& b : bases) {
+    if (!b || server >= b->size() || (*b)[server] == kNoVersion) return {};
+    out.push_back((*b)[server]);
+  }
+  return out;
+}
+
+std::vector<zmq::message_t> PartFrames(const Payload& pl, const Part& p, const std::shared_ptr<Call>& call) {
+  std::vector<zmq::message_t> frames;
+  const bool all_keys = p.positions.empty();
+  if (p.keyed)
+    frames.push_back(all_keys ? Borrow(pl.keys.data(), pl.keys.size_bytes(), call) : GatherKeys(pl.keys, p.positions));
+  if (!pl.push) return frames;
+  if (!pl.steps.empty()) {
+    for (const PushStep& step : pl.steps) frames.push_back(Borrow(step.grads.data() + p.offset, p.floats * 4, call));
+  } else if (all_keys) {
+    frames.push_back(Borrow(pl.values + p.offset, p.floats * 4, call));
+  } else {
+    frames.push_back(GatherRows(pl.values, pl.cols, p.positions));
+  }
+  return frames;
+}
+
+Dest PullDest(const Payload& pl, Part& p) {
+  Dest d;
+  d.clocks = true;
+  if (!p.positions.empty()) {
+    d.out = pl.values;
+    d.positions = std::move(p.positions);
+    d.cols = pl.cols;
+  } else if (pl.view) {
+    d.view = pl.view;
+    d.view_offset = p.offset;
+    d.floats = p.floats;
+  } else {
+    d.out = pl.values + p.offset;
+    d.floats = p.floats;
+  }
+  return d;
+}
+
+zmq::message_t GatherKeys(std::span<const uint64_t> keys, const std::vector<uint32_t>& positions) {
+  zmq::message_t m(positions.size() * sizeof(uint64_t));
+  auto* out = static_cast<uint64_t*>(m.data());
+  for (size_t i = 0; i < positions.size(); ++i) out[i] = keys[positions[i]];
+  return m;
+}
+
+zmq::message_t GatherRows(const float* rows, uint32_t cols, const std::vector<uint32_t>& positions) {
+  zmq::message_t m(positions.size() * cols * sizeof(float));
+  auto* out = static_cast<float*>(m.data());
+  for (size_t i = 0; i < positions.size(); ++i)
+    std::memcpy(out + i * cols, rows + static_cast<size_t>(positions[i]) * cols, cols * sizeof(float));
+  return m;
+}
+
+}  // namespace shardps::detail

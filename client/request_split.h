@@ -1,0 +1,105 @@
+// How a push or pull becomes one message per server part: a dense row range
+// split at partition boundaries, a key list grouped by server; the one
+// header every part's message starts with, and the frames that follow it.
+// Pure functions of the request, the table and the shard map: no sockets,
+// no shared state.
+//
+// Threads: the calling thread. The frames a part borrows from the caller's
+// arrays (Borrow, call.h) stay the caller's until the request's Call lets
+// go of them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "client/call.h"
+#include "common/partition.h"
+#include "common/wire.h"
+#include "shardps/client.h"
+
+namespace shardps::detail {
+
+// One server's part of a push or pull.
+struct Part {
+  uint32_t server = 0;
+  bool keyed = false;  // a part of a key list (else of a row range)
+  // Row range parts: rows [row_begin, row_end).
+  uint64_t row_begin = 0, row_end = 0;
+  // The part's values: `floats` floats from `offset` into the caller's
+  // array (row range parts, and the key part that holds every key).
+  uint64_t offset = 0, floats = 0;
+  // Key parts: key_count keys; `positions` are their places in the key
+  // list, ascending, or empty when the part holds every key in order (one
+  // server: keys and values go from the caller's arrays as they are).
+  uint64_t key_count = 0;
+  std::vector<uint32_t> positions;
+};
+
+// Checks a push or pull of rows `r` of dense table `t` into or from an
+// array of `floats` floats, and splits it by partition, merging neighbours
+// on the same server up to `max_message_bytes` (a single partition is never
+// split), so a server applies one part while the next is still on the wire
+// (and each part is still in cache when applied). Parts are in row order.
+// InvalidArgument (a sparse table), OutOfRange (rows), SizeMismatch.
+Status SplitRange(const TableSpec& t, const ShardMap& map, RowRange r, uint64_t floats, bool push,
+                  uint64_t max_message_bytes, std::vector<Part>* parts);
+
+// Checks a push or pull of `keys` (dense row ids or sparse ids) of table `t`
+// into or from an array of `floats` floats, and groups the keys by the
+// server that owns them: one part holding every key when a single server
+// owns them all, else one per server, ascending. No keys: no parts.
+// SizeMismatch; OutOfRange for a dense row id past the table.
+Status SplitKeys(const TableSpec& t, const ShardMap& map, std::span<const uint64_t> keys, uint64_t floats, bool push,
+                 std::vector<Part>* parts);
+
+// What every part of one request says in its header.
+struct DataHeader {
+  bool push = false;
+  wire::Role role = wire::Role::Observer;
+  int rank = -1;
+  uint32_t table = 0;
+  int64_t clock = 0;
+  uint32_t steps = 0;  // PushSteps: how many gradients each part carries
+};
+// A part's header: `h`, the part's rows or key count, and (a push) the
+// versions its gradients were computed on at the part's server (`bases`,
+// which must outlive the Fields).
+wire::Fields PartFields(const DataHeader& h, const Part& p, std::span<const uint64_t> bases);
+
+// The clock a data request is tagged with, for this worker's clock `now`:
+// now + `ahead` (Prefetch: 1), or kPreviousClock: the clock before, at
+// least 0 (PullCurrent).
+constexpr int64_t kPreviousClock = INT64_MIN;
+int64_t RequestClock(int64_t now, int64_t ahead);
+
+// The versions each step's gradient was computed on (null: not known), and
+// server `server`'s version of each: empty when one step's is not known.
+using StepBases = std::vector<std::shared_ptr<const std::vector<uint64_t>>>;
+std::vector<uint64_t> BasesFor(const StepBases& bases, uint32_t server);
+
+// The caller's arrays of one push or pull.
+struct Payload {
+  bool push = false;
+  uint32_t cols = 0;
+  float* values = nullptr;             // the gradients (push) or the output (pull); null for a PullView
+  std::span<const uint64_t> keys;      // a key list request
+  std::span<const PushStep> steps;     // PushSteps: one gradient array per step
+  std::shared_ptr<PulledFrames> view;  // PullView: where the frames are kept
+};
+// The frames that follow a part's header: its keys (borrowed when the part
+// holds every key, else gathered), then for a push its gradients (borrowed
+// slices of the caller's array, one per step; gathered for the key part of
+// one of several servers).
+std::vector<zmq::message_t> PartFrames(const Payload& pl, const Part& p, const std::shared_ptr<Call>& call);
+// Where a pull part's reply values go (moves p.positions).
+Dest PullDest(const Payload& pl, Part& p);
+
+// The keys at `positions`, and their rows of `cols` floats, in one frame each.
+zmq::message_t GatherKeys(std::span<const uint64_t> keys, const std::vector<uint32_t>& positions);
+zmq::message_t GatherRows(const float* rows, uint32_t cols, const std::vector<uint32_t>& positions);
+
+}  // namespace shardps::detail
