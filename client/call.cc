@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/half.h"
 #include "common/wire.h"
 
 namespace shardps {
@@ -61,9 +62,20 @@ zmq::message_t Borrow(const void* data, size_t size, const std::shared_ptr<Call>
   return zmq::message_t(const_cast<void*>(data), size, &ReleaseFrame, new std::shared_ptr<Call>(call));
 }
 
+namespace {
+// `cols` values of `dtype` at `src` as float32 at `dst`.
+void RowToFloat(const uint8_t* src, DType dtype, uint32_t cols, float* dst) {
+  switch (dtype) {
+    case DType::kF32: std::memcpy(dst, src, cols * sizeof(float)); break;
+    case DType::kBF16: Bf16ToFloat(reinterpret_cast<const uint16_t*>(src), dst, cols); break;
+    case DType::kF16: F16ToFloat(reinterpret_cast<const uint16_t*>(src), dst, cols); break;
+  }
+}
+}  // namespace
+
 Status PlaceValues(const Dest& d, std::vector<zmq::message_t>& frames, const std::string& peer) {
-  const uint64_t want =
-      d.positions.empty() ? d.floats * 4 : static_cast<uint64_t>(d.positions.size()) * d.cols * 4;
+  const uint64_t reply_rows = !d.offsets.empty() ? d.offsets.size() - 1 : d.positions.size();
+  const uint64_t want = d.positions.empty() ? d.floats * 4 : reply_rows * d.cols * DTypeBytes(d.dtype);
   uint64_t got = 0;
   for (size_t i = 1; i < frames.size(); ++i) got += frames[i].size();
   if (frames.size() < 2 || got != want || (!d.positions.empty() && frames.size() != 2))
@@ -80,11 +92,21 @@ Status PlaceValues(const Dest& d, std::vector<zmq::message_t>& frames, const std
       std::memcpy(dst, frames[i].data(), frames[i].size());
       dst += frames[i].size();
     }
-  } else {
+  } else if (d.offsets.empty()) {
     const auto* src = static_cast<const uint8_t*>(frames[1].data());
-    const size_t row = d.cols * 4;
+    const size_t row = d.cols * DTypeBytes(d.dtype);
     for (size_t i = 0; i < d.positions.size(); ++i)
-      std::memcpy(d.out + static_cast<size_t>(d.positions[i]) * d.cols, src + i * row, row);
+      RowToFloat(src + i * row, d.dtype, d.cols, d.out + static_cast<size_t>(d.positions[i]) * d.cols);
+  } else {
+    // One reply row for every place of its key: converted once, copied to the rest.
+    const auto* src = static_cast<const uint8_t*>(frames[1].data());
+    const size_t row = d.cols * DTypeBytes(d.dtype);
+    for (size_t i = 0; i + 1 < d.offsets.size(); ++i) {
+      float* first = d.out + static_cast<size_t>(d.positions[d.offsets[i]]) * d.cols;
+      RowToFloat(src + i * row, d.dtype, d.cols, first);
+      for (uint32_t k = d.offsets[i] + 1; k < d.offsets[i + 1]; ++k)
+        std::memcpy(d.out + static_cast<size_t>(d.positions[k]) * d.cols, first, d.cols * sizeof(float));
+    }
   }
   return Status::OK();
 }

@@ -68,6 +68,10 @@ struct Call {
   uint64_t issued = 0;
   std::weak_ptr<StampBook> book;
   std::shared_ptr<const std::vector<uint64_t>> stamp;  // `versions`, once a Wait() returned OK
+  // Arrays of the request's own that its borrowed frames point into (a
+  // key list's distinct keys, their summed gradients): set before the Call
+  // is shared, freed with it, after the last frame.
+  std::shared_ptr<const void> owned;
 
   // REQUIRES: mu held.
   bool DoneLocked() const { return parts_left == 0 && (frees_left == 0 || !status.ok()); }
@@ -104,8 +108,12 @@ struct Dest {
   uint64_t view_offset = 0;            // ... at this offset (floats)
   float* out = nullptr;                // contiguous: out[0 .. floats)
   uint64_t floats = 0;
-  std::vector<uint32_t> positions;  // scattered: reply row i -> out row positions[i]
+  std::vector<uint32_t> positions;  // scattered: reply row i -> out row positions[i] ...
+  // ... or, when not empty, reply row i -> out rows positions[offsets[i] ..
+  // offsets[i + 1]) (a key asked once for all its places in the request)
+  std::vector<uint32_t> offsets;
   uint32_t cols = 0;
+  DType dtype = DType::kF32;  // the reply's values: converted to float32 as they are placed
   bool keep_reply = false;  // control request: keep the reply header
   bool clocks = false;      // a pull: aggregate min/max clock
 

@@ -83,7 +83,9 @@ class ClientImpl {
   // Checks `t`, splits the request (`split(map, &parts)`, request_split.h)
   // and sends each part as one message to its server, all under one Call.
   template <typename Split>
-  Request DataRequest(const Table& t, const Payload& pl, int64_t clock_ahead, Split split);
+  // `owned`: arrays of the request's own that pl points into, kept with its Call.
+  Request DataRequest(const Table& t, const Payload& pl, int64_t clock_ahead, Split split,
+                      std::shared_ptr<const void> owned = nullptr);
   // A pull's call records the versions each server read, for stamps.
   std::shared_ptr<Call> NewDataCall(bool push, const Table& t, uint32_t servers);
   // The versions each step's gradient was computed on: its stamp, or (a
@@ -144,7 +146,8 @@ StepBases ClientImpl::BasesOf(const Table& t, std::span<const PushStep> steps) {
 }
 
 template <typename Split>
-Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock_ahead, Split split) {
+Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock_ahead, Split split,
+                                std::shared_ptr<const void> owned) {
   std::shared_ptr<const ShardMap> map;
   uint32_t servers = 0;
   Status s = cache_.Resolve(t, &map, &servers);
@@ -152,6 +155,7 @@ Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock
   if (s.ok()) s = split(*map, &parts);
   if (!s.ok()) return MakeRequest(FailedCall(s));
   auto call = NewDataCall(pl.push, t, servers);
+  call->owned = std::move(owned);
   call->parts_left = static_cast<int>(parts.size());
   const StepBases bases = pl.push ? BasesOf(t, pl.steps) : StepBases{};
   DataHeader h;
@@ -180,7 +184,7 @@ Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock
 Request ClientImpl::RangeRequest(bool push, const Table& t, RowRange r, float* values, uint64_t floats,
                                  int64_t clock_ahead, std::shared_ptr<PulledFrames> view,
                                  std::span<const PushStep> steps) {
-  Payload pl{push, t.spec.cols, values, {}, steps, std::move(view)};
+  Payload pl{push, t.spec.cols, DType::kF32, nullptr, values, {}, steps, std::move(view)};
   return DataRequest(t, pl, clock_ahead, [&](const ShardMap& map, std::vector<Part>* parts) {
     return SplitRange(t.spec, map, r, floats, push, opts_.max_message_bytes, parts);
   });
@@ -188,10 +192,41 @@ Request ClientImpl::RangeRequest(bool push, const Table& t, RowRange r, float* v
 
 Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values,
                                 uint64_t floats) {
-  Payload pl{push, t.spec.cols, values, keys, {}, nullptr};
-  return DataRequest(t, pl, 0, [&](const ShardMap& map, std::vector<Part>* parts) {
-    return SplitKeys(t.spec, map, keys, floats, push, parts);
-  });
+  const uint32_t cols = t.spec.cols;
+  if (floats != keys.size() * cols) {  // the split's message, before planning anything
+    std::vector<Part> none;
+    return MakeRequest(FailedCall(SplitKeys(t.spec, ShardMap(), keys, floats, push, &none)));
+  }
+  // Each key is sent once: a pull fills every place of a repeated key, a
+  // push sums its gradients (in the order of its places). A key list
+  // without repeats, of a float32 table, goes from the caller's arrays as
+  // it is.
+  auto plan = std::make_shared<KeyPlan>(PlanKeys(keys));
+  const DType dtype = t.spec.dtype;
+  if (!plan->repeats() && dtype == DType::kF32) {
+    Payload pl{push, cols, DType::kF32, nullptr, values, keys, {}, nullptr};
+    return DataRequest(t, pl, 0, [&](const ShardMap& map, std::vector<Part>* parts) {
+      return SplitKeys(t.spec, map, keys, floats, push, parts);
+    });
+  }
+  struct Owned {
+    std::shared_ptr<KeyPlan> plan;
+    std::vector<float> summed;  // a push's gradient per unique key
+  };
+  auto owned = std::make_shared<Owned>();
+  owned->plan = plan;
+  if (push) {
+    owned->summed.resize(plan->unique.size() * cols);
+    SumRows(*plan, values, cols, owned->summed.data());
+  }
+  const std::span<const uint64_t> unique(plan->unique);
+  Payload pl{push, cols, dtype, plan.get(), push ? owned->summed.data() : values, unique, {}, nullptr};
+  return DataRequest(
+      t, pl, 0,
+      [&](const ShardMap& map, std::vector<Part>* parts) {
+        return SplitKeys(t.spec, map, unique, unique.size() * cols, push, parts);
+      },
+      owned);
 }
 
 Request ClientImpl::PushSteps(const Table& t, RowRange rows, std::span<const PushStep> steps) {

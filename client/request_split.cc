@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/half.h"
+
 namespace shardps::detail {
 
 namespace {
@@ -131,6 +133,8 @@ std::vector<zmq::message_t> PartFrames(const Payload& pl, const Part& p, const s
   if (!pl.push) return frames;
   if (!pl.steps.empty()) {
     for (const PushStep& step : pl.steps) frames.push_back(Borrow(step.grads.data() + p.offset, p.floats * 4, call));
+  } else if (pl.dtype != DType::kF32) {
+    frames.push_back(GatherRowsAs(pl.values, pl.cols, p.positions, p.key_count, pl.dtype));
   } else if (all_keys) {
     frames.push_back(Borrow(pl.values + p.offset, p.floats * 4, call));
   } else {
@@ -142,6 +146,13 @@ std::vector<zmq::message_t> PartFrames(const Payload& pl, const Part& p, const s
 Dest PullDest(const Payload& pl, Part& p) {
   Dest d;
   d.clocks = true;
+  d.dtype = pl.dtype;
+  if (pl.plan && p.keyed) {
+    d.out = pl.values;
+    d.cols = pl.cols;
+    PlacesOf(*pl.plan, p.positions, &d.positions, &d.offsets);
+    return d;
+  }
   if (!p.positions.empty()) {
     d.out = pl.values;
     d.positions = std::move(p.positions);
@@ -161,6 +172,81 @@ zmq::message_t GatherKeys(std::span<const uint64_t> keys, const std::vector<uint
   zmq::message_t m(positions.size() * sizeof(uint64_t));
   auto* out = static_cast<uint64_t*>(m.data());
   for (size_t i = 0; i < positions.size(); ++i) out[i] = keys[positions[i]];
+  return m;
+}
+
+KeyPlan PlanKeys(std::span<const uint64_t> keys) {
+  KeyPlan plan;
+  const size_t n = keys.size();
+  // Open addressing over a power of two at least twice the keys: the
+  // index of each key's unique entry.
+  size_t cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  std::vector<uint32_t> slot(cap, ~0u);
+  std::vector<uint32_t> which(n), count;
+  plan.unique.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    size_t h = Mix64(keys[i] ^ 0x5851f42d4c957f2dull) & (cap - 1);
+    while (slot[h] != ~0u && plan.unique[slot[h]] != keys[i]) h = (h + 1) & (cap - 1);
+    if (slot[h] == ~0u) {
+      slot[h] = static_cast<uint32_t>(plan.unique.size());
+      plan.unique.push_back(keys[i]);
+      count.push_back(0);
+    }
+    which[i] = slot[h];
+    ++count[slot[h]];
+  }
+  plan.offsets.assign(plan.unique.size() + 1, 0);
+  for (size_t u = 0; u < count.size(); ++u) plan.offsets[u + 1] = plan.offsets[u] + count[u];
+  plan.positions.resize(n);
+  std::vector<uint32_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
+  for (size_t i = 0; i < n; ++i) plan.positions[next[which[i]]++] = static_cast<uint32_t>(i);
+  return plan;
+}
+
+void SumRows(const KeyPlan& plan, const float* rows, uint32_t cols, float* out) {
+  for (size_t u = 0; u + 1 < plan.offsets.size(); ++u) {
+    float* dst = out + u * cols;
+    std::memcpy(dst, rows + static_cast<size_t>(plan.positions[plan.offsets[u]]) * cols, cols * sizeof(float));
+    for (uint32_t k = plan.offsets[u] + 1; k < plan.offsets[u + 1]; ++k) {
+      const float* src = rows + static_cast<size_t>(plan.positions[k]) * cols;
+      for (uint32_t j = 0; j < cols; ++j) dst[j] += src[j];
+    }
+  }
+}
+
+void PlacesOf(const KeyPlan& plan, const std::vector<uint32_t>& uniques, std::vector<uint32_t>* positions,
+              std::vector<uint32_t>* offsets) {
+  positions->clear();
+  offsets->assign(1, 0);
+  auto add = [&](uint32_t u) {
+    positions->insert(positions->end(), plan.positions.begin() + plan.offsets[u],
+                      plan.positions.begin() + plan.offsets[u + 1]);
+    offsets->push_back(static_cast<uint32_t>(positions->size()));
+  };
+  if (uniques.empty()) {
+    for (uint32_t u = 0; u + 1 < plan.offsets.size(); ++u) add(u);
+  } else {
+    for (uint32_t u : uniques) add(u);
+  }
+}
+
+zmq::message_t GatherRowsAs(const float* rows, uint32_t cols, const std::vector<uint32_t>& positions, uint64_t n,
+                            DType dtype) {
+  if (dtype == DType::kF32) {
+    if (!positions.empty()) return GatherRows(rows, cols, positions);
+    return zmq::message_t(rows, n * cols * sizeof(float));
+  }
+  const uint64_t count = positions.empty() ? n : positions.size();
+  zmq::message_t m(count * cols * sizeof(uint16_t));
+  auto* out = static_cast<uint16_t*>(m.data());
+  for (uint64_t i = 0; i < count; ++i) {
+    const float* src = rows + static_cast<size_t>(positions.empty() ? i : positions[i]) * cols;
+    if (dtype == DType::kBF16)
+      FloatToBf16(src, out + i * cols, cols);
+    else
+      FloatToF16(src, out + i * cols, cols);
+  }
   return m;
 }
 

@@ -56,6 +56,25 @@ Status SplitRange(const TableSpec& t, const ShardMap& map, RowRange r, uint64_t 
 Status SplitKeys(const TableSpec& t, const ShardMap& map, std::span<const uint64_t> keys, uint64_t floats, bool push,
                  std::vector<Part>* parts);
 
+// A key list's distinct keys in the order first seen, and where each one
+// sits: the places of unique[u] in the list are positions[offsets[u] ..
+// offsets[u + 1]), ascending. A key list request sends each key once (a
+// pull fills every place of a repeated key; a push sums its gradients).
+struct KeyPlan {
+  std::vector<uint64_t> unique;
+  std::vector<uint32_t> offsets;    // unique.size() + 1
+  std::vector<uint32_t> positions;  // keys.size()
+  bool repeats() const { return unique.size() < positions.size(); }
+};
+KeyPlan PlanKeys(std::span<const uint64_t> keys);
+// Each unique key's rows summed, in the order of its places: `rows` holds
+// one row of `cols` floats per place, `out` one per unique key.
+void SumRows(const KeyPlan& plan, const float* rows, uint32_t cols, float* out);
+// The places of the unique keys `uniques` (all of them, in order, when
+// empty), for a pull's Dest: their positions concatenated and offsets.
+void PlacesOf(const KeyPlan& plan, const std::vector<uint32_t>& uniques, std::vector<uint32_t>* positions,
+              std::vector<uint32_t>* offsets);
+
 // What every part of one request says in its header.
 struct DataHeader {
   bool push = false;
@@ -85,6 +104,8 @@ std::vector<uint64_t> BasesFor(const StepBases& bases, uint32_t server);
 struct Payload {
   bool push = false;
   uint32_t cols = 0;
+  DType dtype = DType::kF32;           // the table's values on the wire (a push's frames are converted to it)
+  const KeyPlan* plan = nullptr;       // a key list sent once per key: `keys` are plan->unique
   float* values = nullptr;             // the gradients (push) or the output (pull); null for a PullView
   std::span<const uint64_t> keys;      // a key list request
   std::span<const PushStep> steps;     // PushSteps: one gradient array per step
@@ -98,8 +119,11 @@ std::vector<zmq::message_t> PartFrames(const Payload& pl, const Part& p, const s
 // Where a pull part's reply values go (moves p.positions).
 Dest PullDest(const Payload& pl, Part& p);
 
-// The keys at `positions`, and their rows of `cols` floats, in one frame each.
+// The keys at `positions`, and their rows of `cols` floats (in `dtype`), in
+// one frame each; `positions` empty: all `n` rows in order.
 zmq::message_t GatherKeys(std::span<const uint64_t> keys, const std::vector<uint32_t>& positions);
 zmq::message_t GatherRows(const float* rows, uint32_t cols, const std::vector<uint32_t>& positions);
+zmq::message_t GatherRowsAs(const float* rows, uint32_t cols, const std::vector<uint32_t>& positions, uint64_t n,
+                            DType dtype);
 
 }  // namespace shardps::detail

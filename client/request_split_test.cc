@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/half.h"
 #include "tests/table_spec.h"
 
 namespace shardps::detail {
@@ -16,6 +17,7 @@ namespace {
 // [62, 75) [75, 87) [87, 100); partitions 0-3 on server 0, 4-7 on server 1.
 const TableSpec kDense = testing::Dense("w", 100, 2);
 const ShardMap kTwoServers = ShardMap::Contiguous(8, 2, 1);
+const TableSpec kSparse = testing::Sparse("e", 2);
 
 std::vector<std::pair<uint64_t, uint64_t>> Rows(const std::vector<Part>& parts) {
   std::vector<std::pair<uint64_t, uint64_t>> out;
@@ -303,6 +305,78 @@ TEST(PullDest, RangePartsWriteAtTheirOffsetOrIntoTheView) {
   EXPECT_EQ(d.view, pl.view);
   EXPECT_EQ(d.view_offset, 100u);
   EXPECT_EQ(d.floats, 100u) << "the reply's size is checked against the part's rows";
+}
+
+TEST(PlanKeys, EachKeyOnceWithEveryPlaceOfIt) {
+  const std::vector<uint64_t> keys = {7, 3, 7, 9, 3, 7};
+  const KeyPlan plan = PlanKeys(keys);
+  EXPECT_EQ(plan.unique, (std::vector<uint64_t>{7, 3, 9}));
+  EXPECT_EQ(plan.offsets, (std::vector<uint32_t>{0, 3, 5, 6}));
+  EXPECT_EQ(plan.positions, (std::vector<uint32_t>{0, 2, 5, 1, 4, 3}));
+  EXPECT_TRUE(plan.repeats());
+  EXPECT_FALSE(PlanKeys(std::vector<uint64_t>{1, 2, 3}).repeats());
+  EXPECT_TRUE(PlanKeys(std::vector<uint64_t>{}).unique.empty());
+  // Many keys: the table grows, every key found again.
+  std::vector<uint64_t> many;
+  for (uint64_t i = 0; i < 5000; ++i) many.push_back((i % 1700) * 0x9e3779b97f4a7c15ull);
+  const KeyPlan big = PlanKeys(many);
+  ASSERT_EQ(big.unique.size(), 1700u);
+  for (size_t u = 0; u < big.unique.size(); ++u)
+    for (uint32_t k = big.offsets[u]; k < big.offsets[u + 1]; ++k) ASSERT_EQ(many[big.positions[k]], big.unique[u]);
+}
+
+TEST(SumRows, ARepeatedKeysGradientsAreSummedInPlaceOrder) {
+  const std::vector<uint64_t> keys = {5, 6, 5};
+  const KeyPlan plan = PlanKeys(keys);
+  const std::vector<float> rows = {1, 2, 10, 20, 100, 200};
+  std::vector<float> out(4);
+  SumRows(plan, rows.data(), 2, out.data());
+  EXPECT_EQ(out, (std::vector<float>{101, 202, 10, 20}));
+}
+
+// A pull of a key list with repeats, sent once per key to two servers in
+// bf16, fills every place of every key with the value converted once.
+TEST(PullDest, OneReplyRowFillsEveryPlaceOfItsKeyConvertedFromItsDtype) {
+  const std::vector<uint64_t> keys = {4, 11, 4, 2, 11, 4};
+  const KeyPlan plan = PlanKeys(keys);
+  std::vector<float> out(keys.size() * 2, -1.0f);
+  Payload pl;
+  pl.cols = 2;
+  pl.dtype = DType::kBF16;
+  pl.plan = &plan;
+  pl.values = out.data();
+  std::vector<Part> parts;
+  ASSERT_TRUE(SplitKeys(kSparse, kTwoServers, plan.unique, plan.unique.size() * 2, false, &parts).ok());
+  for (Part& p : parts) {
+    std::vector<uint64_t> asked = p.positions.empty() ? plan.unique : std::vector<uint64_t>{};
+    for (uint32_t u : p.positions) asked.push_back(plan.unique[u]);
+    Dest d = PullDest(pl, p);
+    std::vector<uint16_t> bf(asked.size() * 2);
+    for (size_t i = 0; i < asked.size(); ++i) {
+      bf[2 * i] = FloatToBf16Bits(static_cast<float>(asked[i]) * 0.5f);
+      bf[2 * i + 1] = FloatToBf16Bits(-static_cast<float>(asked[i]));
+    }
+    std::vector<zmq::message_t> reply;
+    reply.emplace_back();
+    reply.emplace_back(bf.data(), bf.size() * 2);
+    ASSERT_TRUE(PlaceValues(d, reply, "server").ok());
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(out[2 * i], static_cast<float>(keys[i]) * 0.5f) << i;
+    EXPECT_EQ(out[2 * i + 1], -static_cast<float>(keys[i])) << i;
+  }
+}
+
+TEST(GatherRowsAs, SixteenBitFramesHoldTheRoundedRows) {
+  const std::vector<float> rows = {1.0f, 1.0f + 0x1p-9f, -3.5f, 65504.0f};
+  const zmq::message_t all = GatherRowsAs(rows.data(), 2, {}, 2, DType::kF16);
+  ASSERT_EQ(all.size(), 8u);
+  const auto* h = static_cast<const uint16_t*>(all.data());
+  EXPECT_EQ(h[0], FloatToF16Bits(1.0f));
+  EXPECT_EQ(h[3], FloatToF16Bits(65504.0f));
+  const zmq::message_t second = GatherRowsAs(rows.data(), 2, {1}, 2, DType::kBF16);
+  ASSERT_EQ(second.size(), 4u);
+  EXPECT_EQ(static_cast<const uint16_t*>(second.data())[0], FloatToBf16Bits(-3.5f));
 }
 
 }  // namespace

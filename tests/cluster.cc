@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,6 +173,57 @@ int RunCommand(const std::vector<std::string>& argv, std::string* output, int ti
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
   int st = pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+namespace {
+// GET http://HOST:PORT/metrics: the body, or "" on any failure.
+std::string HttpGet(const std::string& host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string out;
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1 &&
+      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return out;
+}
+}  // namespace
+
+// The /metrics text of server 0, found through `shardps-ctl status --json`.
+std::string ServerMetrics(const LocalCluster& c) {
+  std::string out;
+  int rc = RunCommand({BinaryPath("SHARDPS_CTL"), "status", c.coordinator(), "--json"}, &out);
+  if (rc != 0) {
+    ADD_FAILURE() << "shardps-ctl status: " << out;
+    return "";
+  }
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"("role": ?"server"[^}]*"metrics_url": ?"http://([0-9.]+):(\d+))"))) {
+    ADD_FAILURE() << "no server metrics_url in: " << out;
+    return "";
+  }
+  return HttpGet(m[1], std::stoi(m[2]));
+}
+
+double MetricValue(const std::string& metrics, const std::string& series) {
+  std::string quoted;  // the series literally, in a regex
+  for (char c : series) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) quoted += '\\';
+    quoted += c;
+  }
+  std::smatch m;
+  if (!std::regex_search(metrics, m, std::regex("\n" + quoted + " ([0-9.e+-]+)"))) return -1;
+  return std::stod(m[1]);
 }
 
 }  // namespace shardps::testing

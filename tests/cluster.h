@@ -66,6 +66,13 @@ std::unique_ptr<Client> ConnectClient(const LocalCluster& c, ClientRole role, in
 std::string BinaryPath(const char* env_name);
 // Runs a command, returns its exit status and combined output.
 int RunCommand(const std::vector<std::string>& argv, std::string* output, int timeout_s = 60);
+// The /metrics text of server 0 (its URL from `shardps-ctl status --json`);
+// "" after recording a test failure that says why.
+std::string ServerMetrics(const LocalCluster& c);
+// The value of `series` (name and labels as rendered) in a /metrics text;
+// -1 when it is not there.
+double MetricValue(const std::string& metrics, const std::string& series);
+
 // Polls `cond` every 10 ms until true or `timeout`; returns its last value.
 template <typename F>
 bool WaitFor(F cond, std::chrono::milliseconds timeout) {

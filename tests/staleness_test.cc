@@ -3,11 +3,7 @@
 // loopback: a push of k gradients is k optimizer steps, exactly; a stale
 // gradient is weighed by its staleness as the table's rule says, and each
 // server reports the staleness it saw in /metrics.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -42,49 +38,9 @@ std::vector<float> Gradient(size_t n, unsigned seed) {
   return g;
 }
 
-// GET http://HOST:PORT/metrics: the body, or "" on any failure.
-std::string HttpGet(const std::string& host, int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  timeval tv{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string out;
-  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1 &&
-      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET /metrics HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
-    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
-    }
-  }
-  ::close(fd);
-  return out;
-}
+using testing::ServerMetrics;
 
-// The /metrics text of server 0, found through `shardps-ctl status --json`.
-std::string ServerMetrics(const LocalCluster& c) {
-  std::string out;
-  int rc = testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "status", c.coordinator(), "--json"}, &out);
-  if (rc != 0) {
-    ADD_FAILURE() << "shardps-ctl status: " << out;
-    return "";
-  }
-  std::smatch m;
-  if (!std::regex_search(out, m, std::regex(R"("role": ?"server"[^}]*"metrics_url": ?"http://([0-9.]+):(\d+))"))) {
-    ADD_FAILURE() << "no server metrics_url in: " << out;
-    return "";
-  }
-  return HttpGet(m[1], std::stoi(m[2]));
-}
-
-double Sample(const std::string& metrics, const std::string& series) {
-  std::smatch m;
-  if (!std::regex_search(metrics, m, std::regex("\n" + series + " ([0-9.e+-]+)"))) return -1;
-  return std::stod(m[1]);
-}
+double Sample(const std::string& metrics, const std::string& series) { return testing::MetricValue(metrics, series); }
 
 class StalenessTest : public ::testing::Test {
  protected:
@@ -195,8 +151,8 @@ TEST_F(StalenessTest, AStaleGradientIsWeighedByItsStalenessAndReported) {
   const std::string m = ServerMetrics(cluster_);
   EXPECT_EQ(Sample(m, "shardps_push_staleness_count"), 3) << m;
   EXPECT_EQ(Sample(m, "shardps_push_staleness_sum"), 9) << m;
-  EXPECT_EQ(Sample(m, "shardps_push_staleness_bucket\\{le=\"2\"\\}"), 0) << m;
-  EXPECT_EQ(Sample(m, "shardps_push_staleness_bucket\\{le=\"3\"\\}"), 3) << m;
+  EXPECT_EQ(Sample(m, "shardps_push_staleness_bucket{le=\"2\"}"), 0) << m;
+  EXPECT_EQ(Sample(m, "shardps_push_staleness_bucket{le=\"3\"}"), 3) << m;
   EXPECT_EQ(Sample(m, "shardps_push_steps_total"), 12) << m;
 }
 
