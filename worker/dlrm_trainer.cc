@@ -91,6 +91,10 @@ Status DlrmTrainer::Run(DlrmResult* r) {
   r->samples = progress_.samples();
   r->skipped = train_->skipped();
   r->seconds = NowSeconds() - t_start_;
+  const double training = r->seconds - eval_seconds_;  // samples/s of the training alone
+  std::fprintf(o_.out, "worker %d | finished %d epochs in %.1f s | %.1f s training | %ld samples | %.0f samples/s\n",
+               rank_, r->epochs_done, r->seconds, training, r->samples, training > 0 ? r->samples / training : 0.0);
+  std::fflush(o_.out);
   return Status::OK();
 }
 
@@ -205,7 +209,9 @@ Status DlrmTrainer::EndEpoch(int epoch, const EpochTotals& t, const EpochBatches
     std::fflush(o_.out);
     return Status::OK();
   }
+  const double t0 = NowSeconds();
   SHARDPS_RETURN_IF_ERROR(Evaluate(&r->auc, &r->logloss));
+  eval_seconds_ += NowSeconds() - t0;
   std::fprintf(o_.out, "worker %d | epoch %d done | %s | train loss %.4f | test AUC %.4f | logloss %.4f | %.1f s\n",
                rank_, epoch, trained.c_str(), mean_loss, r->auc, r->logloss, NowSeconds() - t_start_);
   std::fflush(o_.out);

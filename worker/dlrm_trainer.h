@@ -122,7 +122,7 @@ class DlrmTrainer {
   DeviceBuffer x_dev_, labels_dev_, stats_;
   Progress progress_;
   CsvLog csv_;
-  double t_start_ = 0;
+  double t_start_ = 0, eval_seconds_ = 0;
 };
 
 }  // namespace shardps::worker

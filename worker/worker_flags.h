@@ -85,6 +85,7 @@ struct DlrmFlags {
   std::string bottom = "64", top = "128,64";  // hidden layer widths
   std::string emb_dtype = "f32";
   uint32_t admit_after = 0, evict_after_clocks = 0, evict_after_sec = 0;
+  uint64_t emb_max_rows = 0;  // the embedding table's max_rows (0: only the servers' budgets)
   int eval_batch = 8192;
 };
 

@@ -125,5 +125,53 @@ TEST(WorkerFlags, TheDenseTablesArePerLayerWeightsAndBias) {
   EXPECT_FALSE(MlpTableSpecs(m, {784, 10}, &w, &b).ok());
 }
 
+TEST(WorkerFlags, DlrmOptionsAndTheirRefusals) {
+  WorkerFlags f;
+  f.model.model = "dlrm";
+  f.model.optimizer = "adagrad";
+  f.model.lr = 0.05f;
+  DlrmTrainOptions o;
+  Status s = ToDlrmOptions(f, false, &o);
+  EXPECT_NE(s.message().find("needs --train-tsv"), std::string::npos) << s.ToString();
+  f.dlrm.train_tsv = "train.tsv";
+  s = ToDlrmOptions(f, true, &o);
+  EXPECT_NE(s.message().find("evaluating worker needs --test-tsv"), std::string::npos) << s.ToString();
+  f.dlrm.test_tsv = "test.tsv";
+  f.dlrm.dim = 8;
+  f.dlrm.bottom = "32";
+  f.dlrm.top = "64,16";
+  f.dlrm.emb_dtype = "bf16";
+  f.dlrm.admit_after = 2;
+  f.dlrm.evict_after_clocks = 100;
+  f.dlrm.emb_max_rows = 1000;
+  f.dlrm.hash_rows = 1 << 16;
+  ASSERT_TRUE(ToDlrmOptions(f, true, &o).ok());
+  EXPECT_EQ(o.model.dim, 8);
+  EXPECT_EQ(o.model.bottom_hidden, std::vector<int>{32});
+  EXPECT_EQ(o.model.top_hidden, (std::vector<int>{64, 16}));
+  EXPECT_EQ(o.optimizer, OptimizerKind::kAdagrad);
+  EXPECT_EQ(o.hash_rows, 1u << 16);
+  const std::vector<TableSpec> specs = DlrmTableSpecs(o);
+  ASSERT_EQ(specs.size(), 1u + 2 * 2 + 2 * 3);  // embeddings, 2 bottom layers, 3 top layers
+  EXPECT_EQ(specs[0].name, "dlrm.emb");
+  EXPECT_EQ(specs[0].cols, 8u);
+  EXPECT_EQ(specs[0].dtype, DType::kBF16);
+  EXPECT_EQ(specs[0].admit_after, 2u);
+  EXPECT_EQ(specs[0].evict_after_clocks, 100u);
+  EXPECT_EQ(specs[0].max_rows, 1000u);
+  EXPECT_EQ(specs[1].name, "dlrm.bottom.w0");
+  EXPECT_EQ(specs[1].rows, 13u);
+  EXPECT_EQ(specs[1].cols, 32u);
+  EXPECT_EQ(specs.back().name, "dlrm.top.b2");
+  f.dlrm.hash_rows = 1;
+  EXPECT_NE(ToDlrmOptions(f, true, &o).message().find("--hash-rows must be 0"), std::string::npos);
+  f.dlrm.hash_rows = 0;
+  f.dlrm.top = "64,x";
+  EXPECT_NE(ToDlrmOptions(f, true, &o).message().find("--top: 'x'"), std::string::npos);
+  f.dlrm.top = "64";
+  f.dlrm.evict_after_sec = 10;  // both eviction rules
+  EXPECT_NE(ToDlrmOptions(f, true, &o).message().find("give one of them"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardps::worker

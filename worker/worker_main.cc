@@ -249,6 +249,7 @@ int main(int argc, char** argv) {
   app.add_option("--admit-after", f.dlrm.admit_after, "dlrm: an id gets a row at its k-th push (0: the first)")->check(CLI::Range(0, 255))->capture_default_str();
   app.add_option("--evict-after-clocks", f.dlrm.evict_after_clocks, "dlrm: rows not updated for this many clocks are removed (0: never)")->capture_default_str();
   app.add_option("--evict-after-sec", f.dlrm.evict_after_sec, "dlrm: rows not updated for this many seconds are removed (0: never)")->capture_default_str();
+  app.add_option("--emb-max-rows", f.dlrm.emb_max_rows, "dlrm: at most this many embedding rows (each server checks its share against its memory budget when the table is made; 0: only the budgets limit it)")->capture_default_str();
   app.add_option("--eval-batch", f.dlrm.eval_batch, "dlrm: test examples per evaluation batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   f.loop.predict_given = app.count("--predict") > 0;
