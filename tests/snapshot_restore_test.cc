@@ -195,6 +195,62 @@ TEST_F(SnapshotRestoreTest, TwoServersSnapshotRestoresIntoThreeAndIntoOne) {
   }
 }
 
+// An embedding table with admission (k = 2) and eviction (8 s idle): its
+// sketch and its rows' stamps are in the snapshot, so after a restore onto
+// 3 servers (from 2) an id pushed once before is admitted by its next push,
+// and the restored rows go idle from their old updates, not from the
+// restore.
+TEST_F(SnapshotRestoreTest, AnEmbeddingTablesAdmissionAndEvictionGoOnAfterARestoreOntoThreeServers) {
+  const TableSpec spec = testing::Sparse("adm", 2).Constant(1.0f).Sgd(1.0f).AdmitAfter(2).EvictAfterSec(8);
+  std::vector<uint64_t> once, twice, fresh;  // pushed once before the snapshot, twice, never
+  for (uint64_t i = 0; i < 30; ++i) {
+    once.push_back(1000 + i);
+    twice.push_back(2000 + i);
+    fresh.push_back(3000 + i);
+  }
+  const std::vector<float> g(30 * 2, 0.5f);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    LocalCluster a;
+    Start(a, "a", 2, 0, {});
+    auto c = Connect(a, ClientRole::kObserver);
+    Table t;
+    ASSERT_TRUE(c->CreateTable(spec, &t).ok());
+    ASSERT_TRUE(c->Push(t, once, g).Wait().ok());
+    ASSERT_TRUE(c->Push(t, twice, g).Wait().ok());
+    ASSERT_TRUE(c->Push(t, twice, g).Wait().ok());  // admitted: 1 - 0.5
+    std::string out;
+    ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
+  }
+  LocalCluster b;
+  Start(b, "b", 3, 0, {"--restore"});
+  ASSERT_TRUE(WaitFor([&] { return b.Log("server0").find("restored") != std::string::npos; }, 60s));
+  auto c = Connect(b, ClientRole::kObserver);
+  Table t;
+  ASSERT_TRUE(c->GetTable("adm", &t).ok());
+  std::vector<float> v(60);
+  ASSERT_TRUE(c->Pull(t, twice, v).Wait().ok());
+  for (float x : v) ASSERT_EQ(x, 0.5f);  // restored
+  ASSERT_TRUE(c->Push(t, once, g).Wait().ok());  // their second push: admitted
+  ASSERT_TRUE(c->Push(t, fresh, g).Wait().ok());  // their first: dropped
+  ASSERT_TRUE(c->Pull(t, once, v).Wait().ok());
+  for (float x : v) EXPECT_EQ(x, 0.5f) << "the sketch came back with the snapshot";
+  ASSERT_TRUE(c->Pull(t, fresh, v).Wait().ok());
+  for (float x : v) EXPECT_EQ(x, 1.0f);
+  // The restored rows were last updated before the snapshot; `once`'s rows
+  // after the restore, at least 3 s after them: the restored ones go first.
+  ASSERT_TRUE(WaitFor([&] { return std::chrono::steady_clock::now() >= t0 + 3s; }, 10s));
+  ASSERT_TRUE(c->Push(t, once, g).Wait().ok());  // their stamps: now
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::vector<float> w(60);
+        return c->Pull(t, twice, w).Wait().ok() && w[0] == 1.0f;  // evicted: the initial value again
+      },
+      60s));
+  ASSERT_TRUE(c->Pull(t, once, v).Wait().ok());
+  for (float x : v) EXPECT_EQ(x, 0.0f) << "updated after the restore: not idle yet";
+}
+
 TEST_F(SnapshotRestoreTest, ServerKilledWhileWritingLeavesTheEarlierSnapshotGood) {
   LocalCluster a;
   Start(a, "a", 2, 0, {}, {"--snapshot-write-delay-ms", "1500"});
