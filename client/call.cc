@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "client/row_cache.h"
 #include "common/half.h"
 #include "common/wire.h"
 
@@ -104,6 +105,7 @@ Status PlaceValues(const Dest& d, std::vector<zmq::message_t>& frames, const std
     for (size_t i = 0; i + 1 < d.offsets.size(); ++i) {
       float* first = d.out + static_cast<size_t>(d.positions[d.offsets[i]]) * d.cols;
       RowToFloat(src + i * row, d.dtype, d.cols, first);
+      if (d.cache) d.cache->Put(d.cache_table, d.cache_keys[i], d.cache_clock, first, d.cols);
       for (uint32_t k = d.offsets[i] + 1; k < d.offsets[i + 1]; ++k)
         std::memcpy(d.out + static_cast<size_t>(d.positions[k]) * d.cols, first, d.cols * sizeof(float));
     }

@@ -28,6 +28,8 @@
 
 namespace shardps::detail {
 
+class RowCache;
+
 // A server's version in a pull's versions: that server was not read.
 constexpr uint64_t kNoVersion = ~0ull;
 
@@ -114,6 +116,12 @@ struct Dest {
   std::vector<uint32_t> offsets;
   uint32_t cols = 0;
   DType dtype = DType::kF32;  // the reply's values: converted to float32 as they are placed
+  // A pull the row cache may keep: reply row i is row cache_keys[i] of
+  // cache_table, read at cache_clock (null: not kept).
+  RowCache* cache = nullptr;
+  uint32_t cache_table = 0;
+  int64_t cache_clock = 0;
+  std::vector<uint64_t> cache_keys;
   bool keep_reply = false;  // control request: keep the reply header
   bool clocks = false;      // a pull: aggregate min/max clock
 

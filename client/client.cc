@@ -16,6 +16,7 @@
 #include "client/coordinator_channel.h"
 #include "client/io_thread.h"
 #include "client/request_split.h"
+#include "client/row_cache.h"
 #include "common/security.h"
 
 namespace shardps {
@@ -52,7 +53,12 @@ Status LoadClientKey(const ClientOptions& opts, std::optional<KeyFile>* out) {
 class ClientImpl {
  public:
   explicit ClientImpl(const ClientOptions& o)
-      : opts_(o), self_(o.role), io_(opts_, self_), channel_(opts_, self_, io_), cache_(opts_, channel_, io_) {}
+      : opts_(o),
+        self_(o.role),
+        io_(opts_, self_),
+        channel_(opts_, self_, io_),
+        cache_(opts_, channel_, io_),
+        rows_(o.row_cache_bytes ? std::make_unique<RowCache>(o.row_cache_bytes) : nullptr) {}
 
   // The friend shardps/client.h names: the public handles' private parts.
   static Request MakeRequest(std::shared_ptr<Call> c) { return Request(std::move(c)); }
@@ -78,6 +84,8 @@ class ClientImpl {
   IoThread io_;
   CoordinatorChannel channel_;
   ClusterCache cache_;
+  // ClientOptions::row_cache_bytes; null when off. Outlives the I/O thread.
+  const std::unique_ptr<RowCache> rows_;
 
  private:
   // Checks `t`, splits the request (`split(map, &parts)`, request_split.h)
@@ -96,6 +104,12 @@ class ClientImpl {
   // min_clock/max_clock are gathered (Join).
   std::shared_ptr<Call> ToEveryServer(wire::Fields f, const char* op, bool clocks);
   Status JoinServers();
+  // The row cache when a pull of `t` may use it: a worker's keys pull of a
+  // sparse table under bounded staleness (s >= 1) with the cache on.
+  RowCache* CacheFor(bool push, const Table& t) const;
+  // A keys pull served from the row cache where it can be, the rest asked
+  // of the servers (and kept).
+  Request CachedPull(const Table& t, const KeyPlan& plan, float* out, RowCache* cache);
 
   const std::shared_ptr<StampBook> book_ = std::make_shared<StampBook>();
   std::atomic<uint64_t> pulls_issued_{0};
@@ -203,6 +217,7 @@ Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint6
   // it is.
   auto plan = std::make_shared<KeyPlan>(PlanKeys(keys));
   const DType dtype = t.spec.dtype;
+  if (RowCache* rc = CacheFor(push, t)) return CachedPull(t, *plan, values, rc);
   if (!plan->repeats() && dtype == DType::kF32) {
     Payload pl{push, cols, DType::kF32, nullptr, values, keys, {}, nullptr};
     return DataRequest(t, pl, 0, [&](const ShardMap& map, std::vector<Part>* parts) {
@@ -227,6 +242,44 @@ Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint6
         return SplitKeys(t.spec, map, unique, unique.size() * cols, push, parts);
       },
       owned);
+}
+
+RowCache* ClientImpl::CacheFor(bool push, const Table& t) const {
+  if (push || !rows_ || !self_.worker() || t.spec.kind != TableKind::kSparse) return nullptr;
+  if (cache_.consistency() != Consistency::kBounded || cache_.staleness() == 0) return nullptr;
+  return rows_.get();
+}
+
+Request ClientImpl::CachedPull(const Table& t, const KeyPlan& plan, float* out, RowCache* cache) {
+  const uint32_t cols = t.spec.cols;
+  const int64_t clock = self_.clock.load(std::memory_order_relaxed);
+  const uint32_t bound = cache_.staleness();
+  auto miss = std::make_shared<KeyPlan>();  // the keys the cache could not serve, with their places
+  miss->offsets.push_back(0);
+  for (size_t u = 0; u < plan.unique.size(); ++u) {
+    const uint32_t* places = plan.positions.data() + plan.offsets[u];
+    const uint32_t count = plan.offsets[u + 1] - plan.offsets[u];
+    float* first = out + static_cast<size_t>(places[0]) * cols;
+    if (cache->Get(t.id, plan.unique[u], clock, bound, cols, first)) {
+      for (uint32_t k = 1; k < count; ++k) std::memcpy(out + static_cast<size_t>(places[k]) * cols, first, cols * 4);
+      continue;
+    }
+    miss->unique.push_back(plan.unique[u]);
+    miss->positions.insert(miss->positions.end(), places, places + count);
+    miss->offsets.push_back(static_cast<uint32_t>(miss->positions.size()));
+  }
+  if (miss->unique.empty()) return MakeRequest(FailedCall(Status::OK()));  // every row from the cache
+  const std::span<const uint64_t> keys(miss->unique);
+  Payload pl{false, cols, t.spec.dtype, miss.get(), out, keys, {}, nullptr};
+  pl.cache = cache;
+  pl.cache_table = t.id;
+  pl.cache_clock = clock;
+  return DataRequest(
+      t, pl, 0,
+      [&](const ShardMap& map, std::vector<Part>* parts) {
+        return SplitKeys(t.spec, map, keys, keys.size() * cols, false, parts);
+      },
+      miss);
 }
 
 Request ClientImpl::PushSteps(const Table& t, RowRange rows, std::span<const PushStep> steps) {
@@ -387,6 +440,11 @@ Consistency Client::consistency() const { return impl_->cache_.consistency(); }
 uint32_t Client::staleness() const { return impl_->cache_.staleness(); }
 uint32_t Client::num_servers() const { return impl_->cache_.num_servers(); }
 uint32_t Client::num_workers() const { return impl_->cache_.num_workers(); }
+RowCacheStats Client::row_cache_stats() const {
+  if (!impl_->rows_) return {};
+  const detail::RowCache::Stats s = impl_->rows_->stats();
+  return {s.lookups, s.hits, s.rows, s.bytes};
+}
 Status Client::Close() { return impl_ ? impl_->Close() : Status::OK(); }
 
 }  // namespace shardps

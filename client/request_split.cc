@@ -150,6 +150,15 @@ Dest PullDest(const Payload& pl, Part& p) {
   if (pl.plan && p.keyed) {
     d.out = pl.values;
     d.cols = pl.cols;
+    if (pl.cache) {
+      d.cache = pl.cache;
+      d.cache_table = pl.cache_table;
+      d.cache_clock = pl.cache_clock;
+      if (p.positions.empty())
+        d.cache_keys.assign(pl.keys.begin(), pl.keys.end());
+      else
+        for (uint32_t u : p.positions) d.cache_keys.push_back(pl.keys[u]);
+    }
     PlacesOf(*pl.plan, p.positions, &d.positions, &d.offsets);
     return d;
   }

@@ -110,6 +110,9 @@ struct Payload {
   std::span<const uint64_t> keys;      // a key list request
   std::span<const PushStep> steps;     // PushSteps: one gradient array per step
   std::shared_ptr<PulledFrames> view;  // PullView: where the frames are kept
+  RowCache* cache = nullptr;           // a pull whose rows the row cache keeps (row_cache.h) ...
+  uint32_t cache_table = 0;            // ... as rows of this table
+  int64_t cache_clock = 0;             // ... read at this clock
 };
 // The frames that follow a part's header: its keys (borrowed when the part
 // holds every key, else gathered), then for a push its gradients (borrowed

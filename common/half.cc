@@ -1,5 +1,6 @@
 #include "common/half.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 namespace shardps {
@@ -115,8 +116,14 @@ __attribute__((target("avx2,f16c"))) void F16ToFloatF16c(const uint16_t* in, flo
   F16ToFloatPortable(in + i, out + i, n - i);
 }
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+// does not know "f16c". AVX2 implies the OS saves the YMM registers.
 bool HasAvx2F16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    return __builtin_cpu_supports("avx2") && (ecx & (1u << 29)) != 0;
+  }();
   return has;
 }
 #else

@@ -148,5 +148,48 @@ TEST_F(EmbeddingTest, IdleRowsAreEvictedByTheServerAndComeBackFromTheInitializer
   EXPECT_EQ(PullRows(t, old_id), (std::vector<float>{1.0f}));
 }
 
+// Bounded staleness s = 2 with the row cache on: a row pulled at clock c is
+// served from the cache up to clock c + 2 (without the updates meanwhile),
+// and asked of the servers again after that: never older than the bound.
+TEST_F(EmbeddingTest, TheRowCacheNeverServesARowOlderThanTheBound) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 1;
+  o.consistency = "bounded";
+  o.staleness = 2;
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  ClientOptions co;
+  co.coordinator = cluster_.coordinator();
+  co.rank = 0;
+  co.row_cache_bytes = 1 << 20;
+  co.connect_timeout = std::chrono::seconds(60);
+  co.heartbeat_interval = std::chrono::milliseconds(200);
+  std::unique_ptr<Client> w;
+  ASSERT_TRUE(Client::Connect(co, &w).ok());
+  auto obs = testing::ConnectClient(cluster_, ClientRole::kObserver);
+  ASSERT_TRUE(obs);
+  Table t, to;
+  ASSERT_TRUE(w->CreateTable(testing::Sparse("c", 1).Constant(10.0f).Sgd(1.0f), &t).ok());
+  ASSERT_TRUE(obs->GetTable("c", &to).ok());
+  const std::vector<uint64_t> ids = {1, 2, 3, 1};
+  std::vector<float> v(4);
+  ASSERT_TRUE(w->Pull(t, ids, v).Wait().ok());  // clock 0: from the servers, kept
+  EXPECT_EQ(v, (std::vector<float>{10, 10, 10, 10}));
+  const std::vector<float> one = {1, 1, 1};
+  const std::vector<uint64_t> unique = {1, 2, 3};
+  for (int64_t clock = 1; clock <= 3; ++clock) {
+    ASSERT_TRUE(obs->Push(to, unique, one).Wait().ok());  // the servers' rows move on by 1
+    ASSERT_TRUE(w->Clock().ok());
+    ASSERT_TRUE(w->Pull(t, ids, v).Wait().ok());
+    const float want = clock <= 2 ? 10.0f : 10.0f - 3;  // cached while clock - 0 <= 2, then fresh
+    EXPECT_EQ(v, (std::vector<float>(4, want))) << "clock " << clock;
+  }
+  const RowCacheStats s = w->row_cache_stats();
+  EXPECT_EQ(s.lookups, 12u);  // 3 distinct ids, 4 pulls
+  EXPECT_EQ(s.hits, 6u);      // clocks 1 and 2
+  EXPECT_EQ(s.rows, 3u);
+  (void)w->Close();
+}
+
 }  // namespace
 }  // namespace shardps

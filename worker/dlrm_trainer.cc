@@ -92,8 +92,9 @@ Status DlrmTrainer::Run(DlrmResult* r) {
   r->skipped = train_->skipped();
   r->seconds = NowSeconds() - t_start_;
   const double training = r->seconds - eval_seconds_;  // samples/s of the training alone
-  std::fprintf(o_.out, "worker %d | finished %d epochs in %.1f s | %.1f s training | %ld samples | %.0f samples/s\n",
-               rank_, r->epochs_done, r->seconds, training, r->samples, training > 0 ? r->samples / training : 0.0);
+  std::fprintf(o_.out, "worker %d | finished %d epochs in %.1f s | %.1f s training | %ld samples | %.0f samples/s%s\n",
+               rank_, r->epochs_done, r->seconds, training, r->samples, training > 0 ? r->samples / training : 0.0,
+               CacheNote().c_str());
   std::fflush(o_.out);
   return Status::OK();
 }
@@ -135,8 +136,18 @@ Status DlrmTrainer::TrainBatch(const Batch& b, int epoch, const EpochBatches& ba
   SHARDPS_RETURN_IF_ERROR(ps_.Clock(n > 0));
   t->loss += loss;
   t->examples += n;
-  progress_.Step(rank_, epoch, static_cast<int>(b.first / o_.batch) + 1, batches.steps(), n, n ? loss / n : 0, 0);
+  progress_.Step(rank_, epoch, static_cast<int>(b.first / o_.batch) + 1, batches.steps(), n, n ? loss / n : 0, 0,
+                 [&] { return CacheNote(); });
   return Status::OK();
+}
+
+std::string DlrmTrainer::CacheNote() const {
+  const RowCacheStats s = ps_.row_cache_stats();
+  if (s.lookups == 0) return "";
+  char note[96];
+  std::snprintf(note, sizeof note, " | row cache hits %.1f%% of %llu", 100.0 * s.hits / s.lookups,
+                static_cast<unsigned long long>(s.lookups));
+  return note;
 }
 
 Status DlrmTrainer::Step(int n, double* loss) {

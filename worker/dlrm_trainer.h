@@ -103,6 +103,7 @@ class DlrmTrainer {
   Status Step(int n, double* loss);
   Status Evaluate(double* auc, double* logloss);
   Status EndEpoch(int epoch, const EpochTotals& t, const EpochBatches& batches, DlrmResult* r);
+  std::string CacheNote() const;  // " | row cache hits H% of N" (row_cache_stats), or ""
 
   Client& ps_;
   Device& dev_;

@@ -21,7 +21,8 @@ void CsvLog::Row(double t, int epoch, double loss, double accuracy) {
   if (f_.is_open()) f_ << t << "," << epoch << "," << loss << "," << accuracy << std::endl;
 }
 
-void Progress::Step(int rank, int epoch, int step, int steps, long n, double loss, int64_t stale) {
+void Progress::Step(int rank, int epoch, int step, int steps, long n, double loss, int64_t stale,
+                    const std::function<std::string()>& extra) {
   samples_ += n;
   since_samples_ += n;
   loss_sum_ += loss;
@@ -29,9 +30,9 @@ void Progress::Step(int rank, int epoch, int step, int steps, long n, double los
   max_stale_ = std::max(max_stale_, stale);
   const double now = NowSeconds();
   if (now - last_ < interval_) return;
-  std::fprintf(out_, "worker %d | epoch %d step %5d/%d | loss %.4f | %7.0f samples/s | staleness %lld\n", rank, epoch,
-               step, steps, loss_sum_ / std::max(1L, loss_n_), since_samples_ / std::max(1e-9, now - last_),
-               static_cast<long long>(max_stale_));
+  std::fprintf(out_, "worker %d | epoch %d step %5d/%d | loss %.4f | %7.0f samples/s | staleness %lld%s\n", rank,
+               epoch, step, steps, loss_sum_ / std::max(1L, loss_n_), since_samples_ / std::max(1e-9, now - last_),
+               static_cast<long long>(max_stale_), extra ? extra().c_str() : "");
   std::fflush(out_);
   last_ = now;
   since_samples_ = 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "shardps/status.h"
@@ -30,7 +31,9 @@ class CsvLog {
 class Progress {
  public:
   Progress(double interval, FILE* out = stdout) : interval_(interval), out_(out) {}
-  void Step(int rank, int epoch, int step, int steps, long n, double loss, int64_t stale);
+  // `extra`, when given, adds to the line (" | ...") when one is printed.
+  void Step(int rank, int epoch, int step, int steps, long n, double loss, int64_t stale,
+            const std::function<std::string()>& extra = {});
   long samples() const { return samples_; }  // since construction
 
  private:

@@ -178,6 +178,7 @@ int RunWorker(const WorkerFlags& f) {
   co.coordinator = f.connect.coordinator;
   co.rank = f.connect.rank;
   co.key_file = f.connect.key_file;
+  co.row_cache_bytes = f.dlrm.row_cache_mb << 20;
   std::unique_ptr<Client> ps;
   if (Status s = Client::Connect(co, &ps); !s.ok()) return Fail(s, 1, false).code;
   Exit e;
@@ -250,6 +251,7 @@ int main(int argc, char** argv) {
   app.add_option("--evict-after-clocks", f.dlrm.evict_after_clocks, "dlrm: rows not updated for this many clocks are removed (0: never)")->capture_default_str();
   app.add_option("--evict-after-sec", f.dlrm.evict_after_sec, "dlrm: rows not updated for this many seconds are removed (0: never)")->capture_default_str();
   app.add_option("--emb-max-rows", f.dlrm.emb_max_rows, "dlrm: at most this many embedding rows (each server checks its share against its memory budget when the table is made; 0: only the budgets limit it)")->capture_default_str();
+  app.add_option("--row-cache-mb", f.dlrm.row_cache_mb, "bounded staleness: keep pulled embedding rows (this many MiB) and reuse each for up to s clocks without asking the servers (it then misses those clocks' updates, this worker's own included); 0: off")->capture_default_str();
   app.add_option("--eval-batch", f.dlrm.eval_batch, "dlrm: test examples per evaluation batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   f.loop.predict_given = app.count("--predict") > 0;

@@ -79,6 +79,20 @@ struct ClientOptions {
   // admin.key). Empty: the file named by $SHARDPS_KEY, if set; else no
   // security (plaintext; a job with security on refuses the connection).
   std::string key_file;
+  // Workers under bounded staleness (s >= 1): rows of sparse tables pulled
+  // by a keys Pull tagged clock c are kept (least recently used go first
+  // past this many bytes) and served again to pulls tagged up to c + s
+  // without asking the servers; such a row misses up to s clocks of
+  // updates, this worker's own included (docs/embeddings.md). 0: off.
+  // Never used under sync or async.
+  uint64_t row_cache_bytes = 0;
+};
+
+// How the row cache (ClientOptions::row_cache_bytes) did so far.
+struct RowCacheStats {
+  uint64_t lookups = 0;  // rows asked for by pulls that could use the cache
+  uint64_t hits = 0;     // ... served from it
+  uint64_t rows = 0, bytes = 0;  // held now
 };
 
 // A table as the client sees it.
@@ -305,6 +319,7 @@ class SHARDPS_EXPORT Client {
   uint32_t staleness() const;
   uint32_t num_servers() const;
   uint32_t num_workers() const;
+  RowCacheStats row_cache_stats() const;
 
   // Leaves the job (a worker stops being waited for) and closes the sockets.
   // Outstanding requests fail with Unavailable. Idempotent.
