@@ -58,7 +58,9 @@ class ClientImpl {
         io_(opts_, self_),
         channel_(opts_, self_, io_),
         cache_(opts_, channel_, io_),
-        rows_(o.row_cache_bytes ? std::make_unique<RowCache>(o.row_cache_bytes) : nullptr) {}
+        rows_(o.row_cache_bytes ? std::make_unique<RowCache>(o.row_cache_bytes) : nullptr) {
+    self_.row_cache = rows_.get();  // before the I/O thread starts (Start)
+  }
 
   // The friend shardps/client.h names: the public handles' private parts.
   static Request MakeRequest(std::shared_ptr<Call> c) { return Request(std::move(c)); }

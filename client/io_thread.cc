@@ -6,6 +6,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "client/row_cache.h"
 #include "common/handshake.h"
 #include "common/log.h"
 
@@ -336,7 +337,14 @@ void IoLoop::Heartbeat() {
   f.role = self.wire_role();
   f.rank = rank;
   f.clock = self.clock.load(std::memory_order_relaxed);
-  coord.send(wire::EncodeSimple(fbb, f), zmq::send_flags::dontwait);
+  if (!self.row_cache) {
+    coord.send(wire::EncodeSimple(fbb, f), zmq::send_flags::dontwait);
+    return;
+  }
+  const RowCache::Stats st = self.row_cache->stats();
+  fbb.Clear();
+  auto body = wire::CreateWorkerStats(fbb, st.lookups, st.hits);
+  coord.send(wire::Encode(fbb, f, wire::Body::WorkerStats, body.Union()), zmq::send_flags::dontwait);
 }
 
 void IoLoop::ExpireRequests(Clock::time_point now) {

@@ -34,11 +34,16 @@ namespace shardps::detail {
 // Who this client is, as every message it sends says. `rank` is written
 // once by Register, `clock` by Clock/Join (any caller thread); both are
 // read by every thread, the I/O thread's heartbeats included.
+class RowCache;
+
 struct Sender {
   explicit Sender(ClientRole r) : role(r) {}
   const ClientRole role;
   std::atomic<int> rank{-1};
   std::atomic<int64_t> clock{0};
+  // The row cache whose counts go with each heartbeat (null: none). Set
+  // before the I/O thread starts; its stats() are thread-safe.
+  const RowCache* row_cache = nullptr;
 
   bool worker() const { return role == ClientRole::kWorker; }
   wire::Role wire_role() const { return worker() ? wire::Role::Worker : wire::Role::Observer; }

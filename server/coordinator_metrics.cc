@@ -10,6 +10,7 @@ namespace shardps {
 
 CoordinatorMetrics::CoordinatorMetrics(metrics::Registry* m, uint32_t worker_ranks) {
   if (!m) return;
+  registry_ = m;
   live_workers_ = &m->GetGauge("shardps_live_workers", "Workers alive (joined, not left, not declared dead)");
   live_servers_ = &m->GetGauge("shardps_live_servers", "Servers registered and answering heartbeats");
   min_clock_ = &m->GetGauge("shardps_min_worker_clock", "Clock of the slowest live worker (iterations finished)");
@@ -44,6 +45,22 @@ void CoordinatorMetrics::Publish(const Membership& m) {
   live_servers_->Set(servers);
   min_clock_->Set(static_cast<double>(lo));
   max_clock_->Set(static_cast<double>(hi));
+}
+
+void CoordinatorMetrics::WorkerRowCache(int rank, uint64_t lookups, uint64_t hits) {
+  if (!registry_ || rank < 0) return;
+  if (row_cache_.size() <= static_cast<size_t>(rank)) row_cache_.resize(rank + 1, {nullptr, nullptr});
+  auto& [l, h] = row_cache_[rank];
+  if (!l) {
+    const metrics::Labels labels{{"worker", std::to_string(rank)}};
+    l = &registry_->GetCounter("shardps_worker_row_cache_lookups_total",
+                               "Embedding rows a worker's pulls looked up in its row cache (its heartbeats)", labels);
+    h = &registry_->GetCounter("shardps_worker_row_cache_hits_total",
+                               "... of them served from the cache, without asking the servers", labels);
+  }
+  // Totals since the worker's start: a restarted worker starts again at 0.
+  if (lookups > l->Value()) l->Add(lookups - l->Value());
+  if (hits > h->Value()) h->Add(hits - h->Value());
 }
 
 void CoordinatorMetrics::SnapshotCompleted(double ms) {

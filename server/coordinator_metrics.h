@@ -29,6 +29,8 @@ class CoordinatorMetrics {
 
   // The live workers and servers and the workers' clocks, as `m` has them.
   void Publish(const Membership& m);
+  // Worker `rank`'s row cache totals (its heartbeats), as counters.
+  void WorkerRowCache(int rank, uint64_t lookups, uint64_t hits);
   void SnapshotCompleted(double ms);
   void SnapshotFailed();
 
@@ -40,6 +42,9 @@ class CoordinatorMetrics {
   metrics::Gauge* min_clock_ = nullptr;
   metrics::Gauge* max_clock_ = nullptr;
   std::vector<metrics::Gauge*> worker_clock_;  // by worker rank
+  metrics::Registry* registry_ = nullptr;
+  // By worker rank, made at its first report: row cache lookups, hits.
+  std::vector<std::pair<metrics::Counter*, metrics::Counter*>> row_cache_;
   metrics::Counter* snapshots_ = nullptr;
   metrics::Counter* snapshot_failures_ = nullptr;
   metrics::Histogram* snapshot_seconds_ = nullptr;

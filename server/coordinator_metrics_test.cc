@@ -77,5 +77,17 @@ TEST(CoordinatorMetrics, WithoutARegistryNothingIsPublished) {
   cm.SnapshotFailed();
 }
 
+TEST(CoordinatorMetrics, AWorkersRowCacheCountsAreItsLatestTotals) {
+  metrics::Registry r;
+  CoordinatorMetrics m(&r, 2);
+  EXPECT_EQ(r.Render().find("row_cache"), std::string::npos);  // no series before a report
+  m.WorkerRowCache(1, 100, 40);
+  m.WorkerRowCache(1, 250, 90);
+  const std::string text = r.Render();
+  EXPECT_NE(text.find("shardps_worker_row_cache_lookups_total{worker=\"1\"} 250"), std::string::npos) << text;
+  EXPECT_NE(text.find("shardps_worker_row_cache_hits_total{worker=\"1\"} 90"), std::string::npos) << text;
+  EXPECT_EQ(text.find("row_cache_lookups_total{worker=\"0\"}"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace shardps

@@ -107,7 +107,11 @@ flatbuffers::Offset<flatbuffers::Vector<const wire::WaitInfo*>> AddWaits(flatbuf
 void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h) {
   const int rank = h.rank();
   if (h.role() == wire::Role::Worker && rank >= 0 && rank < static_cast<int>(members_.worker_ranks()))
-    if (Status s = members_.WorkerHeartbeat(rank, h.clock()); !s.ok()) return ReplyError(from, h.request_id(), s);
+    if (Status s = members_.WorkerHeartbeat(rank, h.clock()); !s.ok()) {
+      return ReplyError(from, h.request_id(), s);
+    } else if (const wire::WorkerStats* ws = h.body_as_WorkerStats()) {
+      metrics_.WorkerRowCache(rank, ws->row_cache_lookups(), ws->row_cache_hits());
+    }
   if (h.role() == wire::Role::Server) {
     const int srank = members_.ServerRankOf(from);
     if (const wire::ServerStats* st = h.body_as_ServerStats(); st && srank >= 0)

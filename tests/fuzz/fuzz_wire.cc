@@ -113,6 +113,9 @@ void Body(const wire::Header* h) {
         g_sink += s->pushes() + s->pulls() + s->parked_pulls() + static_cast<uint64_t>(s->sent_ms());
       }
       return;
+    case wire::Body::WorkerStats:
+      if (const auto* w = h->body_as_WorkerStats()) g_sink += w->row_cache_lookups() + w->row_cache_hits();
+      return;
     case wire::Body::JobStatus:  // what shardps-ctl status prints
       if (const auto* j = h->body_as_JobStatus()) {
         Touch(j->host());
