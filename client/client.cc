@@ -76,7 +76,9 @@ class ClientImpl {
   Request RangeRequest(bool push, const Table& t, RowRange r, float* values, uint64_t floats,
                        int64_t clock_ahead = 0, std::shared_ptr<PulledFrames> view = nullptr,
                        std::span<const PushStep> steps = {});
-  Request KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values, uint64_t floats);
+  // `clock_ahead` as DataRequest's (a pull only).
+  Request KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values, uint64_t floats,
+                      int64_t clock_ahead = 0);
   Request PushSteps(const Table& t, RowRange rows, std::span<const PushStep> steps);
   Request ClockAsync(bool trained);
   Status Close();
@@ -111,7 +113,7 @@ class ClientImpl {
   RowCache* CacheFor(bool push, const Table& t) const;
   // A keys pull served from the row cache where it can be, the rest asked
   // of the servers (and kept).
-  Request CachedPull(const Table& t, const KeyPlan& plan, float* out, RowCache* cache);
+  Request CachedPull(const Table& t, const KeyPlan& plan, float* out, RowCache* cache, int64_t clock_ahead);
 
   const std::shared_ptr<StampBook> book_ = std::make_shared<StampBook>();
   std::atomic<uint64_t> pulls_issued_{0};
@@ -207,7 +209,7 @@ Request ClientImpl::RangeRequest(bool push, const Table& t, RowRange r, float* v
 }
 
 Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values,
-                                uint64_t floats) {
+                                uint64_t floats, int64_t clock_ahead) {
   const uint32_t cols = t.spec.cols;
   if (floats != keys.size() * cols) {  // the split's message, before planning anything
     std::vector<Part> none;
@@ -219,10 +221,10 @@ Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint6
   // it is.
   auto plan = std::make_shared<KeyPlan>(PlanKeys(keys));
   const DType dtype = t.spec.dtype;
-  if (RowCache* rc = CacheFor(push, t)) return CachedPull(t, *plan, values, rc);
+  if (RowCache* rc = CacheFor(push, t)) return CachedPull(t, *plan, values, rc, clock_ahead);
   if (!plan->repeats() && dtype == DType::kF32) {
     Payload pl{push, cols, DType::kF32, nullptr, values, keys, {}, nullptr};
-    return DataRequest(t, pl, 0, [&](const ShardMap& map, std::vector<Part>* parts) {
+    return DataRequest(t, pl, clock_ahead, [&](const ShardMap& map, std::vector<Part>* parts) {
       return SplitKeys(t.spec, map, keys, floats, push, parts);
     });
   }
@@ -239,7 +241,7 @@ Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint6
   const std::span<const uint64_t> unique(plan->unique);
   Payload pl{push, cols, dtype, plan.get(), push ? owned->summed.data() : values, unique, {}, nullptr};
   return DataRequest(
-      t, pl, 0,
+      t, pl, clock_ahead,
       [&](const ShardMap& map, std::vector<Part>* parts) {
         return SplitKeys(t.spec, map, unique, unique.size() * cols, push, parts);
       },
@@ -252,9 +254,11 @@ RowCache* ClientImpl::CacheFor(bool push, const Table& t) const {
   return rows_.get();
 }
 
-Request ClientImpl::CachedPull(const Table& t, const KeyPlan& plan, float* out, RowCache* cache) {
+Request ClientImpl::CachedPull(const Table& t, const KeyPlan& plan, float* out, RowCache* cache,
+                               int64_t clock_ahead) {
   const uint32_t cols = t.spec.cols;
-  const int64_t clock = self_.clock.load(std::memory_order_relaxed);
+  // The clock the pull is for: a Prefetch's rows are read at the next one.
+  const int64_t clock = RequestClock(self_.clock.load(std::memory_order_relaxed), clock_ahead);
   const uint32_t bound = cache_.staleness();
   auto miss = std::make_shared<KeyPlan>();  // the keys the cache could not serve, with their places
   miss->offsets.push_back(0);
@@ -277,7 +281,7 @@ Request ClientImpl::CachedPull(const Table& t, const KeyPlan& plan, float* out, 
   pl.cache_table = t.id;
   pl.cache_clock = clock;
   return DataRequest(
-      t, pl, 0,
+      t, pl, clock_ahead,
       [&](const ShardMap& map, std::vector<Part>* parts) {
         return SplitKeys(t.spec, map, keys, keys.size() * cols, false, parts);
       },
@@ -407,6 +411,9 @@ Request Client::PushSteps(const Table& t, RowRange rows, std::span<const PushSte
 Request Client::Pull(const Table& t, std::span<float> out) { return Pull(t, RowRange{0, t.spec.rows}, out); }
 Request Client::Prefetch(const Table& t, std::span<float> out) {
   return impl_->RangeRequest(false, t, RowRange{0, t.spec.rows}, out.data(), out.size(), 1);
+}
+Request Client::Prefetch(const Table& t, std::span<const uint64_t> keys, std::span<float> out) {
+  return impl_->KeysRequest(false, t, keys, out.data(), out.size(), 1);
 }
 Request Client::PullCurrent(const Table& t, std::span<float> out) {
   return impl_->RangeRequest(false, t, RowRange{0, t.spec.rows}, out.data(), out.size(), detail::kPreviousClock);

@@ -327,6 +327,32 @@ TEST_F(ClusterTest, PrefetchReadsForTheNextClock) {
   for (size_t i = 0; i < next.size(); ++i) EXPECT_FLOAT_EQ(next[i], now[i] - 0.5f);
 }
 
+TEST_F(ClusterTest, PrefetchOfKeysReadsForTheNextClock) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 1;
+  o.consistency = "sync";
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  auto c = Connect(cluster_, ClientRole::kWorker, 0);
+  ASSERT_TRUE(c);
+  Table e;
+  ASSERT_TRUE(c->CreateTable(testing::Sparse("emb", 2).Constant(1.0f).Sgd(0.5f), &e).ok());
+  const std::vector<uint64_t> keys = {7, 1ull << 40, 7, 99};  // key 7 twice
+  std::vector<float> now(keys.size() * 2), next(keys.size() * 2), g(keys.size() * 2, 1.0f);
+  ASSERT_TRUE(c->Pull(e, keys, now).Wait().ok());
+  // Issued before this clock's push of the same rows: answered once the
+  // clock is complete, with the push in it (key 7's two gradients summed).
+  Request pre = c->Prefetch(e, keys, next);
+  ASSERT_TRUE(c->Push(e, keys, g).Wait().ok());
+  EXPECT_EQ(pre.Wait(1s).code(), Code::kTimeout);
+  ASSERT_TRUE(c->Clock().ok());
+  ASSERT_TRUE(pre.Wait(30s).ok());
+  EXPECT_EQ(pre.min_clock(), 1);
+  for (size_t i = 0; i < keys.size(); ++i)
+    for (int j = 0; j < 2; ++j)
+      EXPECT_FLOAT_EQ(next[i * 2 + j], (keys[i] == 7 ? 0.0f : 0.5f)) << "key " << keys[i];
+}
+
 TEST_F(ClusterTest, PullCurrentReadsTheNewestValuesWhileTheNextClockIsHeldBack) {
   ClusterOptions o;
   o.servers = 2;

@@ -62,6 +62,22 @@ Status EpochBatches::Next(Batch* b) {
   return source_ == BatchSource::kPerClock ? NextPerClock(b) : NextPooled(b);
 }
 
+bool EpochBatches::PeekNext(Batch* b) const {
+  *b = Batch{};
+  b->epoch = epoch_;
+  if (stop_()) return false;
+  if (source_ == BatchSource::kShard) {
+    if (next_ >= examples_) return false;
+    b->first = next_;
+    b->n = batch_;
+    return true;
+  }
+  if (source_ != BatchSource::kPool || grant_.empty()) return false;
+  b->first = grant_.begin;
+  b->n = static_cast<int>(std::min<uint64_t>(batch_, grant_.size()));
+  return true;
+}
+
 Status EpochBatches::NextPerClock(Batch* b) {
   ClaimOptions o;
   o.per_clock = true;

@@ -55,6 +55,10 @@ class EpochBatches {
   // asked to stop (stopped() says which). A failed claim is returned.
   // kPerClock: exactly one call per clock (the claim names the clock).
   Status Next(Batch* b);
+  // The batch the next Next() will return, when it is known without a
+  // claim: the rest of a pooled grant, or a shard's next; false otherwise
+  // (under sync each clock's batch is claimed at that clock).
+  bool PeekNext(Batch* b) const;
   bool stopped() const { return stop_(); }
   uint64_t examples() const { return examples_; }
   // Batches of a whole epoch (for progress lines).

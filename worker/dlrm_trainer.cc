@@ -109,9 +109,10 @@ Status DlrmTrainer::RunEpoch(int epoch, DlrmResult* r) {
       },
       [&] { return ps_.StopRequested(); }, source_, examples, o_.batch, o_.work_chunk);
   EpochTotals t;
-  SHARDPS_RETURN_IF_ERROR(batches.Run(
-      epoch, [&] { return ps_.Clock(false); },
-      [&](const Batch& b) { return TrainBatch(b, epoch, batches, &t); }));
+  Status s = batches.Run(
+      epoch, [&] { return ps_.Clock(false); }, [&](const Batch& b) { return TrainBatch(b, epoch, batches, &t); });
+  DropAhead();
+  SHARDPS_RETURN_IF_ERROR(s);
   if (batches.stopped()) {
     r->stopped = true;
     std::fprintf(o_.out, "worker %d | stopped on request in epoch %d\n", rank_, epoch);
@@ -120,19 +121,44 @@ Status DlrmTrainer::RunEpoch(int epoch, DlrmResult* r) {
   return EndEpoch(epoch, t, batches, r);
 }
 
-Status DlrmTrainer::ReadBatch(const Batch& b) {
-  examples_.clear();
-  const uint64_t first = SharesBatches(source_) ? b.first : shard_begin_ + b.first;
-  SHARDPS_RETURN_IF_ERROR(train_->Read(first, first + static_cast<uint64_t>(b.n), &examples_));
-  DlrmInputs(examples_, o_.hash_rows, &x_, &labels_, &keys_);
+Status DlrmTrainer::ReadBatch(const Batch& b, bool ahead, DlrmBatch* into) {
+  into->examples.clear();
+  into->first = SharesBatches(source_) ? b.first : shard_begin_ + b.first;
+  into->lines = b.n;
+  SHARDPS_RETURN_IF_ERROR(train_->Read(into->first, into->first + static_cast<uint64_t>(b.n), &into->examples));
+  DlrmInputs(into->examples, o_.hash_rows, &into->x, &into->labels, &into->keys);
+  into->emb.resize(model_.embedding_floats(static_cast<int>(into->examples.size())));
+  if (into->examples.empty())
+    into->rows = Request();
+  else
+    into->rows = ahead ? ps_.Prefetch(emb_table_, into->keys, into->emb) : ps_.Pull(emb_table_, into->keys, into->emb);
   return Status::OK();
 }
 
+Status DlrmTrainer::PullAhead(const EpochBatches& batches) {
+  Batch next;
+  if (!batches.PeekNext(&next) || next.n == 0) return Status::OK();
+  return ReadBatch(next, true, &ahead_);
+}
+
+void DlrmTrainer::DropAhead() {
+  if (ahead_.lines == 0) return;
+  (void)ahead_.rows.Wait();  // its buffers must outlive the pull
+  ahead_.lines = 0;
+}
+
 Status DlrmTrainer::TrainBatch(const Batch& b, int epoch, const EpochBatches& batches, EpochTotals* t) {
-  SHARDPS_RETURN_IF_ERROR(ReadBatch(b));
-  const int n = static_cast<int>(examples_.size());  // fewer than b.n when malformed lines were skipped
+  const uint64_t first = SharesBatches(source_) ? b.first : shard_begin_ + b.first;
+  if (ahead_.lines > 0 && ahead_.first == first && ahead_.lines == b.n) {
+    std::swap(now_, ahead_);  // read and pulled already
+    ahead_.lines = 0;
+  } else {
+    DropAhead();
+    SHARDPS_RETURN_IF_ERROR(ReadBatch(b, false, &now_));
+  }
+  const int n = static_cast<int>(now_.examples.size());  // fewer than b.n when malformed lines were skipped
   double loss = 0;
-  if (n > 0) SHARDPS_RETURN_IF_ERROR(Step(n, &loss));
+  if (n > 0) SHARDPS_RETURN_IF_ERROR(Step(batches, &loss));
   SHARDPS_RETURN_IF_ERROR(ps_.Clock(n > 0));
   t->loss += loss;
   t->examples += n;
@@ -150,26 +176,29 @@ std::string DlrmTrainer::CacheNote() const {
   return note;
 }
 
-Status DlrmTrainer::Step(int n, double* loss) {
-  x_dev_.Reserve(x_.size());
-  labels_dev_.Reserve(labels_.size());
-  dev_.Upload(x_dev_.data(), x_.data(), x_.size());
-  dev_.Upload(labels_dev_.data(), labels_.data(), labels_.size());
-  emb_.resize(model_.embedding_floats(n));
-  emb_grad_.resize(emb_.size());
+Status DlrmTrainer::Step(const EpochBatches& batches, double* loss) {
+  const int n = static_cast<int>(now_.examples.size());
+  x_dev_.Reserve(now_.x.size());
+  labels_dev_.Reserve(now_.labels.size());
+  dev_.Upload(x_dev_.data(), now_.x.data(), now_.x.size());
+  dev_.Upload(labels_dev_.data(), now_.labels.data(), now_.labels.size());
+  emb_grad_.resize(now_.emb.size());
   bottom_.Pull();
   top_.Pull();
-  Request rows = ps_.Pull(emb_table_, keys_, emb_);
-  SHARDPS_RETURN_IF_ERROR(rows.Wait());
+  SHARDPS_RETURN_IF_ERROR(now_.rows.Wait());
   SHARDPS_RETURN_IF_ERROR(bottom_.Await());
   SHARDPS_RETURN_IF_ERROR(top_.Await());
-  model_.Forward(x_dev_.data(), emb_.data(), n);
+  model_.Forward(x_dev_.data(), now_.emb.data(), n);
   dev_.Zero(stats_.data(), 2);
   Request rows_pushed;
+  Status ahead;
   model_.Backward(x_dev_.data(), labels_dev_.data(), n, stats_.data(), emb_grad_.data(), [&](DlrmPart part, int l) {
     if (part == DlrmPart::kTop) top_.PushLayer(l);
     if (part == DlrmPart::kBottom) bottom_.PushLayer(l);
-    if (part == DlrmPart::kEmbeddings) rows_pushed = ps_.Push(emb_table_, keys_, emb_grad_);
+    if (part == DlrmPart::kEmbeddings) {
+      rows_pushed = ps_.Push(emb_table_, now_.keys, emb_grad_);
+      ahead = PullAhead(batches);  // behind the push: the next rows hold it
+    }
   });
   float stats[2];
   dev_.Download(stats, stats_.data(), 2);
@@ -177,7 +206,7 @@ Status DlrmTrainer::Step(int n, double* loss) {
   Status s = rows_pushed.Wait();
   Status sb = bottom_.AwaitPushes(), st = top_.AwaitPushes();
   if (s.ok()) s = sb.ok() ? st : sb;
-  return s;
+  return s.ok() ? ahead : s;
 }
 
 Status DlrmTrainer::Evaluate(double* auc, double* logloss) {

@@ -75,9 +75,27 @@ struct DlrmLogs {
 };
 Status OpenDlrmLogs(const DlrmTrainOptions& o, bool with_test, DlrmLogs* out);
 
+// One batch's inputs on the host, and the pull of its embedding rows.
+struct DlrmBatch {
+  uint64_t first = 0;  // its first line in the log
+  int lines = 0;       // 0: no batch
+  std::vector<CriteoExample> examples;  // fewer than `lines` when malformed ones were skipped
+  std::vector<float> x, labels, emb;    // emb: n x 26 x dim, as pulled
+  std::vector<uint64_t> keys;
+  Request rows;  // the pull into emb, issued ahead (the next batch) or by the step
+};
+
+// When the next batch is known (the rest of a pooled grant, a static
+// shard), its lines are read and its rows prefetched (Client::Prefetch:
+// stamped with the next clock, so the staleness bound holds) right behind
+// this batch's embedding push: the servers answer a client's requests in
+// order, so the rows hold this worker's update; they travel while the
+// dense layers' backward and pushes run. Under sync with per-clock claims
+// each clock's batch is only known at that clock.
+//
 // Thread: the caller of Run() owns every member; the client's I/O thread
-// writes pulled rows into emb_ and reads pushed ones from emb_grad_ between
-// a request's issue and its Wait().
+// writes pulled rows into a DlrmBatch's emb and reads pushed ones from
+// emb_grad_ between a request's issue and its Wait().
 class DlrmTrainer {
  public:
   // `logs`: from OpenDlrmLogs (with the test log if o.evaluator).
@@ -99,8 +117,13 @@ class DlrmTrainer {
   };
   Status RunEpoch(int epoch, DlrmResult* r);
   Status TrainBatch(const Batch& b, int epoch, const EpochBatches& batches, EpochTotals* t);
-  Status ReadBatch(const Batch& b);
-  Status Step(int n, double* loss);
+  // Reads batch `b`'s lines into *into and issues the pull of its rows
+  // (`ahead`: as the next clock reads them, Client::Prefetch).
+  Status ReadBatch(const Batch& b, bool ahead, DlrmBatch* into);
+  // The next batch, read and pulled ahead (if PeekNext knows it).
+  Status PullAhead(const EpochBatches& batches);
+  void DropAhead();  // waits for a pull ahead no batch will use
+  Status Step(const EpochBatches& batches, double* loss);
   Status Evaluate(double* auc, double* logloss);
   Status EndEpoch(int epoch, const EpochTotals& t, const EpochBatches& batches, DlrmResult* r);
   std::string CacheNote() const;  // " | row cache hits H% of N" (row_cache_stats), or ""
@@ -116,10 +139,8 @@ class DlrmTrainer {
   Dlrm model_;
   StackParams bottom_, top_;
   Table emb_table_;
-  std::vector<CriteoExample> examples_;
-  std::vector<float> x_, labels_;
-  std::vector<uint64_t> keys_;
-  std::vector<float> emb_, emb_grad_;    // n x 26 x dim, host
+  DlrmBatch now_, ahead_;      // the batch being trained, the next one pulled ahead
+  std::vector<float> emb_grad_;  // n x 26 x dim, host
   DeviceBuffer x_dev_, labels_dev_, stats_;
   Progress progress_;
   CsvLog csv_;

@@ -273,6 +273,12 @@ class SHARDPS_EXPORT Client {
   // Under sync the answer waits for the end of this clock, like a Pull
   // after Clock() would.
   Request Prefetch(const Table& t, std::span<float> out);
+  // The rows of `keys` (a sparse table, or rows of a dense one) as the next
+  // iteration may read them: the same ordering and bound as the Prefetch
+  // above, for a trainer that knows its next batch (its rows pulled while
+  // this batch's backward runs). With the row cache on, the cache serves
+  // what the next clock's bound allows.
+  Request Prefetch(const Table& t, std::span<const uint64_t> keys, std::span<float> out);
   // The whole dense table's newest values, answered at once: a pull tagged
   // with the clock before clock() (the last one this worker has read at,
   // which the model already allowed). For extra work between two clocks —
