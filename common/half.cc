@@ -132,6 +132,31 @@ bool HasAvx2F16c() { return false; }
 
 }  // namespace
 
+void FloatToBf16Stochastic(const float* in, uint16_t* out, size_t n, uint64_t* state) {
+  uint64_t s = *state, r = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if ((i & 3) == 0) {  // xorshift64*: 64 random bits, 16 per value
+      s ^= s >> 12;
+      s ^= s << 25;
+      s ^= s >> 27;
+      r = s * 0x2545F4914F6CDD1Dull;
+    }
+    const uint32_t bits = static_cast<uint32_t>(r >> 48);  // the high bits are the best of xorshift64*
+    r <<= 16;
+    uint32_t u;
+    std::memcpy(&u, &in[i], 4);
+    const uint32_t mag = u & 0x7fffffffu;
+    if (mag > 0x7f800000u) {
+      out[i] = static_cast<uint16_t>((u >> 16) | 0x40);  // NaN: quiet, keep sign
+    } else if (mag >= 0x7f7f0000u) {
+      out[i] = static_cast<uint16_t>(u >> 16);  // infinity, or above the largest finite bf16: no rounding up
+    } else {
+      out[i] = static_cast<uint16_t>((u + bits) >> 16);  // adds to the magnitude: away from zero
+    }
+  }
+  *state = s;
+}
+
 void FloatToBf16(const float* in, uint16_t* out, size_t n) {
 #if defined(__x86_64__)
   if (HasAvx2F16c()) return FloatToBf16Avx2(in, out, n);

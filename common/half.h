@@ -42,6 +42,19 @@ void Bf16ToFloat(const uint16_t* in, float* out, size_t n);
 void FloatToF16(const float* in, uint16_t* out, size_t n);
 void F16ToFloat(const uint16_t* in, float* out, size_t n);
 
+// float32 to bfloat16 with stochastic rounding, for values that are updated
+// in place many times (an embedding row after each optimizer step): the
+// dropped 16 bits round the magnitude up with probability equal to their
+// fraction of one bf16 ulp, so the stored value's expectation is the
+// float32. Round to nearest loses every update smaller than half an ulp
+// (2^-9 of the value), and a row's small updates add up to many of those.
+// `state` is a xorshift64 state (nonzero), advanced; the same state gives
+// the same bits. NaN stays NaN (quiet), infinities stay infinite, and a
+// finite value never becomes infinite (it truncates to the largest finite
+// bf16 where rounding up would overflow). Values that are exactly a bf16
+// are kept as they are.
+void FloatToBf16Stochastic(const float* in, uint16_t* out, size_t n, uint64_t* state);
+
 // Which code the block conversions run ("avx2+f16c" or "portable").
 const char* HalfConversionPath();
 

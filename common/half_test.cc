@@ -1,7 +1,8 @@
 // bf16 and f16 conversion (common/half.h): every 16-bit pattern round-trips,
 // float32 rounds to nearest-even within each type's precision, NaN stays
 // NaN, infinities and subnormals are kept, and the vectorised block path
-// gives the bits the portable one gives.
+// gives the bits the portable one gives; stochastic bf16 rounding keeps the
+// value on average.
 #include "common/half.h"
 
 #include <gtest/gtest.h>
@@ -110,6 +111,65 @@ TEST(Half, TheBlockPathGivesThePortableBits) {
       if (!IsNaN16(f[i], false)) EXPECT_EQ(back[i], F16BitsToFloat(f[i])) << i;
   }
   std::printf("half conversion path: %s\n", HalfConversionPath());
+}
+
+TEST(Half, StochasticBf16KeepsTheValueOnAverageAndNeverOverflows) {
+  // 1 + 2^-10 lies 1/8 of the way from 1 to the next bf16 (1 + 2^-7): it
+  // rounds up 1/8 of the time.
+  const float x = 1.0f + std::ldexp(1.0f, -10);
+  const int n = 40000;
+  std::vector<float> in(n, x), back(n);
+  std::vector<uint16_t> out(n);
+  uint64_t state = 12345;
+  FloatToBf16Stochastic(in.data(), out.data(), n, &state);
+  Bf16ToFloat(out.data(), back.data(), n);
+  int up = 0;
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(back[i] == 1.0f || back[i] == 1.0f + std::ldexp(1.0f, -7)) << back[i];
+    up += back[i] > 1.0f;
+    sum += back[i];
+  }
+  // Rounds up 1/8 of the time (binomial sd 66 of 5000; 8 sd either side).
+  EXPECT_NEAR(up, n / 8, 530);
+  EXPECT_NEAR(sum / n, x, 1e-4);
+  EXPECT_EQ(FloatToBf16Bits(x), FloatToBf16Bits(1.0f)) << "round to nearest always loses it";
+  // Negative values round their magnitude the same way.
+  std::vector<float> neg(n, -x);
+  FloatToBf16Stochastic(neg.data(), out.data(), n, &state);
+  Bf16ToFloat(out.data(), back.data(), n);
+  sum = 0;
+  for (int i = 0; i < n; ++i) sum += back[i];
+  EXPECT_NEAR(sum / n, -x, 1e-4);
+  // Exact bf16 values, zeros, infinities and NaN come back as they are; the
+  // largest floats stay finite.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {0.0f, -0.0f, 1.0f, -2.5f, inf, -inf, std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max(), std::nanf("")};
+  for (float v : specials) {
+    for (int k = 0; k < 64; ++k) {
+      uint16_t h;
+      FloatToBf16Stochastic(&v, &h, 1, &state);
+      const float b = Bf16BitsToFloat(h);
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(b));
+      } else if (std::isinf(v)) {
+        EXPECT_EQ(b, v);
+      } else if (std::fabs(v) == std::numeric_limits<float>::max()) {
+        EXPECT_TRUE(std::isfinite(b)) << v;
+        EXPECT_EQ(std::fabs(b), Bf16BitsToFloat(0x7f7f));
+      } else {
+        EXPECT_EQ(std::memcmp(&b, &v, 4), 0) << v;
+      }
+    }
+  }
+  // The same state gives the same bits.
+  uint64_t s1 = 7, s2 = 7;
+  std::vector<uint16_t> o1(33), o2(33);
+  FloatToBf16Stochastic(in.data(), o1.data(), 33, &s1);
+  FloatToBf16Stochastic(in.data(), o2.data(), 33, &s2);
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(s1, s2);
 }
 
 }  // namespace

@@ -127,6 +127,11 @@ void SparseRows::StoreValues(uint32_t slot, const float* in) {
   }
 }
 
+void SparseRows::StoreUpdatedValues(uint32_t slot, const float* in) {
+  if (dtype_ != DType::kBF16) return StoreValues(slot, in);
+  FloatToBf16Stochastic(in, static_cast<uint16_t*>(values(slot)), dim_, &rounding_state_);
+}
+
 uint64_t SparseRows::bytes() const {
   return Capacity() * record_ + index_.capacity() * sizeof(uint32_t) + free_.capacity() * sizeof(uint32_t);
 }

@@ -65,6 +65,11 @@ class SparseRows {
   // (rounded to nearest even into a 16-bit type).
   void LoadValues(uint32_t slot, float* out) const;
   void StoreValues(uint32_t slot, const float* in);
+  // StoreValues for values just updated by the optimizer: bf16 rounds
+  // stochastically (common/half.h: small updates are kept on average, not
+  // lost), from this partition's own random state; f32 and f16 as
+  // StoreValues.
+  void StoreUpdatedValues(uint32_t slot, const float* in);
   bool live(uint32_t slot) const { return slot < slots_ && stamp(slot) != kFreeStamp; }
 
   // Rows held.
@@ -119,6 +124,7 @@ class SparseRows {
   std::vector<uint32_t> free_;     // slots of erased rows, reused first
   std::vector<uint32_t> index_;    // slot or kEmpty; size is the capacity
   uint64_t size_ = 0;
+  uint64_t rounding_state_ = 0x9E3779B97F4A7C15ull;  // StoreUpdatedValues' random bits (xorshift64)
 };
 
 }  // namespace shardps

@@ -131,7 +131,7 @@ void ServerTable::ApplySparseKeys(const uint64_t* keys, size_t n, const float* g
     } else {
       part.rows.LoadValues(slot, w);
       ApplyOptimizer(spec_, w, part.rows.state(slot), g + i * c, 1, scale, lr_scale);
-      part.rows.StoreValues(slot, w);
+      part.rows.StoreUpdatedValues(slot, w);
     }
     part.rows.set_stamp(slot, stamp);
   }

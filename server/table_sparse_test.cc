@@ -87,6 +87,30 @@ TEST(SparseTable, EvictionLooksAtABoundedNumberOfRowsPerCall) {
   EXPECT_EQ(t.bytes(), before);
 }
 
+TEST(SparseTable, Bf16RowsKeepUpdatesSmallerThanHalfAnUlp) {
+  // 2000 SGD steps of 1e-4 each on rows near 0.5 (bf16's ulp there is 2^-8,
+  // so each step is 1/39 of an ulp): round to nearest would keep none of
+  // them; stochastic rounding keeps their sum, 0.2, on average.
+  ServerTable b(testing::Sparse("e", 16).Sgd(1.0f).Constant(0.5f).Type(DType::kBF16), 2, All(2));
+  ServerTable f(testing::Sparse("e", 16).Sgd(1.0f).Constant(0.5f), 2, All(2));
+  const uint64_t ids[] = {3, 5, 9, 11};
+  const std::vector<float> g(64, 1e-4f);
+  for (int step = 0; step < 2000; ++step) {
+    b.ApplyKeys(ids, 4, g.data(), 1.0f);
+    f.ApplyKeys(ids, 4, g.data(), 1.0f);
+  }
+  std::vector<float> vb(64), vf(64);
+  b.ReadKeys(ids, 4, vb.data());
+  f.ReadKeys(ids, 4, vf.data());
+  double mean = 0;
+  for (size_t i = 0; i < 64; ++i) {
+    EXPECT_NEAR(vf[i], 0.3f, 1e-3f);
+    EXPECT_NEAR(vb[i], 0.3f, 0.1f) << i;  // a random walk of 2000 roundings: sd about 0.02
+    mean += vb[i] / 64;
+  }
+  EXPECT_NEAR(mean, 0.3, 0.015);  // sd about 0.0025; round to nearest: 0.5
+}
+
 TEST(SparseTable, Bf16ValuesAreStoredRoundedAndSentAsStored) {
   ServerTable b(testing::Sparse("e", 8).Adagrad(0.1f).Uniform(-1, 1).Type(DType::kBF16), 2, All(2));
   ServerTable f(testing::Sparse("e", 8).Adagrad(0.1f).Uniform(-1, 1), 2, All(2));
