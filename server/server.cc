@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -260,7 +261,12 @@ Status Server::Run(const std::atomic<bool>& stop) {
     SendSnapshotReports();
     ExpireParked();
   }
-  LOG_INFO << "server stopped";
+  uint64_t rows = 0;
+  for (const auto& t : tables_.all()) rows += t->spec().kind == TableKind::kSparse ? t->rows_held() : 0;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  LOG_INFO << "server stopped: held " << tables_.all().size() << " tables, " << rows << " sparse rows, "
+           << tables_.Bytes() << " table bytes; peak resident " << ru.ru_maxrss / 1024 << " MiB";
   return fatal_;
 }
 

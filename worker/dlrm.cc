@@ -49,12 +49,18 @@ void Dlrm::EnsureRows(int rows) {
   emb_ = DeviceBuffer(dev_, embedding_floats(rows));
   v_ = DeviceBuffer(dev_, r * vectors_ * o_.dim);
   top_x_ = DeviceBuffer(dev_, r * top_in_);
+  rows_ = rows;
+}
+
+void Dlrm::EnsureBackwardRows(int rows) {
+  if (rows <= backward_rows_) return;
+  const size_t r = static_cast<size_t>(rows);
   dlogit_ = DeviceBuffer(dev_, r);
   dtop_x_ = DeviceBuffer(dev_, r * top_in_);
   dv_ = DeviceBuffer(dev_, r * vectors_ * o_.dim);
   demb_ = DeviceBuffer(dev_, embedding_floats(rows));
   dd_ = DeviceBuffer(dev_, r * o_.dim);
-  rows_ = rows;
+  backward_rows_ = rows;
 }
 
 const float* Dlrm::Forward(const float* x, const float* emb, int rows) {
@@ -71,6 +77,7 @@ const float* Dlrm::Forward(const float* x, const float* emb, int rows) {
 
 void Dlrm::Backward(const float* x, const float* labels, int rows, float* stats, float* emb_grad,
                     const std::function<void(DlrmPart, int)>& ready) {
+  EnsureBackwardRows(rows);
   const int dim = o_.dim, row_v = vectors_ * dim, row_e = o_.sparse_features * dim;
   auto ready_in = [&ready](DlrmPart part) {
     return ready ? std::function<void(int)>([&ready, part](int l) { ready(part, l); }) : nullptr;

@@ -85,13 +85,15 @@ class Dlrm {
   void Predict(const float* x, const float* emb, int rows, float* logits);
 
  private:
-  void EnsureRows(int rows);
+  void EnsureRows(int rows);          // the forward pass's buffers
+  void EnsureBackwardRows(int rows);  // the backward pass's (not made by evaluation)
   Device* dev_;
   const DlrmOptions o_;
   const int vectors_;  // F + 1: d and the embeddings
   const int top_in_;   // the top MLP's input: dim + PairCount(vectors_)
   DenseStack bottom_, top_;
-  // Per-batch buffers (device), sized for rows_ examples.
+  // Per-batch buffers (device), sized for rows_ examples (the forward
+  // pass's: emb_, v_, top_x_) and backward_rows_ (the rest).
   DeviceBuffer emb_;      // rows x F x dim: the uploaded embeddings
   DeviceBuffer v_;        // rows x vectors_ x dim: V
   DeviceBuffer top_x_;    // rows x top_in_: [d, z]
@@ -100,7 +102,7 @@ class Dlrm {
   DeviceBuffer dv_;       // rows x vectors_ x dim: the gradient w.r.t. V through z
   DeviceBuffer demb_;     // rows x F x dim: the embeddings' part of dv_
   DeviceBuffer dd_;       // rows x dim: the gradient w.r.t. d (both paths)
-  int rows_ = 0;
+  int rows_ = 0, backward_rows_ = 0;
 };
 
 }  // namespace shardps::worker

@@ -71,6 +71,12 @@ DlrmTrainer::DlrmTrainer(Client& ps, Device& dev, const DlrmTrainOptions& o, Dlr
       stats_(&dev, 2),
       progress_(o.progress_sec, o.out) {}
 
+int EvalBatch(int requested, int sparse_features, int dim) {
+  if (requested > 0) return requested;
+  const int64_t row_bytes = int64_t{sparse_features} * dim * static_cast<int64_t>(sizeof(float));
+  return static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(row_bytes, 1), 64, 8192));
+}
+
 Status DlrmTrainer::CreateTables() {
   const std::vector<TableSpec> specs = DlrmTableSpecs(o_);
   SHARDPS_RETURN_IF_ERROR(ps_.CreateTable(specs[0], &emb_table_));
@@ -219,9 +225,10 @@ Status DlrmTrainer::Evaluate(double* auc, double* logloss) {
   std::vector<float> x, y, emb;
   std::vector<uint64_t> keys;
   const uint64_t n = test_->examples();
-  for (uint64_t i = 0; i < n; i += static_cast<uint64_t>(o_.eval_batch)) {
+  const auto batch = static_cast<uint64_t>(EvalBatch(o_.eval_batch, o_.model.sparse_features, o_.model.dim));
+  for (uint64_t i = 0; i < n; i += batch) {
     ex.clear();
-    SHARDPS_RETURN_IF_ERROR(test_->Read(i, std::min(n, i + o_.eval_batch), &ex));
+    SHARDPS_RETURN_IF_ERROR(test_->Read(i, std::min(n, i + batch), &ex));
     if (ex.empty()) continue;
     DlrmInputs(ex, o_.hash_rows, &x, &y, &keys);
     const int rows = static_cast<int>(ex.size());

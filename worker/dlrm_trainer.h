@@ -44,10 +44,16 @@ struct DlrmTrainOptions {
   TableSpec embedding;               // the embedding table's options (dtype, admission, eviction)
   uint64_t seed = 1;
   bool evaluator = false;
-  int eval_batch = 8192;
+  int eval_batch = 0;                // test examples per evaluation batch; 0: EvalBatch's choice
   std::string csv;                   // evaluator: (time, epoch, loss, auc, logloss) rows
   FILE* out = stdout;
 };
+
+// Test examples per evaluation batch: `requested`, or where that is 0, 8192
+// but fewer for wide embeddings, so that a batch's pulled rows stay within
+// 64 MiB (the model's buffers hold about four times that): dim 256 gives
+// 2520. At least 64.
+int EvalBatch(int requested, int sparse_features, int dim);
 
 struct DlrmResult {
   int epochs_done = 0;

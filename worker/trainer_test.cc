@@ -5,6 +5,7 @@
 // device_batch_test, param_loader_test, epoch_report_test, progress_test;
 // the whole loop against real servers: tests/trainer_test.cc.)
 #include "worker/trainer.h"
+#include "worker/dlrm_trainer.h"
 
 #include <gtest/gtest.h>
 
@@ -67,6 +68,15 @@ TEST(Trainer, ExamplesPerWorkerArePoolOrShardCutToMaxSteps) {
   Status s = ExamplesPerWorker(40, 4, false, 0, 16, &n);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_EQ(s.message(), "10 examples per worker is less than one batch of 16");
+}
+
+TEST(DlrmEvalBatch, ARequestedSizeIsKeptAndTheDefaultBoundsTheRowsBytes) {
+  EXPECT_EQ(EvalBatch(100, 26, 256), 100);
+  EXPECT_EQ(EvalBatch(0, 26, 16), 8192);                      // 13 MiB of rows: the usual 8192
+  EXPECT_EQ(EvalBatch(0, 26, 256), (64 << 20) / (26 * 256 * 4));  // 2520
+  EXPECT_LE(int64_t{EvalBatch(0, 26, 256)} * 26 * 256 * 4, int64_t{64} << 20);
+  EXPECT_EQ(EvalBatch(0, 26, 4096), 157);
+  EXPECT_EQ(EvalBatch(0, 1000, 4096), 64);  // never below 64
 }
 
 }  // namespace

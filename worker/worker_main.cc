@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
   app.add_option("--evict-after-sec", f.dlrm.evict_after_sec, "dlrm: rows not updated for this many seconds are removed (0: never)")->capture_default_str();
   app.add_option("--emb-max-rows", f.dlrm.emb_max_rows, "dlrm: at most this many embedding rows (each server checks its share against its memory budget when the table is made; 0: only the budgets limit it)")->capture_default_str();
   app.add_option("--row-cache-mb", f.dlrm.row_cache_mb, "bounded staleness: keep pulled embedding rows (this many MiB) and reuse each for up to s clocks without asking the servers (it then misses those clocks' updates, this worker's own included); 0: off")->capture_default_str();
-  app.add_option("--eval-batch", f.dlrm.eval_batch, "dlrm: test examples per evaluation batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--eval-batch", f.dlrm.eval_batch, "dlrm: test examples per evaluation batch (0: 8192, fewer for wide embeddings: at most 64 MiB of rows)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   f.loop.predict_given = app.count("--predict") > 0;
   return RunWorker(f);
