@@ -109,7 +109,9 @@ class ServerTable {
   void SetClock(int64_t clock) { clock_ = clock; }
   // Removes rows idle past the table's eviction limit, looking at no more
   // than `max_slots` rows (so no request waits behind a whole sweep);
-  // returns the rows removed. A no-op for tables without eviction.
+  // returns the rows removed. Each call goes on where the last one stopped,
+  // one partition after the other, so repeated calls cover every row. A
+  // no-op for tables without eviction.
   uint64_t EvictSome(uint64_t max_slots);
   // Dense bytes a server holding `owned` partitions needs for `spec`.
   static uint64_t DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
@@ -218,6 +220,7 @@ class ServerTable {
   uint64_t bytes_ = 0;  // dense rows held + sparse records and indexes, with their state
   SparseCounts counts_;
   int64_t clock_ = 0;               // SetClock
+  uint32_t sweep_partition_ = 0;    // EvictSome: the partition it goes on with
   std::vector<float> row_scratch_;  // a sparse row's values as float32 while it is updated
   // Sparse accumulator: key -> slot in acc_, in first-touch order.
   std::unordered_map<uint64_t, uint32_t> acc_index_;

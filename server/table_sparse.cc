@@ -139,24 +139,31 @@ void ServerTable::ApplySparseKeys(const uint64_t* keys, size_t n, const float* g
 
 uint64_t ServerTable::EvictSome(uint64_t max_slots) {
   const uint32_t limit = spec_.evict_after_clocks ? spec_.evict_after_clocks : spec_.evict_after_sec;
-  if (spec_.kind != TableKind::kSparse || limit == 0) return 0;
+  if (spec_.kind != TableKind::kSparse || limit == 0 || partitions_ == 0) return 0;
   const uint32_t now = Stamp();
   uint64_t removed = 0, looked = 0;
-  for (uint32_t p = 0; p < partitions_ && looked < max_slots; ++p) {
-    if (!sparse_[p]) continue;
-    SparsePart& part = *sparse_[p];
-    const uint32_t slots = part.rows.slots();
-    if (part.sweep >= slots) part.sweep = 0;
-    const uint64_t before = part.rows.bytes();
-    for (; part.sweep < slots && looked < max_slots; ++part.sweep, ++looked) {
-      if (!part.rows.live(part.sweep)) continue;
-      const uint32_t s = part.rows.stamp(part.sweep);
-      if (now > s && now - s >= limit) {
-        part.rows.Erase(part.sweep);
-        ++removed;
+  // From the partition the last call stopped in, each to its end before the
+  // next (one not held hands on at once).
+  for (uint32_t visited = 0; visited <= partitions_ && looked < max_slots; ++visited) {
+    const uint32_t p = sweep_partition_;
+    SparsePart* part = sparse_[p].get();
+    if (part && part->sweep < part->rows.slots()) {
+      const uint32_t slots = part->rows.slots();
+      const uint64_t before = part->rows.bytes();
+      for (; part->sweep < slots && looked < max_slots; ++part->sweep, ++looked) {
+        if (!part->rows.live(part->sweep)) continue;
+        const uint32_t s = part->rows.stamp(part->sweep);
+        if (now > s && now - s >= limit) {
+          part->rows.Erase(part->sweep);
+          ++removed;
+        }
       }
+      bytes_ = bytes_ - before + part->rows.bytes();  // the free list may have grown
     }
-    bytes_ = bytes_ - before + part.rows.bytes();  // the free list may have grown
+    if (!part || part->sweep >= part->rows.slots()) {  // done with it: the next, from its start
+      if (part) part->sweep = 0;
+      sweep_partition_ = (p + 1) % partitions_;
+    }
   }
   sparse_rows_ -= removed;
   counts_.evicted += removed;

@@ -87,6 +87,27 @@ TEST(SparseTable, EvictionLooksAtABoundedNumberOfRowsPerCall) {
   EXPECT_EQ(t.bytes(), before);
 }
 
+TEST(SparseTable, RepeatedBoundedSweepsReachEveryPartition) {
+  // 64 partitions of about 125 idle rows each; calls of 100 slots go on
+  // where the last one stopped, so 8000 / 100 calls and one per partition
+  // for the hand-overs remove them all (a sweep that began at partition 0
+  // each time would never leave the first two).
+  ServerTable t(testing::Sparse("e", 1).EvictAfterClocks(1), 64, All(64));
+  std::vector<uint64_t> ids(8000);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<float> g(ids.size(), 0.0f);
+  t.ApplyKeys(ids.data(), ids.size(), g.data(), 1.0f);
+  t.SetClock(3);
+  for (int call = 0; call < 80 + 64; ++call) t.EvictSome(100);
+  EXPECT_EQ(t.rows_held(), 0u);
+  EXPECT_EQ(t.sparse_counts().evicted, 8000u);
+  // Rows made later, in partitions swept before, go too.
+  t.ApplyKeys(ids.data(), 500, g.data(), 1.0f);
+  t.SetClock(5);
+  for (int call = 0; call < 80 + 64; ++call) t.EvictSome(100);
+  EXPECT_EQ(t.rows_held(), 0u);
+}
+
 TEST(SparseTable, Bf16RowsKeepUpdatesSmallerThanHalfAnUlp) {
   // 2000 SGD steps of 1e-4 each on rows near 0.5 (bf16's ulp there is 2^-8,
   // so each step is 1/39 of an ulp): round to nearest would keep none of
