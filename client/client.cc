@@ -435,6 +435,9 @@ Request Client::Pull(const Table& t, std::span<const uint64_t> keys, std::span<f
 Status Client::Clock(bool trained) { return impl_->ClockAsync(trained).Wait(); }
 Request Client::ClockAsync(bool trained) { return impl_->ClockAsync(trained); }
 Status Client::Barrier(std::chrono::milliseconds timeout) { return impl_->channel_.Barrier(timeout); }
+void Client::AddSamples(uint64_t n) {
+  if (impl_->self_.worker()) impl_->self_.samples.fetch_add(n, std::memory_order_relaxed);
+}
 Status Client::ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out) {
   return impl_->channel_.ClaimWork(pool, total_units, max_units, ClaimOptions{}, out);
 }

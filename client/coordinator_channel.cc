@@ -3,14 +3,28 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
+#include <string>
 #include <thread>
 
 #include "common/log.h"
 
 namespace shardps::detail {
 
+namespace {
+// "HH:MM:SS UTC" of now + `in`.
+std::string WallClockIn(Millis in) {
+  const std::time_t t = std::time(nullptr) + static_cast<std::time_t>(in.count() / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S UTC", &tm);
+  return buf;
+}
+}  // namespace
+
 Status CoordinatorChannel::Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields f, wire::Body body_type,
-                               flatbuffers::Offset<void> body, Millis timeout, Reply* r) {
+                               flatbuffers::Offset<void> body, Millis timeout, Reply* r, std::string_view what) {
   auto call = std::make_shared<Call>();
   call->parts_left = 1;
   call->op = "coordinator request";
@@ -29,12 +43,20 @@ Status CoordinatorChannel::Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields
   uint64_t gen = io_.coordinator_reconnects();
   io_.Enqueue(std::move(o));
   Request request = MakeRequest(call);
-  const auto deadline = Clock::now() + timeout + Millis(1000);
+  const auto start = Clock::now(), deadline = start + timeout + Millis(1000);
+  bool noted = false;
   Status s;
   for (;;) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     s = request.Wait(std::clamp(left, Millis(1), Millis(200)));
     if (s.code() != Code::kTimeout || request.Done() || Clock::now() >= deadline) break;
+    if (!noted && Clock::now() - start >= kWaitNote) {
+      noted = true;
+      const auto rest = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      LOG_INFO << "waiting for coordinator " << opts_.coordinator << " to answer " << what << ": no answer for "
+               << kWaitNote.count() / 1000 << " s; giving up in " << (rest.count() + 500) / 1000 << " s (at "
+               << WallClockIn(rest) << ")";
+    }
     if (io_.coordinator_reconnects() == gen) continue;
     gen = io_.coordinator_reconnects();
     Outgoing again;
@@ -65,7 +87,7 @@ Status CoordinatorChannel::Register() {
     wire::Fields f;
     f.type = wire::MsgType::Register;
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-    s = Ask(fbb, f, wire::Body::RegisterRequest, req.Union(), std::max(left, Millis(1)), &reply);
+    s = Ask(fbb, f, wire::Body::RegisterRequest, req.Union(), std::max(left, Millis(1)), &reply, "the registration");
     if (s.code() != Code::kNotReady || Clock::now() + Millis(200) >= deadline) break;
     if (!said) {
       LOG_INFO << s.message() << ": waiting";
@@ -87,7 +109,7 @@ Status CoordinatorChannel::GetCluster(Millis timeout, ClusterView* out) {
   wire::Fields f;
   f.type = wire::MsgType::GetCluster;
   Reply reply;
-  Status s = Ask(fbb, f, wire::Body::NONE, {}, timeout, &reply);
+  Status s = Ask(fbb, f, wire::Body::NONE, {}, timeout, &reply, "a cluster update");
   if (!s.ok()) {
     if (s.code() == Code::kTimeout)
       return Status::Timeout("the cluster did not become ready (every server registered and holding the map) within " +
@@ -103,7 +125,7 @@ Status CoordinatorChannel::CreateTable(const TableSpec& spec, TableSpec* out) {
   wire::Fields f;
   f.type = wire::MsgType::CreateTable;
   Reply reply;
-  Status s = Ask(fbb, f, wire::Body::TableSpec, body.Union(), opts_.request_timeout, &reply);
+  Status s = Ask(fbb, f, wire::Body::TableSpec, body.Union(), opts_.request_timeout, &reply, "a table's creation");
   if (!s.ok()) return s;
   return wire::DecodeTableSpec(reply.h->body_as_TableSpec(), out);
 }
@@ -117,7 +139,8 @@ Status CoordinatorChannel::Barrier(Millis timeout) {
   wire::Fields f;
   f.type = wire::MsgType::Barrier;
   Reply reply;
-  Status s = Ask(fbb, f, wire::Body::BarrierRequest, body.Union(), timeout, &reply);
+  Status s = Ask(fbb, f, wire::Body::BarrierRequest, body.Union(), timeout, &reply,
+                 "the barrier (once every live worker reached it)");
   if (s.code() == Code::kTimeout)
     return Status::Timeout("barrier: not every live worker arrived within " + std::to_string(timeout.count()) +
                            " ms");
@@ -137,7 +160,7 @@ Status CoordinatorChannel::ClaimWork(uint64_t pool, uint64_t total, uint32_t max
   f.clock = self_.clock.load();
   f.seq = claim_seq_.fetch_add(1) + 1;
   Reply reply;
-  Status s = Ask(fbb, f, wire::Body::WorkClaim, body.Union(), opts_.request_timeout, &reply);
+  Status s = Ask(fbb, f, wire::Body::WorkClaim, body.Union(), opts_.request_timeout, &reply, "a work claim");
   if (!s.ok()) return Status(s.code(), "claiming work from pool " + std::to_string(pool) + ": " + s.message());
   const wire::WorkGrant* g = reply.h->body_as_WorkGrant();
   if (!g) return Status::BadMessage("ClaimWork: the coordinator's answer has no WorkGrant");
@@ -162,7 +185,7 @@ Status CoordinatorChannel::Leave() {
   wire::Fields f;
   f.type = wire::MsgType::Leave;
   Reply reply;
-  Status s = Ask(fbb, f, wire::Body::NONE, {}, std::min(opts_.request_timeout, Millis(10000)), &reply);
+  Status s = Ask(fbb, f, wire::Body::NONE, {}, std::min(opts_.request_timeout, Millis(10000)), &reply, "leaving");
   if (!s.ok()) return Status(s.code(), "leaving the job: " + s.message());
   return s;
 }

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include <zmq.hpp>
@@ -41,9 +42,12 @@ class CoordinatorChannel {
   // its saved state) lost the requests it had not answered: each is sent
   // again, with its request id, when the connection comes back (what it
   // asks is idempotent: a claim of the same clock or sequence number gets
-  // the same grant).
+  // the same grant). An answer that takes longer than kWaitNote is said
+  // once in the log: what is awaited (`what`: "the registration"), from
+  // whom and until when.
   Status Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields f, wire::Body body_type, flatbuffers::Offset<void> body,
-             Millis timeout, Reply* r);
+             Millis timeout, Reply* r, std::string_view what);
+  static constexpr Millis kWaitNote{3000};
 
   // Registers this client (a worker claims opts.rank, or is given one: then
   // self.rank is set). A restarted worker told NotReady (its old process is

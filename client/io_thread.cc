@@ -337,13 +337,14 @@ void IoLoop::Heartbeat() {
   f.role = self.wire_role();
   f.rank = rank;
   f.clock = self.clock.load(std::memory_order_relaxed);
-  if (!self.row_cache) {
+  const uint64_t samples = self.samples.load(std::memory_order_relaxed);
+  if (!self.row_cache && samples == 0) {
     coord.send(wire::EncodeSimple(fbb, f), zmq::send_flags::dontwait);
     return;
   }
-  const RowCache::Stats st = self.row_cache->stats();
+  const RowCache::Stats st = self.row_cache ? self.row_cache->stats() : RowCache::Stats{};
   fbb.Clear();
-  auto body = wire::CreateWorkerStats(fbb, st.lookups, st.hits);
+  auto body = wire::CreateWorkerStats(fbb, st.lookups, st.hits, samples);
   coord.send(wire::Encode(fbb, f, wire::Body::WorkerStats, body.Union()), zmq::send_flags::dontwait);
 }
 

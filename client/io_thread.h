@@ -41,6 +41,9 @@ struct Sender {
   const ClientRole role;
   std::atomic<int> rank{-1};
   std::atomic<int64_t> clock{0};
+  // Training examples done (Client::AddSamples, any thread), sent with each
+  // heartbeat.
+  std::atomic<uint64_t> samples{0};
   // The row cache whose counts go with each heartbeat (null: none). Set
   // before the I/O thread starts; its stats() are thread-safe.
   const RowCache* row_cache = nullptr;

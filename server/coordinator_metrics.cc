@@ -47,20 +47,33 @@ void CoordinatorMetrics::Publish(const Membership& m) {
   max_clock_->Set(static_cast<double>(hi));
 }
 
-void CoordinatorMetrics::WorkerRowCache(int rank, uint64_t lookups, uint64_t hits) {
+void CoordinatorMetrics::Reported::Update(uint64_t total) {
+  // Totals since the worker's start: one below the last is a restarted
+  // worker counting from 0 again.
+  counter->Add(total >= last ? total - last : total);
+  last = total;
+}
+
+void CoordinatorMetrics::WorkerStats(int rank, uint64_t lookups, uint64_t hits, uint64_t samples) {
   if (!registry_ || rank < 0) return;
-  if (row_cache_.size() <= static_cast<size_t>(rank)) row_cache_.resize(rank + 1, {nullptr, nullptr});
-  auto& [l, h] = row_cache_[rank];
-  if (!l) {
-    const metrics::Labels labels{{"worker", std::to_string(rank)}};
-    l = &registry_->GetCounter("shardps_worker_row_cache_lookups_total",
+  if (worker_stats_.size() <= static_cast<size_t>(rank)) worker_stats_.resize(rank + 1);
+  WorkerSeries& w = worker_stats_[rank];
+  const metrics::Labels labels{{"worker", std::to_string(rank)}};
+  if (samples && !w.samples.counter)
+    w.samples.counter = &registry_->GetCounter("shardps_worker_samples_total",
+                                               "Training examples a worker finished (its heartbeats)", labels);
+  if ((lookups || hits) && !w.lookups.counter) {
+    w.lookups.counter =
+        &registry_->GetCounter("shardps_worker_row_cache_lookups_total",
                                "Embedding rows a worker's pulls looked up in its row cache (its heartbeats)", labels);
-    h = &registry_->GetCounter("shardps_worker_row_cache_hits_total",
-                               "... of them served from the cache, without asking the servers", labels);
+    w.hits.counter = &registry_->GetCounter("shardps_worker_row_cache_hits_total",
+                                            "... of them served from the cache, without asking the servers", labels);
   }
-  // Totals since the worker's start: a restarted worker starts again at 0.
-  if (lookups > l->Value()) l->Add(lookups - l->Value());
-  if (hits > h->Value()) h->Add(hits - h->Value());
+  if (w.samples.counter) w.samples.Update(samples);
+  if (w.lookups.counter) {
+    w.lookups.Update(lookups);
+    w.hits.Update(hits);
+  }
 }
 
 void CoordinatorMetrics::SnapshotCompleted(double ms) {

@@ -29,8 +29,10 @@ class CoordinatorMetrics {
 
   // The live workers and servers and the workers' clocks, as `m` has them.
   void Publish(const Membership& m);
-  // Worker `rank`'s row cache totals (its heartbeats), as counters.
-  void WorkerRowCache(int rank, uint64_t lookups, uint64_t hits);
+  // Worker `rank`'s totals since it started (its heartbeats: row cache
+  // lookups and hits, examples trained), as counters that only go up: a
+  // restarted worker's totals start again at 0, and count from there.
+  void WorkerStats(int rank, uint64_t lookups, uint64_t hits, uint64_t samples);
   void SnapshotCompleted(double ms);
   void SnapshotFailed();
 
@@ -43,8 +45,17 @@ class CoordinatorMetrics {
   metrics::Gauge* max_clock_ = nullptr;
   std::vector<metrics::Gauge*> worker_clock_;  // by worker rank
   metrics::Registry* registry_ = nullptr;
-  // By worker rank, made at its first report: row cache lookups, hits.
-  std::vector<std::pair<metrics::Counter*, metrics::Counter*>> row_cache_;
+  // By worker rank, made at its first report: row cache lookups, hits,
+  // examples trained, each with the worker's last reported total.
+  struct Reported {
+    metrics::Counter* counter = nullptr;
+    uint64_t last = 0;
+    void Update(uint64_t total);  // adds what came since `last` (all of it after a restart)
+  };
+  struct WorkerSeries {
+    Reported lookups, hits, samples;
+  };
+  std::vector<WorkerSeries> worker_stats_;
   metrics::Counter* snapshots_ = nullptr;
   metrics::Counter* snapshot_failures_ = nullptr;
   metrics::Histogram* snapshot_seconds_ = nullptr;

@@ -77,15 +77,24 @@ TEST(CoordinatorMetrics, WithoutARegistryNothingIsPublished) {
   cm.SnapshotFailed();
 }
 
-TEST(CoordinatorMetrics, AWorkersRowCacheCountsAreItsLatestTotals) {
+TEST(CoordinatorMetrics, AWorkersCountsAreItsLatestTotals) {
   metrics::Registry r;
   CoordinatorMetrics m(&r, 2);
   EXPECT_EQ(r.Render().find("row_cache"), std::string::npos);  // no series before a report
-  m.WorkerRowCache(1, 100, 40);
-  m.WorkerRowCache(1, 250, 90);
-  const std::string text = r.Render();
+  m.WorkerStats(1, 100, 40, 0);
+  m.WorkerStats(1, 250, 90, 0);
+  std::string text = r.Render();
   EXPECT_NE(text.find("shardps_worker_row_cache_lookups_total{worker=\"1\"} 250"), std::string::npos) << text;
   EXPECT_NE(text.find("shardps_worker_row_cache_hits_total{worker=\"1\"} 90"), std::string::npos) << text;
+  EXPECT_EQ(text.find("row_cache_lookups_total{worker=\"0\"}"), std::string::npos) << text;
+  EXPECT_EQ(text.find("samples_total"), std::string::npos) << "no examples counted, no series";
+  // Examples: worker 0 counts 640, is restarted and counts 128 more: the
+  // counter goes on from 640 (it never goes down).
+  m.WorkerStats(0, 0, 0, 512);
+  m.WorkerStats(0, 0, 0, 640);
+  m.WorkerStats(0, 0, 0, 128);
+  text = r.Render();
+  EXPECT_NE(text.find("shardps_worker_samples_total{worker=\"0\"} 768"), std::string::npos) << text;
   EXPECT_EQ(text.find("row_cache_lookups_total{worker=\"0\"}"), std::string::npos) << text;
 }
 

@@ -110,7 +110,7 @@ void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h
     if (Status s = members_.WorkerHeartbeat(rank, h.clock()); !s.ok()) {
       return ReplyError(from, h.request_id(), s);
     } else if (const wire::WorkerStats* ws = h.body_as_WorkerStats()) {
-      metrics_.WorkerRowCache(rank, ws->row_cache_lookups(), ws->row_cache_hits());
+      metrics_.WorkerStats(rank, ws->row_cache_lookups(), ws->row_cache_hits(), ws->samples());
     }
   if (h.role() == wire::Role::Server) {
     const int srank = members_.ServerRankOf(from);

@@ -170,5 +170,20 @@ TEST_F(TrainingTest, BadWorkerFlagsAreRefused) {
   EXPECT_NE(out.find("--max-fill"), std::string::npos) << out;
 }
 
+// A worker's own inputs are checked before it connects: a missing data
+// directory is reported at once (nothing listens on port 1: a worker that
+// connected first would wait its whole connect timeout).
+TEST_F(TrainingTest, MissingDataIsReportedBeforeTheCoordinatorIsWaitedFor) {
+  std::string out;
+  // (exit 124 from timeout(1) would be a worker that waited for the coordinator)
+  EXPECT_EQ(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--model", "mlp",
+                        "--data-dir", "/nonexistent"},
+                       &out, 50),
+            1);
+  EXPECT_NE(out.find("/nonexistent/train-images-idx3-ubyte"), std::string::npos) << out;
+  EXPECT_NE(out.find("--data-dir"), std::string::npos) << out;
+  EXPECT_EQ(out.find("coordinator"), std::string::npos) << "it never got as far as the coordinator: " << out;
+}
+
 }  // namespace
 }  // namespace shardps

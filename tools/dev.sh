@@ -18,7 +18,7 @@ packages=(build-essential pkg-config meson ninja-build cmake
   libgtest-dev libopenblas-dev libcli11-dev libtomlplusplus-dev zlib1g-dev libxxhash-dev
   dataset-fashion-mnist gnuplot-nox libcpp-httplib-dev
   python3 python3-dev python3-pytest python3-prometheus-client pybind11-dev python3-numpy python3-torch
-  iproute2 openssh-client openssh-server slurmctld slurmd slurm-client munge
+  iproute2 openssh-client openssh-server slurmctld slurmd slurm-client munge prometheus
   clang libclang-rt-14-dev universal-ctags)
 missing=()
 for p in "${packages[@]}"; do

@@ -168,6 +168,7 @@ Status DlrmTrainer::TrainBatch(const Batch& b, int epoch, const EpochBatches& ba
   SHARDPS_RETURN_IF_ERROR(ps_.Clock(n > 0));
   t->loss += loss;
   t->examples += n;
+  ps_.AddSamples(static_cast<uint64_t>(n));
   progress_.Step(rank_, epoch, static_cast<int>(b.first / o_.batch) + 1, batches.steps(), n, n ? loss / n : 0, 0,
                  [&] { return CacheNote(); });
   return Status::OK();

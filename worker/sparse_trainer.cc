@@ -144,6 +144,7 @@ Status SparseLrTrainer::TrainBatch(const Batch& b, int epoch, const EpochBatches
   SHARDPS_RETURN_IF_ERROR(ps_.Push(w_, keys_, grads_).Wait());
   SHARDPS_RETURN_IF_ERROR(ps_.Clock());
   t->loss += loss / b.n;
+  ps_.AddSamples(static_cast<uint64_t>(b.n));
   progress.Step(rank_, epoch, static_cast<int>(b.first / o_.batch) + 1, batches.steps(), b.n, loss / b.n, stale);
   return Status::OK();
 }

@@ -134,6 +134,7 @@ Status MlpTrainer::TrainBatch(const Batch& b, int epoch, const EpochBatches& bat
   t->loss += loss;
   ++t->trained;
   if (o_.slowdown > 1.0) Straggle(t0, waited, fill);
+  ps_.AddSamples(static_cast<uint64_t>(batch_.n()));
   progress.Step(rank_, epoch, static_cast<int>(b.first / o_.batch) + 1, batches.steps(), batch_.n(), loss, stale_);
   return Status::OK();
 }

@@ -72,14 +72,31 @@ Status CreateMlpTables(Client& ps, const ModelFlags& m, const std::vector<int>& 
   return Status::OK();
 }
 
+// Fashion-MNIST, read before connecting (a missing or corrupt file is
+// reported at once, not after the coordinator was waited for): the training
+// set, and the test set when this worker is known to evaluate (its --rank
+// given) — else once the coordinator assigned its rank.
+struct MlpData {
+  Dataset train, test;
+  bool test_loaded = false;
+};
+
+Status LoadMlpData(const WorkerFlags& f, int rank, MlpData* d) {
+  if (d->train.rows == 0) SHARDPS_RETURN_IF_ERROR(LoadFashionMnist(f.data.data_dir, true, &d->train, f.data.train_limit));
+  if (rank == f.eval.eval_rank && !d->test_loaded) {
+    SHARDPS_RETURN_IF_ERROR(LoadFashionMnist(f.data.data_dir, false, &d->test, f.data.test_limit));
+    d->test_loaded = true;
+  }
+  return Status::OK();
+}
+
 // Softmax regression (no hidden layers) or the MLP on Fashion-MNIST.
-Exit RunMlp(const WorkerFlags& f, const std::vector<int>& hidden, Client& ps, Device& dev) {
+Exit RunMlp(const WorkerFlags& f, const std::vector<int>& hidden, MlpData& data, Client& ps, Device& dev) {
   const int rank = ps.rank();
   const bool evaluator = rank == f.eval.eval_rank;
-  Dataset train, test;
-  if (Status s = LoadFashionMnist(f.data.data_dir, true, &train, f.data.train_limit); !s.ok()) return Fail(s, 1, false);
-  if (evaluator)
-    if (Status s = LoadFashionMnist(f.data.data_dir, false, &test, f.data.test_limit); !s.ok()) return Fail(s, 1, false);
+  if (Status s = LoadMlpData(f, rank, &data); !s.ok()) return Fail(s, 1, false);
+  const Dataset& train = data.train;
+  Dataset& test = data.test;
   std::vector<int> dims = {train.cols};
   dims.insert(dims.end(), hidden.begin(), hidden.end());
   dims.push_back(train.classes);
@@ -135,7 +152,7 @@ Exit RunDlrm(const WorkerFlags& f, DlrmLogs logs, Client& ps, Device& dev) {
 }
 
 // The model's device and its line ("worker R | model | device D | C consistency"), then RunMlp or RunDlrm.
-Exit RunDense(const WorkerFlags& f, const std::vector<int>& hidden, DlrmLogs logs, Client& ps) {
+Exit RunDense(const WorkerFlags& f, const std::vector<int>& hidden, DlrmLogs logs, MlpData& data, Client& ps) {
   DeviceKind kind;
   if (Status s = ParseDeviceKind(f.data.device, &kind); !s.ok()) return Fail(s, 1, false);
   std::unique_ptr<Device> dev;
@@ -145,7 +162,7 @@ Exit RunDense(const WorkerFlags& f, const std::vector<int>& hidden, DlrmLogs log
               std::string(ToString(ps.consistency())).c_str());
   std::fflush(stdout);
   if (f.model.model == "dlrm") return RunDlrm(f, std::move(logs), ps, *dev);
-  return RunMlp(f, hidden, ps, *dev);
+  return RunMlp(f, hidden, data, ps, *dev);
 }
 
 // --model dlrm: the flags and the logs, checked before connecting (the
@@ -171,6 +188,12 @@ int RunWorker(const WorkerFlags& f) {
       std::fprintf(stderr, "error: %s\n", s.message().c_str());
       return 2;
     }
+  MlpData data;
+  if (f.model.model == "mlp" || f.model.model == "softmax")
+    if (Status s = LoadMlpData(f, f.connect.rank, &data); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.message().c_str());
+      return 1;
+    }
   DieWithParentIfAsked();
   TuneAllocatorForLargeMessages();
   openblas_set_num_threads(1);  // one core per worker; the servers need theirs
@@ -187,7 +210,7 @@ int RunWorker(const WorkerFlags& f) {
                 std::string(ToString(ps->consistency())).c_str());
     e = RunSparseLr(f, *ps);
   } else {
-    e = RunDense(f, hidden, std::move(logs), *ps);
+    e = RunDense(f, hidden, std::move(logs), data, *ps);
   }
   if (!e.leave) std::exit(e.code);  // without Client::Close (Exit)
   if (Status s = ps->Close(); !s.ok()) std::fprintf(stderr, "warning: %s\n", s.ToString().c_str());

@@ -202,6 +202,7 @@ class PyClient {
     }
     Check(s);
   }
+  void AddSamples(uint64_t n) { live()->AddSamples(n); }
   void Barrier(std::optional<double> timeout) {
     const auto ms = Ms(timeout, request_timeout_);
     Status s;
@@ -370,6 +371,9 @@ PYBIND11_MODULE(_shardps, m) {
            py::arg("ids") = py::none(), py::arg("prefetch") = false)
       .def("clock", &PyClient::Clock)
       .def("barrier", &PyClient::Barrier, py::arg("timeout") = py::none())
+      .def("add_samples", &PyClient::AddSamples, py::arg("n"),
+           "Counts n more training examples done by this worker (sent with its heartbeats: "
+           "shardps_worker_samples_total{worker} on the coordinator)")
       .def("claim_work", &PyClient::ClaimWork)
       .def("close", &PyClient::Close)
       .def_property_readonly("rank", [](PyClient& c) { return c.live()->rank(); })

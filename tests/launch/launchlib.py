@@ -1,6 +1,7 @@
 """Helpers for the launcher tests: paths of the built binaries, starting
 shardps-launch, waiting on its output, finding the processes it started."""
 
+import json
 import os
 import re
 import signal
@@ -166,3 +167,26 @@ def make_keys(directory):
     p = subprocess.run([KEYGEN, directory], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert p.returncode == 0, p.stdout
     return directory
+
+
+def read_json(path):
+    """The JSON in `path`, or None while there is none (the launcher writes
+    its run-directory files atomically: a file is whole or absent)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def wait_json(path, pred, timeout, what):
+    """The JSON in `path` once pred(it) holds; fails after `timeout` s
+    saying `what` it waited for, with the last content seen."""
+    end = time.monotonic() + timeout
+    while True:
+        doc = read_json(path)
+        if doc is not None and pred(doc):
+            return doc
+        if time.monotonic() > end:
+            raise AssertionError(f"{path}: no {what} within {timeout} s; last seen:\n{json.dumps(doc, indent=1)}")
+        time.sleep(0.1)

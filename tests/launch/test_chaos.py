@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from launchlib import BUILD, WORKER, Launch, pid_of, wait_none_left
+from launchlib import BUILD, WORKER, Launch, pid_of, read_json, wait_none_left
 
 SNAPSHOT = os.path.join(BUILD, "tools", "shardps-snapshot")
 SEED = int(os.environ.get("SHARDPS_CHAOS_SEED", "1"))
@@ -87,6 +87,14 @@ def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency):
         if "done |" in line or "on the way:" in line:
             print(line)
     assert abs(acc - calm_acc) <= 1.0, out
+    # The run directory tells the same story (tools/shardps_launch/rundir.py).
+    job = read_json(os.path.join(run_dir, "job.json"))
+    assert job["state"] == "completed" and job["final"]["exit_status"] == 0 and job["rollbacks"] == 1, job
+    whats = [e["what"] for e in job["events"]]
+    assert any(f"worker {victim} on localhost" in w and w.endswith("started again") for w in whats), whats
+    assert any("rolled back to" in w for w in whats), whats
+    assert any(w.startswith("the coordinator on localhost") for w in whats), whats
+    assert read_json(os.path.join(run_dir, "prometheus-targets.json")) == []
 
     # Every snapshot the job completed still verifies.
     listed = subprocess.run([SNAPSHOT, "list", snaps, "--json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -14,7 +14,8 @@ import urllib.request
 
 import pytest
 
-from launchlib import BUILD, COORDINATOR, LAUNCH, ROOT, WORKER, Launch, ctl, make_keys, pid_of, small_mlp, wait_none_left
+from launchlib import (BUILD, COORDINATOR, LAUNCH, ROOT, WORKER, Launch, ctl, make_keys, pid_of, read_json,
+                       small_mlp, wait_json, wait_none_left)
 
 
 @pytest.fixture
@@ -98,10 +99,35 @@ def test_restarted_worker_rejoins_and_trains(run_dir):
                      f"job.heartbeat_timeout_ms={HEARTBEAT_MS}", "--", *full_mlp(4, ["--train-limit", "20000"])],
                     run_dir)
     launch.wait_for_line(r"worker 1 \| epoch 1 step", 120)
-    os.kill(pid_of(run_dir, "shardps-worker", "--rank", "1"), signal.SIGKILL)
+    # The run directory is the job's interface: its pids are the processes'
+    # own (worker 1 is killed through job.json's), a script that reads only
+    # job.json finds the coordinator, and Prometheus' targets file lists the
+    # coordinator's and both servers' /metrics, each answering.
+    job_json, targets_json = os.path.join(run_dir, "job.json"), os.path.join(run_dir, "prometheus-targets.json")
+    job = wait_json(job_json, lambda j: j["state"] == "running" and all(
+        p["pid"] for p in j["processes"]), 60, "running job with every process's pid")
+    w1 = [p for p in job["processes"] if p["role"] == "worker" and p["rank"] == 1][0]
+    assert w1["pid"] == pid_of(run_dir, "shardps-worker", "--rank", "1"), job
+    assert os.path.exists(w1["log"]), w1
+    os.kill(w1["pid"], signal.SIGKILL)
+    rc, out = ctl("status", job["coordinator"])
+    assert rc == 0 and re.search(r"^server +1 ", out, re.M), out
+    targets = wait_json(targets_json, lambda t: len(t) == 3, 60, "3 targets")
+    assert sorted((t["labels"]["role"], t["labels"]["rank"]) for t in targets) == [
+        ("coordinator", "0"), ("server", "0"), ("server", "1")], targets
+    assert all(t["labels"]["job"] == "run" and t["labels"]["host"] == "localhost" for t in targets), targets
+    for t in targets:
+        body = urllib.request.urlopen(f"http://{t['targets'][0]}/metrics", timeout=10).read().decode()
+        assert "shardps_" in body, t
+    job = wait_json(job_json, lambda j: any(p["role"] == "worker" and p["rank"] == 1 and p["incarnation"] == 1
+                                            for p in j["processes"]), 60, "restarted worker 1")
+    assert job["restarts"] == 1 and "worker 1 on localhost killed by signal SIGKILL" in job["events"][0]["what"], job
     rc = launch.wait(240)
     out = launch.output()
     assert rc == 0, out
+    job = read_json(job_json)
+    assert job["state"] == "completed" and job["final"]["exit_status"] == 0, job
+    assert read_json(targets_json) == []  # nothing is up any more
     assert re.search(r"worker 1 on localhost killed by signal SIGKILL at [\d.]+ s: starting it again \(restart 1 of "
                      r"at most 3\)", out), out
     assert "all 2 workers finished" in out, out

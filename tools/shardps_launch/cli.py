@@ -44,24 +44,27 @@ def main(argv, script_dir, t0):
         raise KeyboardInterrupt(signum)
     for sig in STOP_SIGNALS:
         signal.signal(sig, on_signal)
-    rc, report = EXIT_FAILED, []
+    rc, report, state = EXIT_FAILED, [], "failed"
     try:
         rc = launcher.run()
+        state = "stopped" if launcher.stop_requested.is_set() else "completed"
     except LaunchError as e:
         rc, report = EXIT_USAGE, [str(e)]
     except JobFailed as e:
         e.proc.reader.join(timeout=2)  # the last lines it wrote
         rc, report = EXIT_FAILED, failure_lines(e, launcher.run_dir)
     except JobTimeout as e:
-        rc, report = EXIT_TIMEOUT, [str(e)]
+        rc, report, state = EXIT_TIMEOUT, [str(e)], "timed out"
     except KeyboardInterrupt as e:
         signum = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
-        rc, report = 128 + signum, [f"{signal.Signals(signum).name}: the job was stopped"]
+        rc, report, state = 128 + signum, [f"{signal.Signals(signum).name}: the job was stopped"], "stopped"
     finally:
         # Cleanup first, and not to be interrupted (a second SIGHUP or
         # Ctrl-C); reporting after it, so a stalled terminal cannot hold it up.
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         launcher.processes.stop_all()
+        if launcher.files:
+            launcher.files.finish(state, rc, report[0] if report else None)
     print_report(report)
     return rc

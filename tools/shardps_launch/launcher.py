@@ -17,6 +17,7 @@ from .hostcheck import HostChecks, Remote
 from .output import say
 from .placement import dry_run_addresses, job_hosts, place, used_hosts
 from .procs import ProcessSet
+from .rundir import RunDirFiles
 from .supervise import Supervisor, stop_watcher
 
 ENDPOINT_WAIT_SEC = 60  # for the coordinator to report where it listens
@@ -76,6 +77,8 @@ class Launcher:
         self.checks = HostChecks(self.remote, self.launch, self.run_dir, self.processes)
         self.stop_requested = threading.Event()  # shardps-ctl stop: the job ends itself
         self.coordinator = None  # its endpoint, once it listens
+        # RUN_DIR/job.json and prometheus-targets.json (rundir.py)
+        self.files = None if args.dry_run else RunDirFiles(self.run_dir, self.job, self.processes)
 
     def key_paths(self, host, names):
         """The key files `names` as `host` sees them: the job's key directory
@@ -113,8 +116,9 @@ class Launcher:
             self.processes.start("worker", r, h["name"], argv, env)
         if self.args.dry_run:
             return 0
+        self.files.update("running")
         return Supervisor(self.launch, job, self.processes, self.binaries, self.keys, self.coordinator,
-                          self.stop_requested, self.t0).run()
+                          self.stop_requested, self.t0, self.files).run()
 
     def addresses(self, placement, used):
         """{host name: the address the others dial there}; over ssh and
@@ -180,6 +184,8 @@ class Launcher:
             if time.monotonic() > deadline:
                 raise JobFailed(coord, f"the coordinator did not report its endpoint within {ENDPOINT_WAIT_SEC} s")
         self.coordinator = endpoint_box[0]
+        observer = ["--key", os.path.join(self.keys, "observer.key")] if self.keys else []
+        self.files.set_coordinator(self.coordinator, self.binaries.optional("shardps-ctl"), observer)
         job = self.job
         say(f"coordinator {self.coordinator} on {name}, {job['servers']} servers, {job['workers']} workers "
             f"({job['consistency']}{' s=' + str(job['staleness']) if job['consistency'] == 'bounded' else ''}), "

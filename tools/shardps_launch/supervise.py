@@ -25,7 +25,7 @@ class Supervisor:
     """Watches a started job until it ends. Main thread only (the
     stop_requested event is set by the coordinator's reader thread)."""
 
-    def __init__(self, launch, job, processes, binaries, keys, coordinator, stop_requested, t0):
+    def __init__(self, launch, job, processes, binaries, keys, coordinator, stop_requested, t0, files):
         self.launch, self.job = launch, job
         self.processes = processes  # ProcessSet
         self.binaries = binaries  # Binaries: shardps-ctl
@@ -33,6 +33,7 @@ class Supervisor:
         self.coordinator = coordinator  # its endpoint
         self.stop_requested = stop_requested  # threading.Event
         self.t0 = t0
+        self.files = files  # RunDirFiles: job.json and the Prometheus targets, kept current
         procs = processes.procs
         self.workers = {p.rank: p for p in procs if p.role == "worker"}  # rank -> its newest process
         self.others = [p for p in procs if p.role != "worker"]  # the coordinator and servers being watched
@@ -65,6 +66,7 @@ class Supervisor:
                 raise JobFailed(ended[0], f"{ended[0].name} on {ended[0].host} exited while workers still ran")
             if time.monotonic() > deadline:
                 raise JobTimeout(f"workers still running after {timeout} s (--timeout): stopping")
+            self.files.update()
             time.sleep(0.2)
 
     def check_others(self):
@@ -89,6 +91,8 @@ class Supervisor:
                 self.others = [q for q in procs if q.role != "worker" and not q.handled]
                 self.workers = {q.rank: q for q in procs if q.role == "worker" and not q.handled}
                 self.failures.append(f"{what}: rolled back to {snap}, every server and worker started again")
+                self.files.note(self.failures[-1], rollback=True)
+                self.files.update("running")
                 return
             if p.rc != 0:
                 raise JobFailed(p, f"{p.name} on {p.host} {p.describe_exit()}")
@@ -106,6 +110,7 @@ class Supervisor:
                                    watchers=[stop_watcher(self.stop_requested)])
         self.others = [q for q in self.processes.procs if q.role != "worker" and not q.handled]
         self.failures.append(f"{what}: started again, the job resumed")
+        self.files.note(self.failures[-1])
 
     def check_workers(self):
         """A worker that failed is started again (--restart-workers), or,
@@ -125,10 +130,12 @@ class Supervisor:
                           f"{self.launch['max_restarts']}); it rejoins the running job")
                 self.workers[rank] = self.processes.start_again(p)
                 self.failures.append(f"{what}: started again")
+                self.files.note(self.failures[-1])
             elif p.killed() and others_run:
                 report(p, f"{what}: the job goes on; the coordinator hands its unfinished batches to the "
                           f"other workers")
                 self.failures.append(f"{what}: its work went to the other workers")
+                self.files.note(self.failures[-1])
             else:
                 raise JobFailed(p, f"{p.name} on {p.host} {p.describe_exit()}")
 
@@ -166,6 +173,7 @@ class Supervisor:
         data position). Returns the snapshot's directory."""
         report(failed, f"{what}: rolling the job back to its newest complete snapshot (rollback {n} of at most "
                        f"{self.launch['max_restarts']})")
+        self.files.update("rolling back")
         # The newest process of every server and worker rank, whatever became
         # of it: the job starts again from the snapshot with all of them.
         victims = self.processes.newest(("server", "worker"))

@@ -301,6 +301,11 @@ class SHARDPS_EXPORT Client {
   Request ClockAsync(bool trained = true);
   // Waits until every live worker reached the barrier. Workers only.
   Status Barrier(std::chrono::milliseconds timeout);
+  // Counts `n` more training examples done by this worker (thread-safe, no
+  // I/O): the total goes to the coordinator with each heartbeat and is
+  // served there as shardps_worker_samples_total{worker} (the dashboards'
+  // samples/s per worker). Workers only; a no-op elsewhere.
+  void AddSamples(uint64_t n);
   // Dynamic work sharing: claims up to `max_units` consecutive units of the
   // job-wide pool `pool` (say, the batches of one epoch), which holds
   // `total_units` units in all. The coordinator hands every unit to exactly
