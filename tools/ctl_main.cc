@@ -2,6 +2,7 @@
 //
 //   shardps-ctl status COORDINATOR [--json]   every process, clocks, rates, who waits on whom
 //                                             (from the pulls the servers hold, as of their last heartbeats)
+//   shardps-ctl top COORDINATOR [--once]      the same, redrawn every second until Ctrl-C
 //   shardps-ctl snapshot COORDINATOR          take a snapshot now and wait for it
 //   shardps-ctl stop COORDINATOR              workers finish their step, a final snapshot, all exit 0
 //
@@ -18,12 +19,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <ctime>
+#include <cstdarg>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <zmq.hpp>
@@ -93,6 +100,91 @@ std::string Num(double v) {
   return b;
 }
 
+// What the status and top print besides the processes: every worker's
+// clock, the live ones' range, who waits on whom.
+struct WorkerClock {
+  int rank;
+  int64_t clock;
+  bool alive;
+};
+struct StatusView {
+  std::vector<WorkerClock> clocks;
+  int64_t lo = -1, hi = -1;  // over live workers; -1: none
+  std::vector<const wire::WaitInfo*> waits;
+};
+
+StatusView ViewOf(const wire::JobStatus& js) {
+  StatusView v;
+  if (js.processes())
+    for (const auto* p : *js.processes()) {
+      if (p->role() != wire::Role::Worker) continue;
+      v.clocks.push_back({p->rank(), p->clock(), p->alive()});
+      if (!p->alive() || p->clock() < 0) continue;
+      v.lo = v.lo < 0 ? p->clock() : std::min(v.lo, p->clock());
+      v.hi = std::max(v.hi, p->clock());
+    }
+  if (js.waits())
+    for (const auto* w : *js.waits()) v.waits.push_back(w);
+  return v;
+}
+
+// printf into a string.
+__attribute__((format(printf, 2, 3))) void Appendf(std::string* out, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n > 0) out->append(buf, std::min<size_t>(static_cast<size_t>(n), sizeof buf - 1));
+}
+
+// The status as `shardps-ctl status` prints it (and `top` shows it).
+std::string StatusText(const wire::JobStatus& status, int64_t lo, int64_t hi, const std::vector<const wire::WaitInfo*>& waits) {
+  const wire::JobStatus* js = &status;
+  const auto consistency = static_cast<Consistency>(js->consistency());
+  const std::string mode(ToString(consistency));
+  std::string out;
+  Appendf(&out, "job: %s%s, %u servers, %u workers, up %.1f s%s%s\n", mode.c_str(),
+              consistency == Consistency::kBounded ? (" s=" + std::to_string(js->staleness())).c_str() : "",
+              js->num_servers(), js->num_workers(), js->uptime_ms() / 1000.0, js->ready() ? "" : ", NOT READY (servers missing)",
+              js->stopping() ? ", STOPPING" : "");
+  Appendf(&out, "clocks: min %lld, max %lld\n", static_cast<long long>(lo), static_cast<long long>(hi));
+  Appendf(&out, "%-11s %4s  %-16s %8s  %-7s %6s %7s %9s %9s %9s %9s  %s\n", "ROLE", "RANK", "HOST", "PID", "STATE",
+              "HB(s)", "CLOCK", "PUSH/s", "PULL/s", "IN MB/s", "OUT MB/s", "METRICS");
+  Appendf(&out, "%-11s %4d  %-16s %8u  %-7s %6s %7s %9s %9s %9s %9s  %s\n", "coordinator", 0, Str(js->host()).c_str(),
+              js->pid(), "alive", "-", "-", "-", "-", "-", "-", Str(js->metrics_url()).c_str());
+  if (js->processes())
+    for (const auto* p : *js->processes()) {
+      const bool server = p->role() == wire::Role::Server;
+      char hb[32], clock[32];
+      std::snprintf(hb, sizeof hb, p->heartbeat_age_ms() < 0 ? "-" : "%.1f", p->heartbeat_age_ms() / 1000.0);
+      std::snprintf(clock, sizeof clock, server || p->clock() < 0 ? "-" : "%lld", static_cast<long long>(p->clock()));
+      auto rate = [&](double v, double scale) { return server ? Num(v / scale) : std::string("-"); };
+      Appendf(&out, "%-11s %4d  %-16s %8u  %-7s %6s %7s %9s %9s %9s %9s  %s\n", RoleName(p->role()), p->rank(),
+                  Str(p->host()).c_str(), p->pid(), Str(p->state()).c_str(), hb, clock,
+                  rate(p->pushes_per_sec(), 1).c_str(), rate(p->pulls_per_sec(), 1).c_str(),
+                  rate(p->push_bytes_per_sec(), 1e6).c_str(), rate(p->pull_bytes_per_sec(), 1e6).c_str(),
+                  Str(p->metrics_url()).c_str());
+    }
+  if (consistency == Consistency::kAsync) {
+    Appendf(&out, "waiting: nobody (asynchronous)\n");
+  } else if (waits.empty()) {
+    Appendf(&out, "waiting: nobody\n");
+  } else {
+    Appendf(&out, "waiting:\n");
+    for (const auto* w : waits)
+      Appendf(&out, "  worker %d at clock %lld waits for worker %d at clock %lld (bound %u)\n", w->worker(),
+                  static_cast<long long>(w->clock()), w->waits_for(), static_cast<long long>(w->their_clock()),
+                  consistency == Consistency::kSync ? 0 : js->staleness());
+  }
+  if (js->latest_snapshot_clock() >= 0)
+    Appendf(&out, "latest snapshot: %s (clock %lld, %.2f s to write), %u taken in this run\n", Str(js->latest_snapshot()).c_str(),
+                static_cast<long long>(js->latest_snapshot_clock()), js->latest_snapshot_ms() / 1000.0, js->snapshots_taken());
+  else
+    Appendf(&out, "latest snapshot: none in this run%s\n", Str(js->snapshot_dir()).empty() ? " (no snapshot directory)" : "");
+  return out;
+}
+
 int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
   zmq::message_t m;
   const wire::Header* h = nullptr;
@@ -102,24 +194,10 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
   const wire::JobStatus* js = h->body_as_JobStatus();
   if (!js) return Fail("the coordinator's reply has no status (is it an older shardps?)");
   const auto consistency = static_cast<Consistency>(js->consistency());
-  struct WorkerClock {
-    int rank;
-    int64_t clock;
-    bool alive;
-  };
-  std::vector<WorkerClock> clocks;
-  int64_t lo = -1, hi = -1;
-  if (js->processes())
-    for (const auto* p : *js->processes()) {
-      if (p->role() != wire::Role::Worker) continue;
-      clocks.push_back({p->rank(), p->clock(), p->alive()});
-      if (!p->alive() || p->clock() < 0) continue;
-      lo = lo < 0 ? p->clock() : std::min(lo, p->clock());
-      hi = std::max(hi, p->clock());
-    }
-  std::vector<const wire::WaitInfo*> waits;
-  if (js->waits())
-    for (const auto* w : *js->waits()) waits.push_back(w);
+  const StatusView v = ViewOf(*js);
+  const auto& clocks = v.clocks;
+  const auto& waits = v.waits;
+  const int64_t lo = v.lo, hi = v.hi;
   const std::string mode(ToString(consistency));
 
   if (json) {
@@ -172,44 +250,61 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
     return 0;
   }
 
-  std::printf("job: %s%s, %u servers, %u workers, up %.1f s%s%s\n", mode.c_str(),
-              consistency == Consistency::kBounded ? (" s=" + std::to_string(js->staleness())).c_str() : "",
-              js->num_servers(), js->num_workers(), js->uptime_ms() / 1000.0, js->ready() ? "" : ", NOT READY (servers missing)",
-              js->stopping() ? ", STOPPING" : "");
-  std::printf("clocks: min %lld, max %lld\n", static_cast<long long>(lo), static_cast<long long>(hi));
-  std::printf("%-11s %4s  %-16s %8s  %-7s %6s %7s %9s %9s %9s %9s  %s\n", "ROLE", "RANK", "HOST", "PID", "STATE",
-              "HB(s)", "CLOCK", "PUSH/s", "PULL/s", "IN MB/s", "OUT MB/s", "METRICS");
-  std::printf("%-11s %4d  %-16s %8u  %-7s %6s %7s %9s %9s %9s %9s  %s\n", "coordinator", 0, Str(js->host()).c_str(),
-              js->pid(), "alive", "-", "-", "-", "-", "-", "-", Str(js->metrics_url()).c_str());
-  if (js->processes())
-    for (const auto* p : *js->processes()) {
-      const bool server = p->role() == wire::Role::Server;
-      char hb[32], clock[32];
-      std::snprintf(hb, sizeof hb, p->heartbeat_age_ms() < 0 ? "-" : "%.1f", p->heartbeat_age_ms() / 1000.0);
-      std::snprintf(clock, sizeof clock, server || p->clock() < 0 ? "-" : "%lld", static_cast<long long>(p->clock()));
-      auto rate = [&](double v, double scale) { return server ? Num(v / scale) : std::string("-"); };
-      std::printf("%-11s %4d  %-16s %8u  %-7s %6s %7s %9s %9s %9s %9s  %s\n", RoleName(p->role()), p->rank(),
-                  Str(p->host()).c_str(), p->pid(), Str(p->state()).c_str(), hb, clock,
-                  rate(p->pushes_per_sec(), 1).c_str(), rate(p->pulls_per_sec(), 1).c_str(),
-                  rate(p->push_bytes_per_sec(), 1e6).c_str(), rate(p->pull_bytes_per_sec(), 1e6).c_str(),
-                  Str(p->metrics_url()).c_str());
+  std::fputs(StatusText(*js, lo, hi, waits).c_str(), stdout);
+  return 0;
+}
+
+volatile std::sig_atomic_t g_stop_top = 0;
+
+// `top`: the status redrawn every `interval` s until Ctrl-C (or once), with
+// each worker's clocks per second since the frame before. A coordinator
+// that does not answer is said in the frame, and asked again.
+int CmdTop(const std::string& coordinator, double interval, bool once, int timeout_sec) {
+  std::signal(SIGINT, [](int) { g_stop_top = 1; });
+  std::signal(SIGTERM, [](int) { g_stop_top = 1; });
+  const bool redraw = !once && isatty(STDOUT_FILENO);
+  std::map<int, std::pair<int64_t, Clock::time_point>> before;  // worker -> (clock, when) in the last frame
+  for (int frame = 0; !g_stop_top; ++frame) {
+    zmq::message_t m;
+    const wire::Header* h = nullptr;
+    std::vector<uint64_t> scratch;
+    std::string text;
+    const std::time_t now = std::time(nullptr);
+    char when[32];
+    std::strftime(when, sizeof when, "%H:%M:%S", std::localtime(&now));
+    Appendf(&text, "shardps-ctl top %s | %s%s\n", coordinator.c_str(), when,
+            once ? "" : (" | every " + Num(interval) + " s, Ctrl-C to quit").c_str());
+    Status s = Call(coordinator, wire::MsgType::GetStatus, timeout_sec, &m, &h, &scratch);
+    const wire::JobStatus* js = s.ok() ? h->body_as_JobStatus() : nullptr;
+    if (!js) {
+      if (once) return Fail(s.ok() ? "the coordinator's reply has no status" : s.ToString());
+      Appendf(&text, "coordinator not answering: %s (asking again)\n", s.ToString().c_str());
+    } else {
+      const StatusView v = ViewOf(*js);
+      text += StatusText(*js, v.lo, v.hi, v.waits);
+      std::string rates;
+      const auto t = Clock::now();
+      for (const auto& w : v.clocks) {
+        auto it = before.find(w.rank);
+        if (it != before.end() && w.clock >= it->second.first && t > it->second.second) {
+          const double sec = std::chrono::duration<double>(t - it->second.second).count();
+          Appendf(&rates, "%sworker %d %.1f", rates.empty() ? "" : ", ", w.rank, (w.clock - it->second.first) / sec);
+        }
+        before[w.rank] = {w.clock, t};
+      }
+      Appendf(&text, "clocks/s: %s\n", rates.empty() ? "- (from the next frame)" : rates.c_str());
     }
-  if (consistency == Consistency::kAsync) {
-    std::printf("waiting: nobody (asynchronous)\n");
-  } else if (waits.empty()) {
-    std::printf("waiting: nobody\n");
-  } else {
-    std::printf("waiting:\n");
-    for (const auto* w : waits)
-      std::printf("  worker %d at clock %lld waits for worker %d at clock %lld (bound %u)\n", w->worker(),
-                  static_cast<long long>(w->clock()), w->waits_for(), static_cast<long long>(w->their_clock()),
-                  consistency == Consistency::kSync ? 0 : js->staleness());
+    if (redraw) {
+      std::fputs("\x1b[H\x1b[J", stdout);  // home, clear to the end
+    } else if (frame > 0) {
+      std::fputs("\n", stdout);
+    }
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    if (once) break;
+    for (auto end = Clock::now() + std::chrono::duration<double>(interval); !g_stop_top && Clock::now() < end;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (js->latest_snapshot_clock() >= 0)
-    std::printf("latest snapshot: %s (clock %lld, %.2f s to write), %u taken in this run\n", Str(js->latest_snapshot()).c_str(),
-                static_cast<long long>(js->latest_snapshot_clock()), js->latest_snapshot_ms() / 1000.0, js->snapshots_taken());
-  else
-    std::printf("latest snapshot: none in this run%s\n", Str(js->snapshot_dir()).empty() ? " (no snapshot directory)" : "");
   return 0;
 }
 
@@ -354,6 +449,13 @@ int main(int argc, char** argv) {
   status->add_option("COORDINATOR", coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555")->required();
   status->add_flag("--json", json, "one JSON object");
   status->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
+  double interval = 1.0;
+  bool once = false;
+  auto* top = app.add_subcommand("top", "the status redrawn in place every second (clocks/s per worker too) until Ctrl-C");
+  top->add_option("COORDINATOR", coordinator)->required();
+  top->add_option("--interval-sec", interval, "seconds between frames")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  top->add_flag("--once", once, "print one frame and exit");
+  top->add_option("--timeout-sec", timeout_sec, "for each frame's answer")->check(CLI::Range(1, 3600))->capture_default_str();
   auto* snap = app.add_subcommand("snapshot", "take a snapshot now and wait until it is complete");
   snap->add_option("COORDINATOR", coordinator)->required();
   snap->add_option("--timeout-sec", snap_timeout)->check(CLI::Range(1, 86400))->capture_default_str();
@@ -376,6 +478,7 @@ int main(int argc, char** argv) {
     g_key = std::move(k);
   }
   if (*status) return CmdStatus(coordinator, json, timeout_sec);
+  if (*top) return CmdTop(coordinator, interval, once, timeout_sec);
   if (*snap) return CmdSnapshot(coordinator, snap_timeout);
   if (*stop) return CmdStop(coordinator, stop_timeout);
   if (*rollback) return CmdRollback(coordinator, timeout_sec);

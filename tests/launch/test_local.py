@@ -4,7 +4,9 @@ job; job-file errors."""
 
 import json
 import os
+import pty
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -14,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from launchlib import (BUILD, COORDINATOR, LAUNCH, ROOT, WORKER, Launch, ctl, make_keys, pid_of, read_json,
+from launchlib import (BUILD, COORDINATOR, CTL, LAUNCH, ROOT, WORKER, Launch, ctl, make_keys, pid_of, read_json,
                        small_mlp, wait_json, wait_none_left)
 
 
@@ -359,6 +361,35 @@ def scrape(url):
     return samples
 
 
+def top_frames(coordinator, n, timeout=60):
+    """The first `n` frames `shardps-ctl top` draws in a pseudo-terminal
+    (each from its clear-screen code on), then Ctrl-C: it must exit 0."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([CTL, "top", coordinator, "--interval-sec", "0.5"], stdin=slave, stdout=slave, stderr=slave,
+                         start_new_session=True)
+    os.close(slave)
+    out = b""
+    end = time.monotonic() + timeout
+    try:
+        while out.count(b"\x1b[H\x1b[J") < n + 1 and time.monotonic() < end:
+            r, _, _ = select.select([master], [], [], 0.5)
+            if r:
+                try:
+                    out += os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=20) == 0, out.decode(errors="replace")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(master)
+    text = out.decode(errors="replace").replace("\r\n", "\n")
+    frames = ["\x1b[H\x1b[J" + f for f in text.split("\x1b[H\x1b[J")[1:]]
+    assert len(frames) >= n, f"top drew {len(frames)} frames in {timeout} s: {text[-3000:]}"
+    return frames[:n]
+
+
 def test_status_shows_who_waits_metrics_grow_and_stop_ends_the_job(run_dir, tmp_path):
     # Bounded staleness 1; worker 1 runs 4x slower on its own shard: worker 0
     # reaches the bound and waits for it.
@@ -401,6 +432,18 @@ def test_status_shows_who_waits_metrics_grow_and_stop_ends_the_job(run_dir, tmp_
         assert time.monotonic() < deadline, f"the text status never said worker 0 waits for worker 1: {text}"
         time.sleep(0.3)
     assert re.search(r"^server\s+1\s+\S+\s+\d+\s+alive", text, re.M), text
+
+    # The live view: in a pseudo-terminal, frames redrawn in place, the
+    # second with each worker's clocks per second; Ctrl-C ends it (0).
+    frames = top_frames(coordinator, 2)
+    assert frames[0].startswith("\x1b[H\x1b[J"), frames[0][:80]
+    assert re.search(r"^clocks: min \d+, max \d+$", frames[1], re.M), frames[1]
+    assert re.search(r"^clocks/s: worker 0 \d+\.\d, worker 1 \d+\.\d", frames[1], re.M), frames[1]
+    assert re.search(r"^server\s+1\s+\S+\s+\d+\s+alive", frames[1], re.M), frames[1]
+    # --once without a terminal: one frame, no escape codes.
+    rc, once = ctl("top", coordinator, "--once")
+    assert rc == 0 and "\x1b" not in once and once.count("shardps-ctl top") == 1, once
+    assert re.search(r"^worker\s+0\s", once, re.M), once
 
     # Metrics parse as Prometheus text, and the counters grow.
     server_url = next(p["metrics_url"] for p in st["processes"] if p["role"] == "server")
