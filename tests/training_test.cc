@@ -168,6 +168,17 @@ TEST_F(TrainingTest, BadWorkerFlagsAreRefused) {
   EXPECT_NE(out.find("--hidden: 'x'"), std::string::npos) << out;
   EXPECT_NE(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--max-fill", "-1"}, &out, 30), 0);
   EXPECT_NE(out.find("--max-fill"), std::string::npos) << out;
+  // Files written at the end are checked at the start.
+  EXPECT_EQ(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--save-params",
+                        "/nonexistent/dir/p.bin"},
+                       &out, 30),
+            2);
+  EXPECT_NE(out.find("--save-params '/nonexistent/dir/p.bin': there is no folder '/nonexistent/dir'"), std::string::npos)
+      << out;
+  EXPECT_EQ(RunCommand({BinaryPath("SHARDPS_WORKER"), "--coordinator", "tcp://127.0.0.1:1", "--csv", "/etc/hostname/x.csv"},
+                       &out, 30),
+            2);
+  EXPECT_NE(out.find("--csv '/etc/hostname/x.csv': there is no folder '/etc/hostname'"), std::string::npos) << out;
 }
 
 // A worker's own inputs are checked before it connects: a missing data

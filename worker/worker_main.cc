@@ -12,6 +12,8 @@
 // test accuracy below --min-accuracy.
 #include <CLI/CLI.hpp>
 #include <cblas.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -174,11 +176,31 @@ Status CheckDlrmInputs(const WorkerFlags& f, DlrmLogs* logs) {
   return OpenDlrmLogs(o, evaluator || !f.dlrm.test_tsv.empty(), logs);
 }
 
+// --csv and --save-params name files the evaluator writes later: their
+// folders must be there and writable now, before anything is trained.
+Status CheckOutputPath(const char* flag, const std::string& path) {
+  if (path.empty()) return Status::OK();
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return Status::InvalidArgument(std::string(flag) + " '" + path + "': there is no folder '" + dir + "'");
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    return Status::InvalidArgument(std::string(flag) + " '" + path + "': cannot write into '" + dir + "'");
+  return Status::OK();
+}
+
 // Everything after the flags: the worker's exit code.
 int RunWorker(const WorkerFlags& f) {
   std::vector<int> hidden;  // a bad --hidden is refused before connecting
   if (f.model.model == "mlp")
     if (Status s = ParseHidden(f.model.hidden, &hidden); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.message().c_str());
+      return 2;
+    }
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--csv", f.eval.csv},
+                                   {"--save-params", f.eval.save_params}})
+    if (Status s = CheckOutputPath(flag, path); !s.ok()) {
       std::fprintf(stderr, "error: %s\n", s.message().c_str());
       return 2;
     }
