@@ -3,25 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <ctime>
 #include <string>
 #include <thread>
 
 #include "common/log.h"
 
 namespace shardps::detail {
-
-namespace {
-// "HH:MM:SS UTC" of now + `in`.
-std::string WallClockIn(Millis in) {
-  const std::time_t t = std::time(nullptr) + static_cast<std::time_t>(in.count() / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S UTC", &tm);
-  return buf;
-}
-}  // namespace
 
 Status CoordinatorChannel::Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields f, wire::Body body_type,
                                flatbuffers::Offset<void> body, Millis timeout, Reply* r, std::string_view what) {
@@ -55,7 +42,7 @@ Status CoordinatorChannel::Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields
       const auto rest = std::chrono::duration_cast<Millis>(deadline - Clock::now());
       LOG_INFO << "waiting for coordinator " << opts_.coordinator << " to answer " << what << ": no answer for "
                << kWaitNote.count() / 1000 << " s; giving up in " << (rest.count() + 500) / 1000 << " s (at "
-               << WallClockIn(rest) << ")";
+               << UtcClockIn(rest.count()) << ")";
     }
     if (io_.coordinator_reconnects() == gen) continue;
     gen = io_.coordinator_reconnects();

@@ -56,4 +56,13 @@ LogLine::~LogLine() {
                line.c_str());
 }
 
+std::string UtcClockIn(int64_t ms) {
+  const std::time_t t = std::time(nullptr) + static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S UTC", &tm);
+  return buf;
+}
+
 }  // namespace shardps

@@ -3,7 +3,9 @@
 //   LOG_INFO << "server " << rank << " listening on " << endpoint;
 #pragma once
 
+#include <cstdint>
 #include <sstream>
+#include <string>
 #include <string_view>
 
 namespace shardps {
@@ -16,6 +18,9 @@ void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();
 // Parses "debug" | "info" | "warn" | "error".
 bool ParseLogLevel(std::string_view s, LogLevel* out);
+// "HH:MM:SS UTC" of the wall clock `ms` milliseconds from now: for a wait's
+// "giving up at ..." (thread-safe).
+std::string UtcClockIn(int64_t ms);
 
 class LogLine {
  public:

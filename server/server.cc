@@ -55,11 +55,11 @@ uint64_t Server::NewVersionTag() {
   return t << kVersionBits;
 }
 
-Status Server::Start() {
+Status Server::Start(const std::atomic<bool>* stop) {
   ServerStart start(ctx_, opts_, data_, coord_);  // watches the coordinator's handshakes until Start returns
   if (Status s = start.Open(&zap_, &endpoint_); !s.ok()) return s;
   ClusterView v;
-  if (Status s = start.Register(endpoint_, next_request_id_++, &rank_, &v); !s.ok()) return s;
+  if (Status s = start.Register(endpoint_, next_request_id_++, &rank_, &v, stop); !s.ok()) return s;
   SetLogName("server " + std::to_string(rank_));
   LOG_INFO << "registered as server " << rank_ << ", serving on " << endpoint_;
   ApplyCluster(v);

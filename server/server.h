@@ -63,7 +63,7 @@ class Server {
   ~Server();
   // Binds the data socket and registers with the coordinator (waits for its
   // reply, up to register_timeout).
-  Status Start();
+  Status Start(const std::atomic<bool>* stop = nullptr);  // gives up when *stop is set
   // Serves until the coordinator says Shutdown or `stop` becomes true.
   Status Run(const std::atomic<bool>& stop);
 

@@ -82,7 +82,11 @@ int Serve(const ServerFlags& f) {
     server.set_metrics_url(metrics::IsWildcard(addr) ? metrics::Url(advertised, metrics_http.port())
                                                      : metrics_http.url());
   }
-  Status s = server.Start();
+  Status s = server.Start(&stop);
+  if (!s.ok() && stop) {  // asked to stop before it ever served: not a failure
+    LOG_INFO << s.message();
+    return 0;
+  }
   if (s.ok()) s = server.Run(stop);
   if (!s.ok()) {
     LOG_ERROR << s.ToString();

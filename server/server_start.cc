@@ -50,7 +50,8 @@ Status ServerStart::Open(std::unique_ptr<ZapHandler>* zap, std::string* endpoint
   return AdvertisedEndpoint(data_, opts_.advertise, opts_.coordinator, endpoint);
 }
 
-Status ServerStart::Register(const std::string& endpoint, uint64_t request_id, uint32_t* rank, ClusterView* view) {
+Status ServerStart::Register(const std::string& endpoint, uint64_t request_id, uint32_t* rank, ClusterView* view,
+                             const std::atomic<bool>* stop) {
   flatbuffers::FlatBufferBuilder fbb;
   auto ep = fbb.CreateString(endpoint);
   auto host = fbb.CreateString(HostName());
@@ -76,7 +77,18 @@ Status ServerStart::Register(const std::string& endpoint, uint64_t request_id, u
   std::vector<uint64_t> scratch;
   const KeyFile* key = opts_.security.enabled ? &opts_.security.key : nullptr;
   int drops = 0;  // handshakes dropped in a row
+  const auto started = Clock::now();
+  bool noted = false;
   while (Clock::now() < deadline) {
+    if (stop && stop->load())
+      return Status::Unavailable("stopped (SIGINT or SIGTERM) while waiting for coordinator " + opts_.coordinator +
+                                 " to answer the registration");
+    if (!noted && Clock::now() - started >= Millis(3000)) {
+      noted = true;
+      const auto rest = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
+      LOG_INFO << "waiting for coordinator " << opts_.coordinator << " to answer this server's registration: "
+               << "no answer for 3 s; giving up in " << (rest + 500) / 1000 << " s (at " << UtcClockIn(rest) << ")";
+    }
     zmq::pollitem_t items[] = {{coord_.handle(), 0, ZMQ_POLLIN, 0}, {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, Millis(100));
     if (std::string why; HandshakeRefused(monitor_, key, &drops, &why))

@@ -12,6 +12,7 @@
 // loop); it borrows the server's two sockets for the start only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,8 +41,10 @@ class ServerStart {
   Status Open(std::unique_ptr<ZapHandler>* zap, std::string* endpoint);
   // REQUIRES: Open succeeded. Registers this server's `endpoint` (request
   // `request_id`) and waits for the coordinator's answer: on OK, the rank
-  // it gave this server and the cluster as it is.
-  Status Register(const std::string& endpoint, uint64_t request_id, uint32_t* rank, ClusterView* view);
+  // it gave this server and the cluster as it is. Gives up (Unavailable)
+  // as soon as *stop is set (SIGINT, SIGTERM), when given.
+  Status Register(const std::string& endpoint, uint64_t request_id, uint32_t* rank, ClusterView* view,
+                  const std::atomic<bool>* stop = nullptr);
 
  private:
   zmq::context_t& ctx_;

@@ -2,7 +2,11 @@
 // error reply naming the problem, and the server keeps serving with its
 // state unchanged.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include <zmq.hpp>
@@ -230,6 +234,32 @@ TEST_F(BadInputTest, BadCommandLinesAreRefusedAtStart) {
   EXPECT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_SERVER"), "--coordinator", "tcp://127.0.0.1:1",
                                  "--cpus", "100000"}, &out), 2);
   EXPECT_NE(out.find("--cpus"), std::string::npos) << out;
+}
+
+// A server that cannot reach its coordinator says what it waits for and
+// until when, and SIGTERM ends the wait at once (exit 0: it never served).
+TEST_F(BadInputTest, AServerWaitingForItsCoordinatorSaysSoAndStopsOnSigterm) {
+  const std::string cmd = "sh -c 'echo $$; exec \"$0\" --coordinator tcp://127.0.0.1:1 2>&1' " +
+                          testing::BinaryPath("SHARDPS_SERVER");
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[1024];
+  ASSERT_NE(fgets(line, sizeof line, p), nullptr);
+  const pid_t pid = static_cast<pid_t>(std::atol(line));
+  ASSERT_GT(pid, 0);
+  // Its own 60 s registration timeout bounds this read.
+  std::string out;
+  while (out.find("waiting for coordinator") == std::string::npos && fgets(line, sizeof line, p)) out += line;
+  EXPECT_NE(out.find("waiting for coordinator tcp://127.0.0.1:1 to answer this server's registration: no answer for "
+                     "3 s; giving up in "),
+            std::string::npos)
+      << out;
+  kill(pid, SIGTERM);
+  while (fgets(line, sizeof line, p)) out += line;
+  const int status = pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << ": " << out;
+  EXPECT_NE(out.find("stopped (SIGINT or SIGTERM) while waiting for coordinator tcp://127.0.0.1:1"), std::string::npos)
+      << out;
 }
 
 }  // namespace
