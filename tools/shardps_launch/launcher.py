@@ -178,7 +178,12 @@ class Launcher:
         if self.args.dry_run:
             return f"tcp://{c_addr}:<port>"
         deadline = time.monotonic() + ENDPOINT_WAIT_SEC
+        noted = False
         while not ready.wait(0.1):
+            if not noted and time.monotonic() > deadline - ENDPOINT_WAIT_SEC + 3:
+                noted = True
+                until = time.strftime("%H:%M:%S", time.localtime(time.time() + deadline - time.monotonic()))
+                say(f"waiting for the coordinator on {name} to report its endpoint (for 3 s now; giving up at {until})")
             if coord.poll() is not None:
                 raise JobFailed(coord, "the coordinator exited before it listened")
             if time.monotonic() > deadline:
