@@ -438,6 +438,7 @@ Status Client::Barrier(std::chrono::milliseconds timeout) { return impl_->channe
 void Client::AddSamples(uint64_t n) {
   if (impl_->self_.worker()) impl_->self_.samples.fetch_add(n, std::memory_order_relaxed);
 }
+uint64_t Client::samples() const { return impl_->self_.samples.load(std::memory_order_relaxed); }
 Status Client::ClaimWork(uint64_t pool, uint64_t total_units, uint32_t max_units, WorkRange* out) {
   return impl_->channel_.ClaimWork(pool, total_units, max_units, ClaimOptions{}, out);
 }

@@ -69,8 +69,9 @@ Status CoordinatorChannel::Register() {
   for (bool said = false;; said = true) {
     flatbuffers::FlatBufferBuilder fbb;
     auto host = fbb.CreateString(HostName());
+    auto url = fbb.CreateString(opts_.metrics_url);
     auto req = wire::CreateRegisterRequest(fbb, self_.wire_role(), self_.worker() ? opts_.rank : -1, 0, host,
-                                           static_cast<uint32_t>(::getpid()));
+                                           static_cast<uint32_t>(::getpid()), url);
     wire::Fields f;
     f.type = wire::MsgType::Register;
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());

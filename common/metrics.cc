@@ -271,7 +271,16 @@ Registry::Family* Registry::FamilyLocked(Type type, std::string_view name, std::
   return fam;
 }
 
+void Registry::SetCollector(std::function<void()> collect) {
+  std::lock_guard<std::mutex> lock(collect_mu_);
+  collect_ = std::move(collect);
+}
+
 std::string Registry::Render() const {
+  {
+    std::lock_guard<std::mutex> lock(collect_mu_);
+    if (collect_) collect_();
+  }
   std::string out;
   out.reserve(last_render_size_.load(std::memory_order_relaxed) + 256);
   std::lock_guard<std::mutex> lock(mu_);

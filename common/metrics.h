@@ -36,6 +36,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -63,6 +64,9 @@ class Counter {
     v_.store(v_.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
   }
   uint64_t Value() const { return v_.load(std::memory_order_relaxed); }
+  // A counter that mirrors a total kept elsewhere (a Registry collector,
+  // one writer): the total, never lower than the last one set.
+  void SetTotal(uint64_t v) { v_.store(v, std::memory_order_relaxed); }
 
  private:
   std::atomic<uint64_t> v_{0};
@@ -163,6 +167,14 @@ class Registry {
   // Safe to call from any thread, concurrently with updates and creation.
   std::string Render() const;
 
+  // `collect` runs at the start of every Render(), on the rendering thread
+  // (the HTTP thread's), before the registry's mutex is taken: it copies
+  // values kept elsewhere into this registry's series (say, a client's
+  // counters), so a scrape reads them as they are now. One collector at a
+  // time (a second call replaces it; an empty function removes it); calls
+  // never overlap. Set it before serving, or while nothing renders.
+  void SetCollector(std::function<void()> collect);
+
  private:
   enum class Type { kCounter, kGauge, kHistogram };
   struct Series;
@@ -181,6 +193,8 @@ class Registry {
   std::deque<Family> families_;                       // guarded by mu_; creation order
   std::unordered_map<std::string, Family*> by_name_;  // guarded by mu_
   mutable std::atomic<size_t> last_render_size_{0};       // reserve hint
+  mutable std::mutex collect_mu_;                         // one collector run at a time
+  std::function<void()> collect_;                         // guarded by collect_mu_
 };
 
 // Exposition helpers (exposed for tests).

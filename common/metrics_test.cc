@@ -73,6 +73,28 @@ TEST(Metrics, EmptyRegistryAndUnusedFamilies) {
   EXPECT_EQ(reg.Render(), "# HELP c_total \n# TYPE c_total counter\nc_total 0\n");
 }
 
+TEST(Metrics, ACollectorCopiesValuesInAtEachRender) {
+  Registry reg;
+  Counter& total = reg.GetCounter("done_total", "Done.");
+  Gauge& now = reg.GetGauge("now", "Now.");
+  uint64_t kept = 5;  // a total kept elsewhere
+  int runs = 0;
+  reg.SetCollector([&] {
+    ++runs;
+    total.SetTotal(kept);
+    now.Set(static_cast<double>(kept) / 2);
+  });
+  EXPECT_EQ(reg.Render(), "# HELP done_total Done.\n# TYPE done_total counter\ndone_total 5\n"
+                          "# HELP now Now.\n# TYPE now gauge\nnow 2.5\n");
+  kept = 9;
+  EXPECT_NE(reg.Render().find("done_total 9\n"), std::string::npos);
+  EXPECT_EQ(runs, 2);
+  reg.SetCollector({});  // removed: the values stay as last copied
+  kept = 11;
+  EXPECT_NE(reg.Render().find("done_total 9\n"), std::string::npos);
+  EXPECT_EQ(runs, 2);
+}
+
 TEST(Metrics, HistogramBucketsAreCumulative) {
   Registry reg;
   auto bounds = LatencyBuckets();

@@ -199,8 +199,7 @@ std::string HttpGet(const std::string& host, int port) {
 }
 }  // namespace
 
-// The /metrics text of server 0, found through `shardps-ctl status --json`.
-std::string ServerMetrics(const LocalCluster& c) {
+std::string MetricsOf(const LocalCluster& c, const std::string& role) {
   std::string out;
   int rc = RunCommand({BinaryPath("SHARDPS_CTL"), "status", c.coordinator(), "--json"}, &out);
   if (rc != 0) {
@@ -208,12 +207,14 @@ std::string ServerMetrics(const LocalCluster& c) {
     return "";
   }
   std::smatch m;
-  if (!std::regex_search(out, m, std::regex(R"("role": ?"server"[^}]*"metrics_url": ?"http://([0-9.]+):(\d+))"))) {
-    ADD_FAILURE() << "no server metrics_url in: " << out;
+  if (!std::regex_search(out, m, std::regex("\"role\": ?\"" + role + R"("[^}]*"metrics_url": ?"http://([0-9.]+):(\d+))"))) {
+    ADD_FAILURE() << "no " << role << " metrics_url in: " << out;
     return "";
   }
   return HttpGet(m[1], std::stoi(m[2]));
 }
+
+std::string ServerMetrics(const LocalCluster& c) { return MetricsOf(c, "server"); }
 
 double MetricValue(const std::string& metrics, const std::string& series) {
   std::string quoted;  // the series literally, in a regex

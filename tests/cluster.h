@@ -66,8 +66,11 @@ std::unique_ptr<Client> ConnectClient(const LocalCluster& c, ClientRole role, in
 std::string BinaryPath(const char* env_name);
 // Runs a command, returns its exit status and combined output.
 int RunCommand(const std::vector<std::string>& argv, std::string* output, int timeout_s = 60);
-// The /metrics text of server 0 (its URL from `shardps-ctl status --json`);
+// The /metrics text of the first process of `role` ("server", "worker",
+// "coordinator") that shows a metrics URL in `shardps-ctl status --json`;
 // "" after recording a test failure that says why.
+std::string MetricsOf(const LocalCluster& c, const std::string& role);
+// MetricsOf(c, "server"): server 0's.
 std::string ServerMetrics(const LocalCluster& c);
 // The value of `series` (name and labels as rendered) in a /metrics text;
 // -1 when it is not there.

@@ -22,6 +22,11 @@ struct ConnectFlags {
   std::string coordinator;
   std::string key_file;  // security: worker.key (docs/security.md)
   int rank = -1;
+  // Where /metrics is served (worker/worker_metrics.h): port 0 a free one;
+  // address "" the one on the route to the coordinator.
+  int metrics_port = 0;
+  std::string metrics_address;
+  bool no_metrics = false;
 };
 
 // The model and its tables' optimizer.

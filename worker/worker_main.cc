@@ -31,6 +31,7 @@
 #include "worker/sparse_trainer.h"
 #include "worker/trainer.h"
 #include "worker/worker_flags.h"
+#include "worker/worker_metrics.h"
 
 namespace shardps::worker {
 namespace {
@@ -219,13 +220,21 @@ int RunWorker(const WorkerFlags& f) {
   DieWithParentIfAsked();
   TuneAllocatorForLargeMessages();
   openblas_set_num_threads(1);  // one core per worker; the servers need theirs
+  std::unique_ptr<Client> ps;
+  WorkerMetrics metrics;  // declared after ps: stopped before ps goes
+  if (!f.connect.no_metrics)
+    if (Status s = metrics.Start(f.connect.coordinator, f.connect.metrics_address, f.connect.metrics_port); !s.ok()) {
+      std::fprintf(stderr, "error: --metrics-port/--metrics-address: %s\n", s.message().c_str());
+      return 2;
+    }
   ClientOptions co;
   co.coordinator = f.connect.coordinator;
   co.rank = f.connect.rank;
   co.key_file = f.connect.key_file;
   co.row_cache_bytes = f.dlrm.row_cache_mb << 20;
-  std::unique_ptr<Client> ps;
+  co.metrics_url = metrics.url();
   if (Status s = Client::Connect(co, &ps); !s.ok()) return Fail(s, 1, false).code;
+  metrics.Watch(ps.get());
   Exit e;
   if (f.model.model == "sparse-lr") {
     std::printf("worker %d | sparse logistic regression | %s consistency\n", ps->rank(),
@@ -234,7 +243,10 @@ int RunWorker(const WorkerFlags& f) {
   } else {
     e = RunDense(f, hidden, std::move(logs), data, *ps);
   }
-  if (!e.leave) std::exit(e.code);  // without Client::Close (Exit)
+  if (!e.leave) {  // without Client::Close (Exit)
+    metrics.Stop();
+    std::exit(e.code);
+  }
   if (Status s = ps->Close(); !s.ok()) std::fprintf(stderr, "warning: %s\n", s.ToString().c_str());
   return e.code;
 }
@@ -250,6 +262,9 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator", f.connect.coordinator, "coordinator endpoint")->required();
   app.add_option("--key", f.connect.key_file, "security on: the job's worker key (shardps-keygen DIR makes DIR/worker.key)")->envname("SHARDPS_KEY");
   app.add_option("--rank", f.connect.rank, "worker rank (default: assigned)")->check(CLI::Range(-1, 65535));
+  app.add_option("--metrics-port", f.connect.metrics_port, "serve Prometheus /metrics on this port (0: a free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  app.add_option("--metrics-address", f.connect.metrics_address, "address /metrics binds to (default: this host's address on the route to the coordinator)");
+  app.add_flag("--no-metrics", f.connect.no_metrics, "serve no /metrics");
   app.add_option("--model", f.model.model, "softmax | mlp | sparse-lr | dlrm")->check(CLI::IsMember({"softmax", "mlp", "sparse-lr", "dlrm"}))->capture_default_str();
   app.add_option("--hidden", f.model.hidden, "MLP hidden layer widths, comma-separated")->capture_default_str();
   app.add_option("--epochs", f.loop.epochs)->check(CLI::Range(1, 100000))->capture_default_str();

@@ -81,10 +81,11 @@ struct PyRequest {
 class PyClient {
  public:
   PyClient(const std::string& coordinator, int rank, const std::string& role, double connect_timeout,
-           double request_timeout, const std::string& key) {
+           double request_timeout, const std::string& key, const std::string& metrics_url) {
     ClientOptions o;
     o.coordinator = coordinator;
     o.key_file = key;
+    o.metrics_url = metrics_url;
     o.rank = rank;
     if (role == "worker") {
       o.role = ClientRole::kWorker;
@@ -360,9 +361,10 @@ PYBIND11_MODULE(_shardps, m) {
           }, py::arg("earlier"));
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init<const std::string&, int, const std::string&, double, double, const std::string&>(),
+      .def(py::init<const std::string&, int, const std::string&, double, double, const std::string&,
+                    const std::string&>(),
            py::arg("coordinator"), py::arg("rank"), py::arg("role"), py::arg("connect_timeout"),
-           py::arg("request_timeout"), py::arg("key") = "")
+           py::arg("request_timeout"), py::arg("key") = "", py::arg("metrics_url") = "")
       .def("create_table", &PyClient::CreateTable)
       .def("table", &PyClient::GetTable)
       .def("push", &PyClient::Push, py::arg("table"), py::arg("grads"), py::arg("rows") = py::none(),

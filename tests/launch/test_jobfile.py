@@ -174,6 +174,18 @@ def test_worker_command_placeholders_and_environment():
     assert env == {"SHARDPS_COORDINATOR": "tcp://10.0.0.1:7100", "SHARDPS_RANK": "3", "SHARDPS_WORKERS": "4"}
 
 
+def test_shardps_worker_gets_the_metrics_settings_unless_its_command_has_its_own():
+    worker = ["/opt/bin/shardps-worker", "--rank", "{rank}"]
+    c = commands(config(job={"servers": 2, "workers": 4}, metrics={"port": 9100, "address": "10.0.0.9"}), worker=worker)
+    assert c.worker(3, "n1", "tcp://x:1")[0] == ["/opt/bin/shardps-worker", "--rank", "3", "--metrics-port", "9106",
+                                                  "--metrics-address", "10.0.0.9"]
+    assert commands(config(), worker=worker).worker(0, "n1", "tcp://x:1")[0][-2:] == ["--metrics-port", "0"]
+    assert commands(config(metrics={"enabled": False}), worker=worker).worker(0, "n1", "tcp://x:1")[0][-1] == "--no-metrics"
+    own = worker + ["--metrics-port=7000"]
+    assert commands(config(), worker=own).worker(1, "n1", "tcp://x:1")[0] == [own[0], "--rank", "1", "--metrics-port=7000"]
+    assert commands(config(), worker=["python3", "train.py"]).worker(0, "n1", "tcp://x:1")[0] == ["python3", "train.py"]
+
+
 def test_security_every_role_gets_its_key():
     got = []
 

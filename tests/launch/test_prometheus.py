@@ -4,8 +4,9 @@ reason where they cannot run). A job is launched, Prometheus reads the
 run directory's prometheus-targets.json (as docs/examples/prometheus.yml
 does), every target comes up, `promtool check metrics` passes on every
 endpoint, every PromQL expression of the Grafana dashboard
-(docs/grafana/shardps.json) answers with data, and a server's new
-endpoint after a rollback becomes a target without editing anything."""
+(docs/grafana/shardps.json) answers with data, and a restarted worker's
+and a rolled-back server's new endpoints become targets without editing
+anything."""
 
 import json
 import os
@@ -111,15 +112,16 @@ def test_prometheus_scrapes_the_run_directory_and_answers_the_dashboard(tmp_path
     run_dir = str(tmp_path / "promjob")
     snaps = str(tmp_path / "snaps")
     launch = Launch(["--servers", "2", "--workers", "2", "--consistency", "sync", "--snapshot-dir", snaps,
-                     "--snapshot-every-clocks", "20", "--restart-servers", "--", *small_mlp(epochs=100000)], run_dir)
+                     "--snapshot-every-clocks", "20", "--restart-servers", "--restart-workers", "--",
+                     *small_mlp(epochs=100000)], run_dir)
     prom = None
     try:
         targets_file = os.path.join(run_dir, "prometheus-targets.json")
-        targets = wait_json(targets_file, lambda t: len(t) == 3, 120, "3 targets")
+        wait_json(targets_file, lambda t: len(t) == 5, 120, "5 targets")
         prom = Prometheus(tmp_path, targets_file)
-        up = prom.wait("3 targets up", lambda: (lambda u: u if len(u) == 3 else None)(prom.up_targets()), 60)
-        assert sorted((l["role"], l["rank"]) for l in up.values()) == [("coordinator", "0"), ("server", "0"),
-                                                                      ("server", "1")], up
+        up = prom.wait("5 targets up", lambda: (lambda u: u if len(u) == 5 else None)(prom.up_targets()), 60)
+        assert sorted((l["role"], l["rank"]) for l in up.values()) == [
+            ("coordinator", "0"), ("server", "0"), ("server", "1"), ("worker", "0"), ("worker", "1")], up
         assert all(l["job"] == "promjob" and l["host"] == "localhost" for l in up.values()), up
 
         # Every endpoint's exposition passes promtool's checks.
@@ -131,6 +133,23 @@ def test_prometheus_scrapes_the_run_directory_and_answers_the_dashboard(tmp_path
         # Every expression of the dashboard answers with data.
         for title, expr in dashboard_exprs("promjob"):
             prom.wait(f"data for '{title}': {expr}", lambda: prom.api("query", query=expr)["result"], 90)
+
+        # A worker's own series are scraped.
+        w1 = prom.wait("worker 1's clock", lambda: prom.api("query", query='shardps_trainer_clock{role="worker",rank="1"}')["result"], 60)
+        assert float(w1[0]["value"][1]) > 0, w1
+
+        # A worker dies and is started again: its new endpoint is a target, the old one gone.
+        job = read_json(os.path.join(run_dir, "job.json"))
+        w0 = [p for p in job["processes"] if p["role"] == "worker" and p["rank"] == 0 and p["state"] == "running"][0]
+        os.kill(w0["pid"], signal.SIGKILL)
+        job = wait_json(os.path.join(run_dir, "job.json"), lambda j: any(
+            p["role"] == "worker" and p["rank"] == 0 and p["incarnation"] == 1 and p["metrics_url"]
+            and p["pid"] != w0["pid"] for p in j["processes"]), 120, "worker 0's restart with its new endpoint")
+        new_w0 = [p for p in job["processes"] if p["role"] == "worker" and p["rank"] == 0 and p["incarnation"] == 1][0]
+        assert new_w0["metrics_url"] != w0["metrics_url"], job
+        prom.wait(f"target {new_w0['metrics_url']} up, {w0['metrics_url']} gone",
+                  lambda: (lambda u: u if new_w0["metrics_url"] in u and w0["metrics_url"] not in u else None)(
+                      prom.up_targets()), 60)
 
         # A server dies: the job rolls back, its new endpoint is a target.
         job = read_json(os.path.join(run_dir, "job.json"))

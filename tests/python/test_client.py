@@ -182,3 +182,36 @@ def test_claim_work_barrier_and_properties(cluster_factory):
         ps.barrier(timeout=10)
         ps.clock()
         assert ps.clock_value == 1
+
+
+def test_metrics_url_is_registered_and_shown_by_status(cluster_factory):
+    """connect(metrics_url=...): a trainer serving its own /metrics (here
+    prometheus_client's) is listed with that URL by the coordinator, which
+    is where the launcher's prometheus-targets.json takes it from."""
+    import json
+    import os
+    import subprocess
+    import urllib.request
+
+    from conftest import BUILD
+    prometheus_client = pytest.importorskip("prometheus_client")
+    c = cluster_factory(servers=1, workers=1)
+    registry = prometheus_client.CollectorRegistry()
+    samples = prometheus_client.Counter("my_trainer_samples", "Examples trained.", registry=registry)
+    from wsgiref.simple_server import make_server
+    server = make_server("127.0.0.1", 0, prometheus_client.make_wsgi_app(registry))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with shardps.connect(c.endpoint, rank=0, metrics_url=url):
+            samples.inc(64)
+            st = json.loads(subprocess.run([os.path.join(BUILD, "tools", "shardps-ctl"), "status", c.endpoint, "--json"],
+                                           stdout=subprocess.PIPE, text=True, timeout=60, check=True).stdout)
+            worker = [p for p in st["processes"] if p["role"] == "worker"][0]
+            assert worker["metrics_url"] == url, st
+            body = urllib.request.urlopen(worker["metrics_url"], timeout=10).read().decode()
+            assert "my_trainer_samples_total 64.0" in body, body
+    finally:
+        server.shutdown()
+        thread.join(10)

@@ -108,6 +108,21 @@ class JobCommands:
         port = 0 if m["port"] == 0 else m["port"] + index
         return ["--metrics-port", str(port), "--metrics-address", m["address"] or address]
 
+    def worker_metrics_args(self, rank, argv):
+        """shardps-worker's /metrics as [metrics] says (a fixed port goes
+        past the servers': P + 1 + servers + rank; the address, where none
+        is given, is the one the worker routes to the coordinator), unless
+        its command sets them itself. Another worker command is left as it
+        is (a trainer of your own names its URL: ClientOptions::metrics_url)."""
+        own = ("--metrics-port", "--metrics-address", "--no-metrics")
+        if not argv or os.path.basename(argv[0]) != "shardps-worker" or any(a.split("=")[0] in own for a in argv):
+            return []
+        m = self.metrics
+        if not m["enabled"]:
+            return ["--no-metrics"]
+        port = 0 if m["port"] == 0 else m["port"] + 1 + self.job["servers"] + rank
+        return ["--metrics-port", str(port)] + (["--metrics-address", m["address"]] if m["address"] else [])
+
     def server_key_args(self, host):
         if not self.keys:
             return []
@@ -152,6 +167,7 @@ class JobCommands:
         n = str(self.job["workers"])
         subst = {"{coordinator}": coordinator, "{rank}": str(rank), "{workers}": n}
         argv = [replace_all(a, subst) for a in self.worker_cmd]
+        argv += self.worker_metrics_args(rank, argv)
         env = {"SHARDPS_COORDINATOR": coordinator, "SHARDPS_RANK": str(rank), "SHARDPS_WORKERS": n}
         if self.keys:  # the client library (and shardps-worker's --key) read $SHARDPS_KEY
             env["SHARDPS_KEY"] = self.key_paths(host, ["worker.key"])["worker.key"]

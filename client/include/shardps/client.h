@@ -86,6 +86,13 @@ struct ClientOptions {
   // updates, this worker's own included (docs/embeddings.md). 0: off.
   // Never used under sync or async.
   uint64_t row_cache_bytes = 0;
+  // Where this process serves Prometheus metrics of its own
+  // ("http://host:port/metrics"), told to the coordinator with the
+  // registration: `shardps-ctl status` shows it and the launcher's
+  // RUN_DIR/prometheus-targets.json lists it (docs/operations.md).
+  // shardps-worker serves one itself; a trainer of your own may serve one
+  // (say, with Python's prometheus_client) and name it here. Empty: none.
+  std::string metrics_url;
 };
 
 // How the row cache (ClientOptions::row_cache_bytes) did so far.
@@ -306,6 +313,8 @@ class SHARDPS_EXPORT Client {
   // served there as shardps_worker_samples_total{worker} (the dashboards'
   // samples/s per worker). Workers only; a no-op elsewhere.
   void AddSamples(uint64_t n);
+  // The examples counted so far by AddSamples (0 for an observer).
+  uint64_t samples() const;
   // Dynamic work sharing: claims up to `max_units` consecutive units of the
   // job-wide pool `pool` (say, the batches of one epoch), which holds
   // `total_units` units in all. The coordinator hands every unit to exactly

@@ -66,17 +66,22 @@ def _count(what, value, most=0xFFFFFFFF):
     return v
 
 
-def connect(coordinator, rank=None, role="worker", timeout=60.0, request_timeout=120.0, key=None):
+def connect(coordinator, rank=None, role="worker", timeout=60.0, request_timeout=120.0, key=None, metrics_url=None):
     """Registers with the coordinator (e.g. "tcp://10.0.0.1:5555") and waits,
     at most `timeout` seconds, until every server joined. `rank`: the worker
     rank to claim (None: the coordinator assigns one); `role`: "worker" (has
     a clock, counted by the consistency model) or "observer" (tools and
     evaluators: never waited for). `request_timeout`: how long a request may
     go unanswered. `key`: a key file made by shardps-keygen, for a job with
-    security on (None: $SHARDPS_KEY if set; docs/security.md). Returns a
+    security on (None: $SHARDPS_KEY if set; docs/security.md).
+    `metrics_url`: where this process serves Prometheus metrics of its own
+    ("http://host:port/metrics", say from prometheus_client's
+    start_http_server), told to the coordinator: `shardps-ctl status` shows
+    it and the launcher's prometheus-targets.json lists it. Returns a
     Client, usable as a context manager."""
     return Client(_ext.Client(coordinator, -1 if rank is None else int(rank), role, float(timeout),
-                              float(request_timeout), "" if key is None else os.fspath(key)))
+                              float(request_timeout), "" if key is None else os.fspath(key),
+                              metrics_url or ""))
 
 
 class Client:

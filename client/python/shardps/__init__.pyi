@@ -38,7 +38,8 @@ Ids = npt.NDArray[np.uint64]
 F32 = npt.NDArray[np.float32]
 
 def connect(coordinator: str, rank: Optional[int] = None, role: str = "worker", timeout: float = 60.0,
-            request_timeout: float = 120.0, key: Optional[Union[str, "os.PathLike[str]"]] = None) -> Client: ...
+            request_timeout: float = 120.0, key: Optional[Union[str, "os.PathLike[str]"]] = None,
+            metrics_url: Optional[str] = None) -> Client: ...
 
 class Client:
     def __enter__(self) -> Client: ...
