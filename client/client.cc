@@ -60,6 +60,8 @@ class ClientImpl {
         cache_(opts_, channel_, io_),
         rows_(o.row_cache_bytes ? std::make_unique<RowCache>(o.row_cache_bytes) : nullptr) {
     self_.row_cache = rows_.get();  // before the I/O thread starts (Start)
+    // A fail-over's new map, from a heartbeat's answer: the callers' splits use it too.
+    io_.SetOnCluster([this](ClusterView v) { (void)cache_.Update(std::move(v)); });
   }
 
   // The friend shardps/client.h names: the public handles' private parts.
@@ -188,9 +190,10 @@ Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock
   for (Part& p : parts) {
     Outgoing o;
     o.target = static_cast<int>(p.server);
+    o.group = static_cast<int>(p.group);
     o.call = call;
     o.timeout = opts_.request_timeout;
-    const std::vector<uint64_t> part_bases = pl.push ? BasesFor(bases, p.server) : std::vector<uint64_t>{};
+    const std::vector<uint64_t> part_bases = pl.push ? BasesFor(bases, p.group) : std::vector<uint64_t>{};
     const wire::Fields f = PartFields(h, p, part_bases);
     std::vector<zmq::message_t> extra = PartFrames(pl, p, call);
     if (!pl.push) o.dest = PullDest(pl, p);
@@ -302,17 +305,23 @@ Request ClientImpl::PushSteps(const Table& t, RowRange rows, std::span<const Pus
 }
 
 std::shared_ptr<Call> ClientImpl::ToEveryServer(wire::Fields f, const char* op, bool clocks) {
-  const uint32_t servers = cache_.num_servers();
+  // Every replica group, at the server serving it (each server's own
+  // without replicas; a server that took a dead one's group over gets one
+  // for each).
+  const std::shared_ptr<const ShardMap> map = cache_.map();
+  const uint32_t groups = map->groups() ? map->groups() : cache_.num_servers();
   auto call = std::make_shared<Call>();
-  call->parts_left = static_cast<int>(servers);
+  call->parts_left = static_cast<int>(groups);
   call->op = op;
   call->default_timeout = opts_.request_timeout;
   f.role = self_.wire_role();
   f.rank = self_.rank;
   thread_local flatbuffers::FlatBufferBuilder fbb;
-  for (uint32_t sv = 0; sv < servers; ++sv) {
+  for (uint32_t g = 0; g < groups; ++g) {
     Outgoing o;
-    o.target = static_cast<int>(sv);
+    o.target = static_cast<int>(map->Primary(g));
+    o.group = static_cast<int>(g);
+    f.group = static_cast<int32_t>(g);
     o.call = call;
     o.timeout = opts_.request_timeout;
     o.dest.clocks = clocks;

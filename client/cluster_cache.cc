@@ -35,10 +35,19 @@ Status ClusterCache::CreateTable(const TableSpec& spec, Table* out) {
 std::optional<std::vector<std::string>> ClusterCache::Update(ClusterView v) {
   std::lock_guard<std::mutex> lock(view_mu_);
   const bool connect = !view_.complete() || view_.servers != v.servers;
+  // A view from before the map this client has (a cluster answer that
+  // crossed a fail-over) keeps the newer map.
+  if (view_.complete() && v.complete() && v.map.version < view_.map.version) v.map = view_.map;
   view_ = std::move(v);
   map_ = std::make_shared<const ShardMap>(view_.map);
+  io_.SetMap(map_);
   if (!connect) return std::nullopt;
   return view_.servers;
+}
+
+std::shared_ptr<const ShardMap> ClusterCache::map() const {
+  std::lock_guard<std::mutex> lock(view_mu_);
+  return map_;
 }
 
 void ClusterCache::AddTable(const TableSpec& t) {

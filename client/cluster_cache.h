@@ -48,6 +48,8 @@ class ClusterCache {
   // shared; *servers: how many servers the job has.
   Status Resolve(const Table& t, std::shared_ptr<const ShardMap>* map, uint32_t* servers) const;
 
+  // The current shard map, shared.
+  std::shared_ptr<const ShardMap> map() const;
   Consistency consistency() const;
   uint32_t staleness() const;
   uint32_t num_servers() const;

@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -31,6 +32,9 @@ struct IoLoop {
     Dest dest;
     int target;
     Clock::time_point deadline;
+    int group = -1;       // a data request's replica group
+    uint64_t order = 0;   // when it was first sent, among all (resent in this order)
+    std::vector<zmq::message_t> frames;  // with replicas: the message, to send again after a fail-over
   };
 
   IoLoop(IoThread& t, std::optional<KeyFile> k) : io(t), opts(t.opts_), self(t.self_), key(std::move(k)) {}
@@ -43,6 +47,11 @@ struct IoLoop {
   void OnMonitor(Monitor& m);
   void FailPending(int target, const Status& s);
   void ConnectServers(const std::vector<std::string>& endpoints);
+  // A newer shard map: the requests in flight to a group that moved go to
+  // its new server (true when it was newer).
+  bool ApplyMap(std::shared_ptr<const ShardMap> m);
+  // A heartbeat's answer carrying the cluster view (a fail-over).
+  void OnClusterView(const wire::Header& h);
   void Send(Outgoing& o);
   void OnReply(std::vector<zmq::message_t>& frames, int from);
   void Heartbeat();
@@ -61,6 +70,8 @@ struct IoLoop {
   std::map<int, std::string> refused;  // target -> why its handshake failed, until one succeeds
   uint64_t monitor_seq = 0;
   std::vector<std::string> endpoints;
+  std::shared_ptr<const ShardMap> map;  // routes data requests by replica group
+  uint64_t sends = 0;                   // requests sent so far (Pending::order)
   std::unordered_map<uint64_t, Pending> pending;
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<uint64_t> scratch;
@@ -122,7 +133,12 @@ void IoThread::EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::mes
                               flatbuffers::FlatBufferBuilder& fbb) {
   o.request_id = f.request_id = next_id_.fetch_add(1, std::memory_order_relaxed);
   Enqueue(std::move(o), [&](Outgoing& q) {
-    if (numbered && self_.worker() && q.target < static_cast<int>(seq_.size())) f.seq = ++seq_[q.target];
+    // Numbered per replica group: whichever server serves the group (a
+    // backup that took it over has the group's last numbers) can tell a
+    // push sent again after a fail-over.
+    const int numbering = q.group >= 0 ? q.group : q.target;
+    if (numbered && self_.worker() && numbering >= 0 && numbering < static_cast<int>(seq_.size()))
+      f.seq = ++seq_[numbering];
     q.frames.push_back(wire::EncodeSimple(fbb, f));
     for (auto& m : extra) q.frames.push_back(std::move(m));
   });
@@ -133,6 +149,13 @@ void IoThread::ConnectServers(std::vector<std::string> endpoints) {
   o.kind = Outgoing::kConnect;
   o.endpoints = std::move(endpoints);
   Enqueue(std::move(o), [this](Outgoing& q) { seq_.resize(q.endpoints.size(), 0); });
+}
+
+void IoThread::SetMap(std::shared_ptr<const ShardMap> map) {
+  Outgoing o;
+  o.kind = Outgoing::kMap;
+  o.map = std::move(map);
+  Enqueue(std::move(o));
 }
 
 void IoThread::TakeQueued(std::deque<Outgoing>* batch) {
@@ -196,6 +219,8 @@ void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
       *stop = true;
     } else if (o.kind == Outgoing::kConnect) {
       ConnectServers(o.endpoints);
+    } else if (o.kind == Outgoing::kMap) {
+      ApplyMap(std::move(o.map));
     } else {
       Send(o);
     }
@@ -271,7 +296,48 @@ void IoLoop::ConnectServers(const std::vector<std::string>& eps) {
   }
 }
 
+bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
+  if (!m || (map && m->version <= map->version)) return false;
+  const bool first = !map;
+  map = std::move(m);
+  if (first) return true;
+  // The requests in flight to a group now served elsewhere, sent again there
+  // in the order they were first sent.
+  std::vector<std::pair<uint64_t, uint64_t>> moved;  // (order, request id)
+  for (auto& [id, p] : pending)
+    if (p.group >= 0 && static_cast<uint32_t>(p.group) < map->groups() &&
+        map->Primary(static_cast<uint32_t>(p.group)) != static_cast<uint32_t>(p.target))
+      moved.emplace_back(p.order, id);
+  std::sort(moved.begin(), moved.end());
+  for (const auto& [order, id] : moved) {
+    Pending& p = pending[id];
+    const int to = static_cast<int>(map->Primary(static_cast<uint32_t>(p.group)));
+    if (p.frames.empty() || static_cast<size_t>(to) >= servers.size()) continue;
+    std::vector<zmq::message_t> again;
+    for (auto& f : p.frames) again.emplace_back().copy(f);
+    p.target = to;
+    if (Status st = SendMultipart(servers[to], again); !st.ok())
+      LOG_WARN << "request " << id << " not sent again to " << PeerName(to) << ": " << st.ToString();
+  }
+  if (!moved.empty())
+    LOG_INFO << "shard map v" << map->version << ": " << moved.size() << " request(s) in flight sent again to the "
+             << "servers now serving their groups";
+  return true;
+}
+
+void IoLoop::OnClusterView(const wire::Header& h) {
+  ClusterView v;
+  if (Status s = wire::DecodeCluster(h.body_as_ClusterInfo(), &v); !s.ok()) {
+    LOG_ERROR << "bad cluster view from the coordinator: " << s.ToString();
+    return;
+  }
+  if (!ApplyMap(std::make_shared<const ShardMap>(v.map))) return;
+  if (io.on_cluster_) io.on_cluster_(std::move(v));
+}
+
 void IoLoop::Send(Outgoing& o) {
+  if (o.group >= 0 && map && static_cast<uint32_t>(o.group) < map->groups())
+    o.target = static_cast<int>(map->Primary(static_cast<uint32_t>(o.group)));
   zmq::socket_t* s = nullptr;
   if (o.target < 0)
     s = &coord;
@@ -285,7 +351,11 @@ void IoLoop::Send(Outgoing& o) {
     o.call->PartDone(Status::PermissionDenied(r->second), false, 0, 0);
     return;
   }
-  pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
+  Pending& p = pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
+  p.group = o.group;
+  p.order = ++sends;
+  if (o.group >= 0 && map && map->ReplicaStride() > 1)  // kept to be sent again after a fail-over
+    for (auto& f : o.frames) p.frames.emplace_back().copy(f);
   Status st = SendMultipart(*s, o.frames);
   if (st.ok()) return;
   // A handshake that failed with a protocol error (a refused key, no key at
@@ -314,6 +384,8 @@ void IoLoop::OnReply(std::vector<zmq::message_t>& frames, int from) {
   }
   if (from < 0 && h->stopping()) io.stop_requested_.store(true, std::memory_order_relaxed);
   auto it = pending.find(h->request_id());
+  if (it == pending.end() && from < 0 && h->body_type() == wire::Body::ClusterInfo) return OnClusterView(*h);
+  if (it != pending.end() && from >= 0 && it->second.target != from) return;  // from a server no longer serving it
   if (it == pending.end()) {
     Status rs = wire::ReplyStatus(h);
     if (!rs.ok()) LOG_WARN << PeerName(from) << ": " << rs.ToString();
@@ -324,7 +396,8 @@ void IoLoop::OnReply(std::vector<zmq::message_t>& frames, int from) {
   s = wire::ReplyStatus(h);
   if (s.ok() && p.dest.wants_values()) s = PlaceValues(p.dest, frames, PeerName(from));
   if (p.dest.keep_reply) p.call->reply = std::move(frames[0]);
-  p.call->PartDone(s, p.dest.clocks && s.ok(), h->min_clock(), h->max_clock(), from,
+  // A pull's versions are its replica groups' (without replicas, the servers').
+  p.call->PartDone(s, p.dest.clocks && s.ok(), h->min_clock(), h->max_clock(), p.group >= 0 ? p.group : from,
                    p.dest.clocks ? h->table_version() : h->staleness());
 }
 
@@ -337,6 +410,7 @@ void IoLoop::Heartbeat() {
   f.role = self.wire_role();
   f.rank = rank;
   f.clock = self.clock.load(std::memory_order_relaxed);
+  f.map_version = map ? map->version : 0;  // an older one than the coordinator's: the new view comes back
   const uint64_t samples = self.samples.load(std::memory_order_relaxed);
   if (!self.row_cache && samples == 0) {
     coord.send(wire::EncodeSimple(fbb, f), zmq::send_flags::dontwait);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,7 @@
 #include <zmq.hpp>
 
 #include "client/call.h"
+#include "common/cluster.h"
 #include "common/net.h"
 #include "common/security.h"
 #include "common/wire.h"
@@ -56,14 +58,16 @@ struct Sender {
 // list to connect to, or the order to stop. Built by a caller, then owned
 // by the I/O thread.
 struct Outgoing {
-  enum Kind { kSend, kConnect, kStop } kind = kSend;
+  enum Kind { kSend, kConnect, kMap, kStop } kind = kSend;
   int target = -1;  // server rank, or -1 for the coordinator
+  int group = -1;   // a data request's replica group: sent to the server serving it when it goes out
   uint64_t request_id = 0;
   std::vector<zmq::message_t> frames;
   std::shared_ptr<Call> call;
   Dest dest;
   Millis timeout{0};
   std::vector<std::string> endpoints;  // kConnect
+  std::shared_ptr<const ShardMap> map;  // kMap
 };
 
 struct IoLoop;
@@ -98,6 +102,16 @@ class IoThread {
   // (Re)connects to `endpoints` (server rank -> data endpoint), dropping
   // the old server sockets; push numbering continues per rank.
   void ConnectServers(std::vector<std::string> endpoints);
+  // The shard map to route data requests by (each to the server serving
+  // its replica group). A newer one than the I/O thread has moves the
+  // requests in flight to a group's new server: each is sent again as it
+  // was (its push sequence number makes it apply once), in the order they
+  // were first sent. An older one is ignored.
+  void SetMap(std::shared_ptr<const ShardMap> map);
+  // Called on the I/O thread with the view a heartbeat's answer brought (a
+  // fail-over's new map), after the requests in flight were moved. Set
+  // before Start.
+  void SetOnCluster(std::function<void(ClusterView)> fn) { on_cluster_ = std::move(fn); }
 
   // How often the coordinator connection came back after a first handshake
   // (the coordinator restarted). Written by the I/O thread.
@@ -124,7 +138,8 @@ class IoThread {
   std::mutex queue_mu_;  // guards queue_, stopping_, seq_
   std::deque<Outgoing> queue_;
   bool stopping_ = false;
-  std::vector<uint64_t> seq_;  // server rank -> this worker's last push sequence number
+  std::vector<uint64_t> seq_;  // replica group -> this worker's last push sequence number
+  std::function<void(ClusterView)> on_cluster_;  // set before Start, then called by the I/O thread
 
   std::unique_ptr<IoLoop> loop_;  // the I/O thread's state (made by Start)
   std::thread thread_;

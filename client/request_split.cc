@@ -36,12 +36,14 @@ Status SplitRange(const TableSpec& t, const ShardMap& map, RowRange r, uint64_t 
     const uint32_t p = PartitionOfRow(row, t.rows, P);
     const uint64_t stop = std::min(r.end, PartitionRowBegin(p + 1, t.rows, P));
     Part* last = parts->empty() ? nullptr : &parts->back();
-    if (last && last->server == map.owner[p] && last->row_end == row &&
+    const uint32_t group = map.GroupOf(p);
+    if (last && last->group == group && last->row_end == row &&
         (stop - last->row_begin) * cols * 4 <= max_message_bytes) {
       last->row_end = stop;
     } else {
       Part part;
       part.server = map.owner[p];
+      part.group = group;
       part.row_begin = row;
       part.row_end = stop;
       parts->push_back(std::move(part));
@@ -64,31 +66,33 @@ Status SplitKeys(const TableSpec& t, const ShardMap& map, std::span<const uint64
   if (n == 0) return Status::OK();
   const uint32_t P = map.partitions();
   const bool dense = t.kind == TableKind::kDense;
-  std::vector<uint32_t> server(n);
+  std::vector<uint32_t> group(n);
   for (uint64_t i = 0; i < n; ++i) {
     if (dense && keys[i] >= t.rows)
       return Status::OutOfRange("row id " + std::to_string(keys[i]) + " (key " + std::to_string(i) +
                                 ") is outside table '" + t.name + "' with " + std::to_string(t.rows) + " rows");
-    server[i] = map.owner[dense ? PartitionOfRow(keys[i], t.rows, P) : PartitionOfId(keys[i], P)];
+    group[i] = map.GroupOf(dense ? PartitionOfRow(keys[i], t.rows, P) : PartitionOfId(keys[i], P));
   }
-  if (std::all_of(server.begin(), server.end(), [&](uint32_t x) { return x == server[0]; })) {
+  if (std::all_of(group.begin(), group.end(), [&](uint32_t x) { return x == group[0]; })) {
     Part part;
-    part.server = server[0];
+    part.group = group[0];
+    part.server = map.Primary(group[0]);
     part.keyed = true;
     part.key_count = n;
     part.floats = n * cols;
     parts->push_back(std::move(part));
     return Status::OK();
   }
-  std::vector<std::vector<uint32_t>> pos(*std::max_element(server.begin(), server.end()) + 1);
-  for (uint64_t i = 0; i < n; ++i) pos[server[i]].push_back(static_cast<uint32_t>(i));
-  for (uint32_t sv = 0; sv < pos.size(); ++sv) {
-    if (pos[sv].empty()) continue;
+  std::vector<std::vector<uint32_t>> pos(*std::max_element(group.begin(), group.end()) + 1);
+  for (uint64_t i = 0; i < n; ++i) pos[group[i]].push_back(static_cast<uint32_t>(i));
+  for (uint32_t g = 0; g < pos.size(); ++g) {
+    if (pos[g].empty()) continue;
     Part part;
-    part.server = sv;
+    part.group = g;
+    part.server = map.Primary(g);
     part.keyed = true;
-    part.key_count = pos[sv].size();
-    part.positions = std::move(pos[sv]);
+    part.key_count = pos[g].size();
+    part.positions = std::move(pos[g]);
     parts->push_back(std::move(part));
   }
   return Status::OK();
@@ -102,6 +106,7 @@ wire::Fields PartFields(const DataHeader& h, const Part& p, std::span<const uint
   f.table = h.table;
   f.clock = h.clock;
   f.steps = h.steps;
+  f.group = static_cast<int32_t>(p.group);
   if (p.keyed) {
     f.key_count = p.key_count;
   } else {

@@ -23,9 +23,10 @@
 
 namespace shardps::detail {
 
-// One server's part of a push or pull.
+// One replica group's part of a push or pull, for the server serving it.
 struct Part {
   uint32_t server = 0;
+  uint32_t group = 0;  // the replica group (docs/fault-tolerance.md, "Replicas"); the server is its primary
   bool keyed = false;  // a part of a key list (else of a row range)
   // Row range parts: rows [row_begin, row_end).
   uint64_t row_begin = 0, row_end = 0;
@@ -41,7 +42,7 @@ struct Part {
 
 // Checks a push or pull of rows `r` of dense table `t` into or from an
 // array of `floats` floats, and splits it by partition, merging neighbours
-// on the same server up to `max_message_bytes` (a single partition is never
+// of the same replica group up to `max_message_bytes` (a single partition is never
 // split), so a server applies one part while the next is still on the wire
 // (and each part is still in cache when applied). Parts are in row order.
 // InvalidArgument (a sparse table), OutOfRange (rows), SizeMismatch.
@@ -50,8 +51,8 @@ Status SplitRange(const TableSpec& t, const ShardMap& map, RowRange r, uint64_t 
 
 // Checks a push or pull of `keys` (dense row ids or sparse ids) of table `t`
 // into or from an array of `floats` floats, and groups the keys by the
-// server that owns them: one part holding every key when a single server
-// owns them all, else one per server, ascending. No keys: no parts.
+// replica group that holds them: one part holding every key when a single
+// group holds them all, else one per group, ascending. No keys: no parts.
 // SizeMismatch; OutOfRange for a dense row id past the table.
 Status SplitKeys(const TableSpec& t, const ShardMap& map, std::span<const uint64_t> keys, uint64_t floats, bool push,
                  std::vector<Part>* parts);

@@ -27,6 +27,7 @@ struct ClusterView {
   uint32_t snapshot_every_clocks = 0;  // 0 = not by clock
   std::string restore_from;            // snapshot directory to load at start
   int64_t snapshot_clock_base = 0;     // snapshots are labelled base + clock
+  std::vector<uint32_t> dead_servers;  // declared dead: their groups are served by others (replicas)
 
   bool complete() const { return !map.owner.empty(); }
   uint32_t worker_ranks() const { return std::max(num_workers, max_workers); }

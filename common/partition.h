@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace shardps {
@@ -41,16 +42,57 @@ inline uint32_t PartitionOfRow(uint64_t row, uint64_t rows, uint32_t partitions)
 }
 
 // partition -> server rank, with a version bumped on every change.
+//
+// Replica groups (docs/fault-tolerance.md, "Replicas"): the partitions are
+// cut into groups — group g is the block Contiguous gives server g at the
+// start of the job — and each group is held by `replicas` servers, its
+// primary first. Workers send a group's requests to its primary only
+// (`owner` is each partition's group's primary); the primary forwards what
+// changes the group's state to the others, its backups. When a server
+// dies, Promote() makes a backup of each of its groups the primary. With
+// one replica a group is its server's block and nothing is forwarded.
 struct ShardMap {
+  static constexpr uint32_t kNone = 0xffffffffu;  // a replica slot whose server is lost
+
   uint64_t version = 0;
-  std::vector<uint32_t> owner;
+  std::vector<uint32_t> owner;                  // partition -> server serving it (its group's primary)
+  std::vector<uint32_t> group;                  // partition -> replica group
+  std::vector<std::vector<uint32_t>> replicas;  // group -> servers holding it, primary first
 
   uint32_t partitions() const { return static_cast<uint32_t>(owner.size()); }
+  uint32_t groups() const { return static_cast<uint32_t>(replicas.size()); }
+  // The most copies any group has (the stride of the wire's replica lists).
+  uint32_t ReplicaStride() const;
   // Contiguous blocks: server s owns partitions [s*P/S, (s+1)*P/S), so a
-  // whole dense table is one contiguous row range per server.
+  // whole dense table is one contiguous row range per server; one replica.
   static ShardMap Contiguous(uint32_t partitions, uint32_t servers, uint64_t version);
-  // Partitions owned by `server`, ascending.
+  // Contiguous's blocks as groups, each on `copies` servers (1 <= copies <=
+  // servers): group g's primary is server g, its backups the servers after
+  // it in rank order, those on another host than the copies chosen so far
+  // first (`hosts`: server rank -> host; empty or short: all different).
+  static ShardMap Replicated(uint32_t partitions, uint32_t servers, uint32_t copies,
+                             const std::vector<std::string>& hosts, uint64_t version);
+  // Partitions owned (served) by `server`, ascending.
   std::vector<uint32_t> OwnedBy(uint32_t server) const;
+  // Partitions `server` holds a copy of (primary or backup), ascending.
+  std::vector<uint32_t> HeldBy(uint32_t server) const;
+  // Partitions of group g, ascending.
+  std::vector<uint32_t> OfGroup(uint32_t g) const;
+  // The group of partition p (a map without groups: its owner's block).
+  uint32_t GroupOf(uint32_t p) const { return group.empty() ? owner[p] : group[p]; }
+  // Group g's primary (kNone: every copy lost).
+  uint32_t Primary(uint32_t g) const {
+    if (replicas.empty()) return g;  // a map without groups: the blocks are the servers'
+    return g < replicas.size() && !replicas[g].empty() ? replicas[g][0] : kNone;
+  }
+  // Group g's live backups, in order.
+  std::vector<uint32_t> Backups(uint32_t g) const;
+  // Whether `server` holds a copy of group g.
+  bool Holds(uint32_t server, uint32_t g) const;
+  // The map with `server` gone: it leaves every replica list, each group it
+  // was primary of is served by its first backup, owner follows; version+1.
+  // Groups left with no copy are listed in *lost (their primary kNone).
+  ShardMap Without(uint32_t server, std::vector<uint32_t>* lost) const;
 };
 
 }  // namespace shardps

@@ -62,5 +62,55 @@ TEST(ShardMap, ContiguousBlocksAreBalancedAndOrdered) {
   }
 }
 
+TEST(ShardMap, OneReplicaIsTheContiguousBlocks) {
+  ShardMap m = ShardMap::Contiguous(64, 3, 1);
+  ASSERT_EQ(m.groups(), 3u);
+  for (uint32_t p = 0; p < 64; ++p) EXPECT_EQ(m.GroupOf(p), m.owner[p]);
+  for (uint32_t g = 0; g < 3; ++g) {
+    EXPECT_EQ(m.replicas[g], std::vector<uint32_t>{g});
+    EXPECT_TRUE(m.Backups(g).empty());
+    EXPECT_EQ(m.HeldBy(g), m.OwnedBy(g));
+    EXPECT_EQ(m.OfGroup(g), m.OwnedBy(g));
+  }
+}
+
+TEST(ShardMap, ReplicasGoToTheNextServersOtherHostsFirst) {
+  ShardMap m = ShardMap::Replicated(8, 4, 2, {}, 1);
+  EXPECT_EQ(m.replicas, (std::vector<std::vector<uint32_t>>{{0, 1}, {1, 2}, {2, 3}, {3, 0}}));
+  EXPECT_EQ(m.OwnedBy(1), (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(m.HeldBy(1), (std::vector<uint32_t>{0, 1, 2, 3}));  // group 0's copy and its own
+  EXPECT_EQ(m.Backups(3), std::vector<uint32_t>{0});
+  // Servers 0, 1 on host a, 2, 3 on host b: each group's backup is on the other host.
+  ShardMap h = ShardMap::Replicated(8, 4, 2, {"a", "a", "b", "b"}, 1);
+  EXPECT_EQ(h.replicas, (std::vector<std::vector<uint32_t>>{{0, 2}, {1, 2}, {2, 0}, {3, 0}}));
+  // More copies than hosts: the rest in ring order.
+  ShardMap three = ShardMap::Replicated(6, 3, 3, {"a", "a", "b"}, 1);
+  EXPECT_EQ(three.replicas, (std::vector<std::vector<uint32_t>>{{0, 2, 1}, {1, 2, 0}, {2, 0, 1}}));
+  // Never more copies than servers.
+  EXPECT_EQ(ShardMap::Replicated(4, 2, 5, {}, 1).replicas[0].size(), 2u);
+}
+
+TEST(ShardMap, WithoutAServerItsGroupsAreServedByTheirBackups) {
+  ShardMap m = ShardMap::Replicated(8, 4, 2, {}, 3);
+  std::vector<uint32_t> lost;
+  ShardMap w = m.Without(1, &lost);
+  EXPECT_TRUE(lost.empty());
+  EXPECT_EQ(w.version, 4u);
+  EXPECT_EQ(w.replicas, (std::vector<std::vector<uint32_t>>{{0}, {2}, {2, 3}, {3, 0}}));
+  EXPECT_EQ(w.OwnedBy(2), (std::vector<uint32_t>{2, 3, 4, 5}));  // group 1 and its own
+  EXPECT_TRUE(w.OwnedBy(1).empty());
+  EXPECT_EQ(w.group, m.group);  // groups never change
+  // Group 1 had servers 1 and 2: with 2 gone too, it is lost.
+  ShardMap w2 = w.Without(2, &lost);
+  EXPECT_EQ(lost, std::vector<uint32_t>{1});
+  EXPECT_EQ(w2.Primary(1), ShardMap::kNone);
+  EXPECT_EQ(w2.owner[2], ShardMap::kNone);
+  EXPECT_EQ(w2.Primary(2), 3u);
+  // With one replica a dead server's group is lost at once.
+  lost.clear();
+  ShardMap one = ShardMap::Contiguous(4, 2, 1).Without(0, &lost);
+  EXPECT_EQ(lost, std::vector<uint32_t>{0});
+}
+
 }  // namespace
 }  // namespace shardps

@@ -98,6 +98,9 @@ zmq::message_t Encode(flatbuffers::FlatBufferBuilder& fbb, const Fields& f, Body
   if (f.table_version) b.add_table_version(f.table_version);
   if (f.staleness) b.add_staleness(f.staleness);
   if (f.idle) b.add_idle(true);
+  if (f.group >= 0) b.add_group(f.group);
+  if (f.fseq) b.add_fseq(f.fseq);
+  if (f.rep != RepKind::Request) b.add_rep(f.rep);
   if (body_type != Body::NONE) {
     b.add_body_type(body_type);
     b.add_body(body);
@@ -211,6 +214,17 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   auto live = fbb.CreateVector(c.live_workers);
   auto snap_root = fbb.CreateString(c.snapshot_root);
   auto restore = fbb.CreateString(c.restore_from);
+  // Replica groups: only where there is more than the contiguous blocks.
+  const uint32_t copies = c.map.ReplicaStride();
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> groups, group_replicas, dead;
+  if (!c.map.group.empty()) {
+    groups = fbb.CreateVector(c.map.group);
+    std::vector<uint32_t> flat;
+    for (const auto& r : c.map.replicas)
+      for (uint32_t k = 0; k < copies; ++k) flat.push_back(k < r.size() ? r[k] : ShardMap::kNone);
+    group_replicas = fbb.CreateVector(flat);
+  }
+  if (!c.dead_servers.empty()) dead = fbb.CreateVector(c.dead_servers);
   ClusterInfoBuilder b(fbb);
   b.add_consistency(static_cast<wire::Consistency>(c.consistency));
   b.add_staleness(c.staleness);
@@ -228,8 +242,58 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   b.add_restore_from(restore);
   b.add_snapshot_clock_base(c.snapshot_clock_base);
   b.add_max_workers(c.max_workers);
+  if (!c.map.group.empty()) {
+    b.add_partition_group(groups);
+    b.add_replicas(copies);
+    b.add_group_replicas(group_replicas);
+  }
+  if (!c.dead_servers.empty()) b.add_dead_servers(dead);
   return b.Finish();
 }
+
+namespace {
+
+// The replica groups of `in` into c->map (owner decoded already): each
+// partition's group, each group's servers (primary first), and the owner
+// each partition's group's primary. Absent: the contiguous blocks, one copy.
+Status DecodeGroups(const ClusterInfo* in, ClusterView* c) {
+  ShardMap& m = c->map;
+  if (!in->partition_group()) {
+    if (in->group_replicas()) return Status::BadMessage("cluster info has replica lists but no partition groups");
+    if (m.owner.empty()) return Status::OK();
+    m.group = m.owner;
+    m.replicas.assign(c->num_servers, {});
+    for (uint32_t g = 0; g < c->num_servers; ++g) m.replicas[g] = {g};
+    return Status::OK();
+  }
+  const uint32_t copies = in->replicas();
+  if (in->partition_group()->size() != m.owner.size())
+    return Status::BadMessage("cluster info has " + std::to_string(in->partition_group()->size()) +
+                              " partition groups for " + std::to_string(m.owner.size()) + " partitions");
+  if (copies == 0 || copies > c->num_servers || !in->group_replicas() ||
+      in->group_replicas()->size() != static_cast<size_t>(copies) * c->num_servers)
+    return Status::BadMessage("cluster info's replica lists do not hold " + std::to_string(copies) +
+                              " servers for each of " + std::to_string(c->num_servers) + " groups");
+  m.replicas.assign(c->num_servers, {});
+  for (uint32_t g = 0; g < c->num_servers; ++g)
+    for (uint32_t k = 0; k < copies; ++k) {
+      const uint32_t s = in->group_replicas()->Get(g * copies + k);
+      if (s == ShardMap::kNone) continue;
+      if (s >= c->num_servers) return Status::BadMessage("replica list names server " + std::to_string(s));
+      m.replicas[g].push_back(s);
+    }
+  m.group.assign(in->partition_group()->begin(), in->partition_group()->end());
+  for (uint32_t p = 0; p < m.group.size(); ++p) {
+    if (m.group[p] >= c->num_servers) return Status::BadMessage("partition group " + std::to_string(m.group[p]));
+    if (m.replicas[m.group[p]].empty())
+      return Status::BadMessage("partition " + std::to_string(p) + "'s group has no server");
+    if (m.owner[p] != m.replicas[m.group[p]][0])
+      return Status::BadMessage("partition " + std::to_string(p) + "'s owner is not its group's primary");
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
   if (!in) return Status::BadMessage("missing cluster info");
@@ -280,6 +344,12 @@ Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
   c.max_workers = in->max_workers();
   if (c.max_workers > 65536)
     return Status::BadMessage("cluster info allows " + std::to_string(c.max_workers) + " worker ranks (at most 65536)");
+  if (Status s = DecodeGroups(in, &c); !s.ok()) return s;
+  if (in->dead_servers())
+    for (uint32_t d : *in->dead_servers()) {
+      if (d >= c.num_servers) return Status::BadMessage("cluster info names dead server " + std::to_string(d));
+      c.dead_servers.push_back(d);
+    }
   *out = std::move(c);
   return Status::OK();
 }

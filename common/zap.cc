@@ -190,9 +190,11 @@ unsigned Allowed(MsgType type, wire::Role declared) {
     case MsgType::Shutdown:
     case MsgType::Stop:
     case MsgType::Rollback:
+    case MsgType::DeclareDead:
     case MsgType::SnapshotNow: return kA;
     case MsgType::SnapshotDone:
-    case MsgType::Reply: return kS;  // servers answering the coordinator
+    case MsgType::Replicate:  // a primary's input for its backups (server to server)
+    case MsgType::Reply: return kS;  // servers answering the coordinator, or a primary
     default: return 0;  // coordinator -> server messages are never received by a listener
   }
 }

@@ -44,7 +44,9 @@ Coordinator::Coordinator(zmq::context_t& ctx, CoordinatorOptions opts)
       members_(MembershipOptions(opts_)),
       tables_(opts_.tables),
       snaps_(SchedulerOptions(opts_)),
-      metrics_(opts_.metrics, members_.worker_ranks()) {}
+      metrics_(opts_.metrics.registry, members_.worker_ranks()) {
+  tables_.set_replicas(opts_.replicas);
+}
 
 Coordinator::~Coordinator() = default;
 
@@ -128,6 +130,7 @@ const Coordinator::Route Coordinator::kRoutes[] = {
     {wire::MsgType::SnapshotDone, &Coordinator::HandleSnapshotDone, true},
     {wire::MsgType::SnapshotNow, &Coordinator::HandleSnapshotNow, false},
     {wire::MsgType::Rollback, &Coordinator::HandleRollback, true},
+    {wire::MsgType::DeclareDead, &Coordinator::HandleDeclareDead, true},
     {wire::MsgType::Shutdown, &Coordinator::HandleShutdown, false},
 };
 
@@ -155,6 +158,7 @@ void Coordinator::Handle(std::vector<zmq::message_t>& frames) {
                                          std::to_string(frames.size() - 1)));
   const Route* route = RouteOf(h.type());
   if (route && route->changes_state) dirty_ = true;
+  if (FenceDeadServer(from, h)) return;
   Hear(from, h);
   if (!route)
     return ReplyError(from, h.request_id(),
@@ -207,12 +211,12 @@ void Coordinator::ReplyError(const std::string& to, uint64_t request_id, const S
 
 void Coordinator::ReplyCluster(const std::string& to, uint64_t request_id, uint32_t rank) {
   fbb_.Clear();
-  auto cluster = wire::BuildCluster(fbb_, View());
+  auto cluster = wire::BuildCluster(fbb_, View(true));
   wire::Fields f;
   f.type = wire::MsgType::Reply;
   f.request_id = request_id;
   f.rank = static_cast<int32_t>(rank);
-  f.map_version = tables_.map().version;
+  f.map_version = tables_.published().version;
   Reply(to, wire::Encode(fbb_, f, wire::Body::ClusterInfo, cluster.Union()));
 }
 
@@ -235,14 +239,15 @@ void Coordinator::ReplyGrant(const std::string& to, uint64_t request_id, const G
   Reply(to, wire::Encode(fbb_, f, wire::Body::WorkGrant, body.Union()));
 }
 
-ClusterView Coordinator::View() const {
+ClusterView Coordinator::View(bool published) const {
   ClusterView v;
   v.consistency = opts_.consistency;
   v.staleness = opts_.staleness;
   v.num_servers = opts_.num_servers;
   v.num_workers = opts_.num_workers;
   v.max_workers = members_.worker_ranks();
-  v.map = tables_.map();
+  v.map = published ? tables_.published() : tables_.map();
+  v.dead_servers = members_.DeadServers();
   for (const auto& s : members_.servers()) v.servers.push_back(s.endpoint);
   v.tables = tables_.tables();
   v.membership_version = members_.version();
@@ -284,9 +289,11 @@ void Coordinator::ReleaseBarrier() {
 
 void Coordinator::MaybeCompleteMap() {
   if (tables_.complete() || !members_.AllServersRegistered()) return;
-  tables_.SetMap(ShardMap::Contiguous(opts_.partitions, opts_.num_servers, 1));
-  LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v1 with "
-           << opts_.partitions << " partitions";
+  std::vector<std::string> hosts;
+  for (const auto& s : members_.servers()) hosts.push_back(s.id.host);
+  tables_.SetMap(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1));
+  LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v1 with " << opts_.partitions
+           << " partitions" << (opts_.replicas > 1 ? ", " + std::to_string(opts_.replicas) + " copies of each" : "");
   // The tables of the job file (or the snapshot) must fit the servers' budgets.
   const auto budgets = members_.Budgets();
   for (size_t i = 0; i < tables_.tables().size(); ++i)
@@ -431,7 +438,11 @@ void Coordinator::CheckTimeouts() {
       work_.ForgetWorkOf(r, true, members_.CountedClock(r));
       changed = true;
     }
-  members_.ExpireServers(now);
+  for (uint32_t r : members_.ExpireServers(now))
+    if (opts_.replicas > 1)
+      if (Status s = FailOver(r, "silent for more than " + std::to_string(opts_.heartbeat_timeout.count()) + " ms");
+          !s.ok())
+        LOG_ERROR << s.message();
   for (const auto& [w, s] : tables_.Expire(now)) ReplyError(w.routing_id, w.request_id, s);
   if (changed) {
     dirty_ = true;

@@ -115,6 +115,9 @@ class Coordinator {
   // A server died: every server reloads the newest complete snapshot and
   // every worker starts again from it (docs/fault-tolerance.md).
   void HandleRollback(const std::string& from, const wire::Header& h);
+  // Server h.rank() is dead (shardps-ctl declare-dead: the launcher saw its
+  // process end): FailOver now rather than at the heartbeat deadline.
+  void HandleDeclareDead(const std::string& from, const wire::Header& h);
   void HandleShutdown(const std::string& from, const wire::Header& h);
 
   void RegisterServer(const std::string& from, const wire::Header& h, const Registration& r);
@@ -133,8 +136,20 @@ class Coordinator {
   // Once every server registered: the shard map, the tables' budgets
   // checked against the servers', the map sent out for acknowledgement.
   void MaybeCompleteMap();
+  // Replicas (coordinator_failover.cc): server `rank` is dead; each group
+  // it served is served by its first backup from a new map version, sent
+  // to every live server and told to clients once they all hold it. OK
+  // (or OK with nothing to do: not a registered server), or why the job
+  // cannot go on without a rollback (one copy per group; a group lost
+  // every copy), in which case nothing changes.
+  Status FailOver(uint32_t rank, const std::string& why);
+  // A message from a server declared dead: told to shut down (it is fenced
+  // off; its partitions are served by others). True when it was one.
+  bool FenceDeadServer(const std::string& from, const wire::Header& h);
   void BroadcastUpdate(uint64_t update_id);
-  ClusterView View() const;
+  // The job as the servers see it; `published`: with the map clients are
+  // told (the newest every live server holds), for clients.
+  ClusterView View(bool published = false) const;
 
   // Snapshots (coordinator_snapshot.cc).
   SnapshotScheduler::Servers SnapshotTargets();

@@ -23,6 +23,15 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry* m, uint32_t worker_ran
   snapshot_seconds_ = &m->GetHistogram("shardps_snapshot_duration_seconds",
                                        "Time from starting a snapshot to its manifest",
                                        std::vector<double>{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
+  failovers_ = &m->GetCounter("shardps_failovers_total",
+                              "Servers declared dead whose groups went to their backups (replicas), no rollback");
+  dead_servers_ = &m->GetGauge("shardps_dead_servers", "Servers declared dead (their groups served by backups)");
+}
+
+void CoordinatorMetrics::FailedOver() {
+  if (!failovers_) return;
+  failovers_->Inc();
+  dead_servers_->Add(1);
 }
 
 void CoordinatorMetrics::Publish(const Membership& m) {

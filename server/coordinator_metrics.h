@@ -35,6 +35,7 @@ class CoordinatorMetrics {
   void WorkerStats(int rank, uint64_t lookups, uint64_t hits, uint64_t samples);
   void SnapshotCompleted(double ms);
   void SnapshotFailed();
+  void FailedOver();  // a dead server's groups went to their backups
 
  private:
   // Not owned: the registry's series. Set on Run()'s thread, read by the
@@ -59,6 +60,8 @@ class CoordinatorMetrics {
   metrics::Counter* snapshots_ = nullptr;
   metrics::Counter* snapshot_failures_ = nullptr;
   metrics::Histogram* snapshot_seconds_ = nullptr;
+  metrics::Counter* failovers_ = nullptr;
+  metrics::Gauge* dead_servers_ = nullptr;
 };
 
 }  // namespace shardps

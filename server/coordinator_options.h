@@ -22,14 +22,20 @@ struct CoordinatorOptions {
   std::string bind = "tcp://127.0.0.1:0";  // port 0: any free port
   std::string endpoint_file;               // if set, the bound endpoint is written here
   std::string advertise;                   // host put in the endpoint for a wildcard bind
-  std::string metrics_url;                 // where its /metrics is served, for status
-  metrics::Registry* metrics = nullptr;    // publishes the job's gauges there (not owned)
+  struct Metrics {
+    std::string url;                       // where its /metrics is served, for status
+    metrics::Registry* registry = nullptr; // publishes the job's gauges there (not owned)
+  } metrics;
   uint32_t num_servers = 1;
   uint32_t num_workers = 1;
   uint32_t max_workers = 0;                 // ranks [num_workers, max_workers) may join later (elastic); 0 = none
   uint32_t partitions = 64;                 // virtual partitions
   Consistency consistency = Consistency::kSync;
   uint32_t staleness = 0;                   // bounded only
+  // Copies of each replica group of partitions, on different servers
+  // (docs/fault-tolerance.md, "Replicas"): 1 none; 2 a dead server's
+  // partitions are served by their backups without a rollback.
+  uint32_t replicas = 1;
   std::vector<TableSpec> tables;            // defined at start
   uint64_t server_memory_mb = 0;            // job file: each server's budget (the launcher passes it; 0: theirs)
   Millis heartbeat_timeout{5000};           // silent this long = dead

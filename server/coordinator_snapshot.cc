@@ -45,7 +45,10 @@ void Coordinator::HandleReply(const std::string& from, const wire::Header& h) {
 }
 
 void Coordinator::HandleSnapshotDone(const std::string& from, const wire::Header& h) {
-  const int rank = members_.ServerRankOf(from);
+  // A report is a replica group's part (a server reports for each group it
+  // serves; without replicas, its own: its rank).
+  const int server = members_.ServerRankOf(from);
+  const int rank = server < 0 ? -1 : h.group() >= 0 ? h.group() : server;
   wire::Fields ok;
   ok.request_id = h.request_id();
   Reply(from, wire::EncodeSimple(fbb_, ok));

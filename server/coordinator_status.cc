@@ -45,7 +45,7 @@ void AddServers(flatbuffers::FlatBufferBuilder& fbb, const std::vector<ServerSlo
     const double secs = fresh ? (s.last.at_ms - s.prev.at_ms) / 1000.0 : 0.0;
     auto host = fbb.CreateString(s.id.host), url = fbb.CreateString(s.id.metrics_url),
          ep = fbb.CreateString(s.endpoint),
-         state = fbb.CreateString(!s.registered ? "pending" : s.alive ? "alive" : "silent");
+         state = fbb.CreateString(s.dead ? "dead" : !s.registered ? "pending" : s.alive ? "alive" : "silent");
     wire::ProcessStatusBuilder b(fbb);
     b.add_role(wire::Role::Server);
     b.add_rank(static_cast<int32_t>(r));
@@ -120,9 +120,16 @@ void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h
   }
   wire::Fields f;
   f.request_id = h.request_id();
-  f.map_version = tables_.map().version;
+  f.map_version = tables_.published().version;
   f.seq = members_.version();
   f.stopping = stop_.stopping;
+  // A client behind the published map (a fail-over) gets the new view with
+  // its heartbeat's answer.
+  if (h.map_version() != 0 && h.map_version() < f.map_version && tables_.ready()) {
+    fbb_.Clear();
+    auto cluster = wire::BuildCluster(fbb_, View(true));
+    return Reply(from, wire::Encode(fbb_, f, wire::Body::ClusterInfo, cluster.Union()));
+  }
   Reply(from, wire::EncodeSimple(fbb_, f));
 }
 
@@ -135,7 +142,7 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   auto pv = fbb_.CreateVector(procs);
   auto wv = AddWaits(fbb_, members_, opts_.staleness);
   const SnapshotScheduler::History& snaps = snaps_.history();
-  auto host = fbb_.CreateString(HostName()), url = fbb_.CreateString(opts_.metrics_url),
+  auto host = fbb_.CreateString(HostName()), url = fbb_.CreateString(opts_.metrics.url),
        snapdir = fbb_.CreateString(opts_.snapshot_dir), latest = fbb_.CreateString(snaps.latest_dir);
   wire::JobStatusBuilder b(fbb_);
   b.add_consistency(static_cast<wire::Consistency>(opts_.consistency));

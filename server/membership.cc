@@ -33,6 +33,10 @@ Status Membership::RegisterServer(const std::string& from, const Registration& r
     return Status::InvalidArgument("server rank " + std::to_string(rank) + " but the job has " +
                                    std::to_string(servers_.size()) + " servers");
   ServerSlot& slot = servers_[rank];
+  if (slot.dead)
+    return Status::Conflict("server rank " + std::to_string(rank) +
+                            " was declared dead and its partitions failed over to their backups; it does not "
+                            "come back in this job");
   if (slot.registered && slot.alive && slot.routing_id != from)
     return Status::Conflict("server rank " + std::to_string(rank) + " is held by a live server at " + slot.endpoint);
   const bool rejoin = slot.registered;
@@ -169,15 +173,39 @@ bool Membership::ExpireWorker(uint32_t r, Clock::time_point now, Clock::time_poi
   return false;
 }
 
-void Membership::ExpireServers(Clock::time_point now) {
+std::vector<uint32_t> Membership::ExpireServers(Clock::time_point now) {
+  std::vector<uint32_t> silent;
   for (uint32_t r = 0; r < servers_.size(); ++r) {
     ServerSlot& s = servers_[r];
     if (s.registered && s.alive && now - s.last_seen > opts_.heartbeat_timeout) {
       s.alive = false;
+      silent.push_back(r);
       LOG_WARN << "server " << r << " at " << s.endpoint << " silent for more than "
                << opts_.heartbeat_timeout.count() << " ms";
     }
   }
+  return silent;
+}
+
+bool Membership::DeclareServerDead(uint32_t rank) {
+  if (rank >= servers_.size() || !servers_[rank].registered) return false;
+  ServerSlot& s = servers_[rank];
+  s.registered = s.alive = s.adopt = false;
+  s.dead = true;
+  s.waits = ServerWaitView{};
+  return true;
+}
+
+bool Membership::IsDeadServer(const std::string& routing_id) const {
+  return std::any_of(servers_.begin(), servers_.end(),
+                     [&](const ServerSlot& s) { return s.dead && s.routing_id == routing_id; });
+}
+
+std::vector<uint32_t> Membership::DeadServers() const {
+  std::vector<uint32_t> out;
+  for (uint32_t r = 0; r < servers_.size(); ++r)
+    if (servers_[r].dead) out.push_back(r);
+  return out;
 }
 
 bool Membership::NoWorkerAlive() {
@@ -197,7 +225,7 @@ void Membership::Changed() {
 
 void Membership::RollBack() {
   for (auto& srv : servers_) {
-    srv.registered = srv.alive = srv.adopt = false;
+    srv.registered = srv.alive = srv.adopt = srv.dead = false;
     srv.routing_id.clear();
     srv.waits = ServerWaitView{};
   }
@@ -219,7 +247,7 @@ int Membership::ServerRankOf(const std::string& routing_id) const {
 }
 
 bool Membership::AllServersRegistered() const {
-  return std::all_of(servers_.begin(), servers_.end(), [](const ServerSlot& s) { return s.registered; });
+  return std::all_of(servers_.begin(), servers_.end(), [](const ServerSlot& s) { return s.registered || s.dead; });
 }
 
 std::vector<uint32_t> Membership::RegisteredServers() const {

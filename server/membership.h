@@ -53,6 +53,9 @@ struct ServerSlot {
   uint32_t parked_pulls = 0;
   ServerWaitView waits;  // its worker clocks and held pulls, newest heartbeat
   bool adopt = false;    // resumed: taken back on its first heartbeat (its endpoint is known)
+  // Declared dead (replicas: its groups are served by others): never
+  // registered or heard again in this job; `routing_id` kept to tell it so.
+  bool dead = false;
 };
 
 struct WorkerSlot {
@@ -150,7 +153,15 @@ class Membership {
   bool ExpireWorker(uint32_t rank, Clock::time_point now, Clock::time_point start);
   // Marks every registered server silent for more than the heartbeat
   // timeout not alive (logged; it is alive again on its next message).
-  void ExpireServers(Clock::time_point now);
+  // Returns the ranks newly found silent.
+  std::vector<uint32_t> ExpireServers(Clock::time_point now);
+  // Server `rank` is dead for the rest of the job (its partitions are
+  // failed over): no longer registered, alive or waited for; a message
+  // from it is recognised (IsDeadServer) and a Register for its rank
+  // refused. False when it is not a registered server.
+  bool DeclareServerDead(uint32_t rank);
+  bool IsDeadServer(const std::string& routing_id) const;
+  std::vector<uint32_t> DeadServers() const;
   // A Stop waits for this: false while a worker is alive (finishing its
   // step); a pending worker met before it is marked kLeft (never to join).
   bool NoWorkerAlive();

@@ -4,14 +4,40 @@
 #include <string>
 
 #include "common/half.h"
+#include "common/partition.h"
 #include "common/wire.h"
 #include "server/table.h"
 #include "server/table_set.h"
 
 namespace shardps {
 
+Status RequestCheck::CheckGroup(const ServerTable& t, const wire::Header& h, const uint64_t* keys,
+                                uint32_t group) const {
+  if (!groups_ || groups_->empty()) return Status::OK();
+  const uint32_t parts = static_cast<uint32_t>(groups_->size());
+  const TableSpec& spec = t.spec();
+  auto wrong = [&](uint32_t p) {
+    return Status::WrongServer("partition " + std::to_string(p) + " of table '" + spec.name + "' is in group " +
+                               std::to_string((*groups_)[p]) + ", not in group " + std::to_string(group) +
+                               " this request names");
+  };
+  if (!keys) {  // groups are contiguous blocks: the first and last partitions tell
+    const uint32_t first = PartitionOfRow(h.row_begin(), spec.rows, parts);
+    const uint32_t last = PartitionOfRow(h.row_end() - 1, spec.rows, parts);
+    for (uint32_t p : {first, last})
+      if ((*groups_)[p] != group) return wrong(p);
+    return Status::OK();
+  }
+  for (uint64_t i = 0; i < h.key_count(); ++i) {
+    const uint32_t p = spec.kind == TableKind::kDense ? PartitionOfRow(keys[i], spec.rows, parts)
+                                                      : PartitionOfId(keys[i], parts);
+    if ((*groups_)[p] != group) return wrong(p);
+  }
+  return Status::OK();
+}
+
 Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push, ServerTable** t,
-                           const uint64_t** keys, const float** values) {
+                           const uint64_t** keys, const float** values, uint32_t group, bool trusted) {
   if (!tables_.ready()) return Status::NotReady("server has no shard map yet");
   if (tables_.refused(h.table()))
     return Status::TooLarge("table id " + std::to_string(h.table()) + " is not held by server " +
@@ -49,8 +75,10 @@ Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& f
     *keys = wire::ArrayView<uint64_t>(frames[2], key_scratch_);
     s = table->CheckKeys(*keys, rows);
     if (!s.ok()) return s;
+    s = CheckGroup(*table, h, *keys, group);
+    if (!s.ok()) return s;
     // Pushes create sparse rows; pulls never do.
-    if (spec.kind == TableKind::kSparse && push) {
+    if (spec.kind == TableKind::kSparse && push && !trusted) {
       s = tables_.CheckSparseGrowth(*table, *keys, rows);
       if (!s.ok()) return s;
     }
@@ -64,6 +92,8 @@ Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& f
                               std::to_string(max_request_bytes_) + " bytes");
     *keys = nullptr;
     Status s = table->CheckRange(h.row_begin(), h.row_end());
+    if (!s.ok()) return s;
+    s = CheckGroup(*table, h, nullptr, group);
     if (!s.ok()) return s;
   }
   if (push) {

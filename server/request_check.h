@@ -34,15 +34,25 @@ class RequestCheck {
   // table, *keys its keys (null for a row range) and, for a push, values[j]
   // step j's gradients (`values`: kMaxPushSteps slots; unused for a pull).
   // The pointers point into `frames` or this object's scratch.
+  // `group`: the replica group addressed: every row or id must be of it
+  // (WrongServer). `trusted`: a backup applying what its primary took —
+  // nothing is refused for this server's memory budget (the primary
+  // decided; refusing here would make the copies differ).
   Status Check(const wire::Header& h, std::vector<zmq::message_t>& frames, bool push, ServerTable** t,
-               const uint64_t** keys, const float** values);
+               const uint64_t** keys, const float** values, uint32_t group = 0, bool trusted = false);
+  // The shard map's partition -> group (outlives this, or until the next call).
+  void SetGroups(const std::vector<uint32_t>* groups) { groups_ = groups; }
   // A push's values frame (of the size `t`'s dtype implies) as float32:
   // in place when it is float32 and aligned, else converted into *scratch.
   static const float* ValuesAsFloat(const ServerTable& t, zmq::message_t& frame, std::vector<float>* scratch);
 
  private:
+  // Whether every row of [begin, end) (dense) or every key is of `group`.
+  Status CheckGroup(const ServerTable& t, const wire::Header& h, const uint64_t* keys, uint32_t group) const;
+
   const TableSet& tables_;
   const uint64_t max_request_bytes_;
+  const std::vector<uint32_t>* groups_ = nullptr;
   std::vector<uint64_t> key_scratch_;
   std::vector<std::vector<float>> step_scratch_;  // a push's gradients, when a frame is misaligned
 };

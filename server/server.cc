@@ -61,42 +61,49 @@ Status Server::Start(const std::atomic<bool>* stop) {
   ClusterView v;
   if (Status s = start.Register(endpoint_, next_request_id_++, &rank_, &v, stop); !s.ok()) return s;
   SetLogName("server " + std::to_string(rank_));
+  tables_.set_rank(rank_);
   LOG_INFO << "registered as server " << rank_ << ", serving on " << endpoint_;
   ApplyCluster(v);
   return fatal_;
 }
 
 void Server::ApplyCluster(const ClusterView& v) {
-  const bool had_map = view_.complete();
-  if (had_map && v.complete() && v.map.version != view_.map.version)
-    LOG_ERROR << "shard map changed from v" << view_.map.version << " to v" << v.map.version
-              << ": moving partitions between live servers is not supported yet; keeping v"
-              << view_.map.version;
-  ClusterView old = std::move(view_);
+  const uint64_t had = view_.complete() ? view_.map.version : 0;
+  if (had && v.complete() && v.map.version < had) {
+    LOG_WARN << "ignoring shard map v" << v.map.version << ", older than v" << had << " held";
+    return;
+  }
   view_ = v;
-  if (had_map) view_.map = old.map;
-  clocks_.SetModel(view_.consistency, view_.staleness);
   if (view_.complete()) {
-    if (Status rs = tables_.Define(view_, rank_); !rs.ok()) {
+    if (Status rs = tables_.Define(view_, view_.map.HeldBy(rank_)); !rs.ok()) {
       LOG_ERROR << "restore failed, stopping: " << rs.ToString();
       fatal_ = Status(rs.code(), "restore failed: " + rs.message());
       shutdown_ = true;
       return;
     }
+    PlaceShards();
   }
-  clocks_.SetMembership(view_.worker_ranks(), view_.live_workers);
-  Advance();
+  for (Shard* sh : Primaries()) {
+    sh->clocks.SetModel(view_.consistency, view_.staleness);
+    ApplyMembership(*sh);
+    Advance(*sh);
+  }
 }
 
 void Server::Reply(const zmq::message_t& to, zmq::message_t header) {
   std::vector<zmq::message_t> frames;
   frames.emplace_back(to.data(), to.size());
   frames.push_back(std::move(header));
-  Status s = SendMultipart(data_, frames);
-  if (!s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
+  Send(std::move(frames));
 }
 
 void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s) {
+  if (input_.shard && request_id == input_.request) input_.refused = true;
+  if (input_.shard && !input_.shard->primary) {  // a backup refusing what its primary took: they differ now
+    LOG_ERROR << "group " << input_.shard->group << ": input " << request_id
+              << " from the primary refused here: " << s.ToString();
+    return;
+  }
   LOG_WARN << "request " << request_id << " refused: " << s.ToString();
   m_.errors.SingleWriterInc();
   Reply(to, wire::EncodeError(fbb_, request_id, s));
@@ -125,23 +132,42 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
                                        " bytes exceeds this server's limit of " +
                                        std::to_string(opts_.max_request_bytes) + " bytes"));
   switch (h->type()) {
-    case wire::MsgType::Push: {
-      const auto arrived = Clock::now();
-      Push(*h, frames);
-      m_.push_seconds.SingleWriterObserve(std::chrono::duration<double>(Clock::now() - arrived).count());
-      return;
-    }
+    case wire::MsgType::Push:
     case wire::MsgType::Pull:
-      return Pull(*h, frames, Clock::now());
     case wire::MsgType::Tick:
-      return Tick(*h, frames);
     case wire::MsgType::Join:
-      return Join(*h, frames);
+      if (Shard* sh = ServingShard(*h, frames[0])) HandleInput(*sh, *h, frames);
+      return;
+    case wire::MsgType::Replicate:
+      return HandleReplicate(*h, frames);
     default:
       return ReplyError(frames[0], h->request_id(),
                         Status::InvalidArgument(std::string("a server does not serve '") +
                                                 wire::EnumNameMsgType(h->type()) + "' messages"));
   }
+}
+
+Shard* Server::ServingShard(const wire::Header& h, const zmq::message_t& from) {
+  const uint32_t g = h.group() >= 0 ? static_cast<uint32_t>(h.group()) : rank_;
+  Shard* sh = g < shards_.size() ? shards_[g].get() : nullptr;
+  if (sh && sh->primary) return sh;
+  if (!view_.complete())
+    ReplyError(from, h.request_id(), Status::NotReady("server has no shard map yet"));
+  else
+    ReplyError(from, h.request_id(),
+               Status::WrongServer("group " + std::to_string(g) + " is not served by server " + std::to_string(rank_) +
+                                   " in shard map v" + std::to_string(view_.map.version) +
+                                   (g < view_.map.groups() ? " (its primary is server " +
+                                                                 std::to_string(view_.map.Primary(g)) + ")"
+                                                           : "")));
+  return nullptr;
+}
+
+std::vector<Shard*> Server::Primaries() {
+  std::vector<Shard*> out;
+  for (auto& sh : shards_)
+    if (sh && sh->primary) out.push_back(sh.get());
+  return out;
 }
 
 void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
@@ -188,32 +214,56 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
 }
 
 void Server::UpdateGauges() {
-  m_.parked.Set(static_cast<double>(clocks_.parked().size()));
-  m_.buffered.Set(static_cast<double>(clocks_.held_pushes()));
-  m_.applied_clock.Set(static_cast<double>(clocks_.applied_clock()));
-  m_.min_clock.Set(static_cast<double>(clocks_.MinClock()));
+  // Over the groups this server serves (one without replicas).
+  double parked = 0, buffered = 0, applied = 0, min_clock = 0;
+  bool first = true;
+  for (Shard* sh : Primaries()) {
+    parked += static_cast<double>(sh->clocks.parked().size());
+    buffered += static_cast<double>(sh->clocks.held_pushes());
+    const auto a = static_cast<double>(sh->clocks.applied_clock()), m = static_cast<double>(sh->clocks.MinClock());
+    applied = first ? a : std::min(applied, a);
+    min_clock = first ? m : std::min(min_clock, m);
+    first = false;
+  }
+  m_.parked.Set(parked);
+  m_.buffered.Set(buffered);
+  m_.applied_clock.Set(applied);
+  m_.min_clock.Set(min_clock);
   m_.SetTables(tables_.all());
 }
 
 void Server::SendHeartbeat() {
   UpdateGauges();
   fbb_.Clear();
-  // Who waits: per worker, the largest clock its held pulls need.
+  // Over the groups this server serves: who waits (per worker, the largest
+  // clock its held pulls need), each worker's clock (the lowest any group
+  // counted), the applied clock (the lowest).
   std::map<int, int64_t> need;
-  for (const auto& p : clocks_.parked())
-    need[p.rank] = std::max(need.count(p.rank) ? need[p.rank] : INT64_MIN, p.need_clock);
+  std::vector<int64_t> counted;
+  int64_t applied = INT64_MAX, min_clock = INT64_MAX;
+  uint32_t parked_pulls = 0;
+  for (Shard* sh : Primaries()) {
+    for (const auto& p : sh->clocks.parked())
+      need[p.rank] = std::max(need.count(p.rank) ? need[p.rank] : INT64_MIN, p.need_clock);
+    const auto& c = sh->clocks.clocks();
+    if (counted.empty()) counted = c;
+    for (size_t r = 0; r < c.size() && r < counted.size(); ++r) counted[r] = std::min(counted[r], c[r]);
+    applied = std::min(applied, sh->clocks.applied_clock());
+    min_clock = std::min(min_clock, sh->clocks.MinClock());
+    parked_pulls += static_cast<uint32_t>(sh->clocks.parked().size());
+  }
   std::vector<wire::ParkedPull> parked;
   for (const auto& [rank, n] : need) parked.emplace_back(rank, n);
   auto waiting = fbb_.CreateVectorOfStructs(parked);
-  auto clocks = fbb_.CreateVector(clocks_.clocks());
+  auto clocks = fbb_.CreateVector(counted);
   wire::ServerStatsBuilder b(fbb_);
   b.add_pushes(m_.pushes.Value());
   b.add_pulls(m_.pulls.Value());
   b.add_push_bytes(m_.push_bytes.Value());
   b.add_pull_bytes(m_.pull_bytes.Value());
-  b.add_applied_clock(clocks_.applied_clock());
-  b.add_min_clock(clocks_.MinClock());
-  b.add_parked_pulls(static_cast<uint32_t>(clocks_.parked().size()));
+  b.add_applied_clock(applied == INT64_MAX ? 0 : applied);
+  b.add_min_clock(min_clock == INT64_MAX ? 0 : min_clock);
+  b.add_parked_pulls(parked_pulls);
   b.add_sent_ms(std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count());
   b.add_worker_clocks(clocks);
   b.add_waiting(waiting);
@@ -235,15 +285,19 @@ Status Server::Run(const std::atomic<bool>& stop) {
       SendHeartbeat();
       next_hb = now + opts_.heartbeat_interval;
     }
+    bool copying = false;
+    for (auto& sh : shards_) copying |= sh && sh->cut.active();
     auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
-    zmq::pollitem_t items[] = {{data_.handle(), 0, ZMQ_POLLIN, 0}, {coord_.handle(), 0, ZMQ_POLLIN, 0}};
-    Poll(items, 2, cut_.active() ? Millis(0) : std::max(wait, Millis(1)));
+    std::vector<zmq::pollitem_t> items = {{data_.handle(), 0, ZMQ_POLLIN, 0}, {coord_.handle(), 0, ZMQ_POLLIN, 0}};
+    for (auto& [rank, peer] : peers_) items.push_back({peer.handle(), 0, ZMQ_POLLIN, 0});
+    Poll(items.data(), items.size(), copying ? Millis(0) : std::max(wait, Millis(1)));
     while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);  // cluster updates first
+    ReceiveAcks();
     // A request has at most 3 + kMaxPushSteps frames (identity, header, keys,
-    // one values frame per step): more are dropped as they are read, and the
-    // request refused.
+    // one values frame per step), a primary's Replicate one more: more are
+    // dropped as they are read, and the request refused.
     size_t dropped = 0;
-    for (int i = 0; i < 256 && RecvMultipart(data_, &frames, true, 3 + kMaxPushSteps, &dropped); ++i) {
+    for (int i = 0; i < 256 && RecvMultipart(data_, &frames, true, 4 + kMaxPushSteps, &dropped); ++i) {
       if (dropped && frames.size() >= 2) {
         const wire::Header* h = nullptr;
         const uint64_t id = wire::ParseHeader(frames[1], header_scratch_, &h).ok() ? h->request_id() : 0;
@@ -254,12 +308,17 @@ Status Server::Run(const std::atomic<bool>& stop) {
       }
       HandleData(frames);
     }
-    cut_.CopySome(2.0);
+    bool cutting = false;
+    for (auto& sh : shards_)
+      if (sh) {
+        sh->cut.CopySome(2.0);
+        cutting |= sh->cut.active();
+        if (sh->primary) ExpireParked(*sh);
+      }
     // Idle sparse rows go a few thousand at a time, between requests; not
     // while a cut is being copied (it reads the rows as they were).
-    if (!cut_.active()) tables_.EvictSome(4096);
+    if (!cutting) tables_.EvictSome(4096);
     SendSnapshotReports();
-    ExpireParked();
   }
   uint64_t rows = 0;
   for (const auto& t : tables_.all()) rows += t->spec().kind == TableKind::kSparse ? t->rows_held() : 0;

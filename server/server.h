@@ -18,19 +18,28 @@
 //   server_start.h   start-up: sockets, CURVE, registration
 //   table_set.h      the tables held, within the memory budget; restore
 //   request_check.h  a push or pull validated before anything changes
-//   worker_clocks.h  the consistency model: clocks, membership, held sync
-//                    pushes, parked pulls (no sockets)
-//   dc_kept.h        delay compensation's kept pulls
-//   snapshot_cut.h   the copy-on-write cut and the writer thread
+//   shard.h          one replica group held here: its consistency model
+//                    (worker_clocks.h: clocks, membership, held sync
+//                    pushes, parked pulls; no sockets), delay
+//                    compensation's kept pulls (dc_kept.h), its snapshot
+//                    cuts (snapshot_cut.h), its replication stream
 //   server_metrics.h the series it counts
 // and its own request handlers live in server_push.cc, server_pull.cc,
-// server_clock.cc (tick, join, applying complete clocks) and
+// server_clock.cc (tick, join, applying complete clocks),
 // server_snapshot.cc (when to cut, reports, the coordinator's snapshot
-// control).
+// control) and server_replica.cc (replica groups: the stream to the
+// backups, applying it on a backup, taking a group over).
+//
+// Every data request names a replica group (docs/fault-tolerance.md,
+// "Replicas"); the server handles it with that group's Shard if it is the
+// group's primary. With one copy per group, a server's only group is its
+// own.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,13 +50,11 @@
 #include "common/cluster.h"
 #include "common/metrics.h"
 #include "common/net.h"
-#include "server/dc_kept.h"
 #include "server/request_check.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
-#include "server/snapshot_cut.h"
+#include "server/shard.h"
 #include "server/table_set.h"
-#include "server/worker_clocks.h"
 #include "shardps/status.h"
 
 namespace shardps {
@@ -55,6 +62,7 @@ namespace shardps {
 class ZapHandler;
 namespace wire {
 struct Header;
+enum class RepKind : uint8_t;
 }
 
 class Server {
@@ -81,36 +89,66 @@ class Server {
   void HandleData(std::vector<zmq::message_t>& frames);
   void HandleCoordinator(std::vector<zmq::message_t>& frames);
   void ApplyCluster(const ClusterView& v);
+  // Every reply to a data request goes out here: at once, held by its
+  // shard until the backups have what it follows from, or dropped on a
+  // backup (server_replica.cc).
+  void Send(std::vector<zmq::message_t>&& frames);
   void Reply(const zmq::message_t& to, zmq::message_t header);
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s);
   void UpdateGauges();
   void SendHeartbeat();
+  // The shard of request `h`'s group when this server is its primary; else
+  // null, after answering WrongServer.
+  Shard* ServingShard(const wire::Header& h, const zmq::message_t& from);
+  // The shards this server is the primary of (those it serves).
+  std::vector<Shard*> Primaries();
 
   // server_push.cc
-  void Push(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  void Push(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
   // A push applied now (bounded staleness, async, observers): each of its
   // steps one optimizer step, weighed by its staleness.
-  void ApplyPush(const wire::Header& h, std::vector<zmq::message_t>& frames, ServerTable* t, const uint64_t* keys,
-                 const float* const* values);
+  void ApplyPush(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames, ServerTable* t,
+                 const uint64_t* keys, const float* const* values);
   // server_pull.cc. `arrived`: when the request was received; `resumed`: it was parked.
-  void Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Clock::time_point arrived,
+  void Pull(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames, Clock::time_point arrived,
             bool resumed = false);
-  void ExpireParked();  // answers the pulls parked past max_hold with Timeout
+  void ExpireParked(Shard& sh);  // answers the pulls parked past max_hold with Timeout
   // server_clock.cc
-  void Tick(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  void Tick(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
   // A worker (re)joining a running job: where its clock starts (Join).
-  void Join(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  void Join(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
   // Applies every synchronous clock all live workers finished, then answers
   // the parked pulls that may now go.
-  void Advance();
-  void ApplyClock(WorkerClocks::CompleteClock& c);  // its held pushes, one averaged step
+  void Advance(Shard& sh);
+  void ApplyClock(Shard& sh, WorkerClocks::CompleteClock& c);  // its held pushes, one averaged step
   // server_snapshot.cc
-  bool CutDue(int64_t clock) const;  // a cut at `clock` is scheduled or periodic
-  void CutIfDue(int64_t clock);      // sync: called with the applied clock
-  void MaybeCut();                   // bounded/async and quiescent cuts
-  void TakeCut(int64_t clock);
+  bool CutDue(const Shard& sh, int64_t clock) const;  // a cut at `clock` is scheduled or periodic
+  void CutIfDue(Shard& sh, int64_t clock);            // sync: called with the applied clock
+  void MaybeCut(Shard& sh);                           // bounded/async and quiescent cuts
+  void TakeCut(Shard& sh, int64_t clock);
   void SendSnapshotReports();
   void HandleSnapshotControl(const wire::Header& h);
+  // server_replica.cc
+  // The shards for the map of view_: one per group held, each a primary or
+  // a backup as the map says (a backup whose primary died takes over).
+  void PlaceShards();
+  // A data request for shard `sh` (a primary's): handled, and when it
+  // changed the group's state and the group has backups, forwarded to them
+  // in the order taken (its replies held until they applied it).
+  void HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
+  // Sends the next input of sh's stream to each backup (the first one
+  // preceded by the Hello that gives them the version tag).
+  void Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> payload,
+               const ClusterView* membership = nullptr);
+  // The live workers of view_ into a primary's clocks, forwarded.
+  void ApplyMembership(Shard& sh);
+  // A Replicate from a primary: applied to the backup shard, acknowledged.
+  void HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  void ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
+  // Acknowledgements from the backups (the peer sockets): held replies go.
+  void ReceiveAcks();
+  void ReleaseHeld(Shard& sh);
+  zmq::socket_t& Peer(uint32_t server);
 
   // The versions this server hands out carry its incarnation in the top 16
   // bits (random per start, never 0), so a stamp from before a restart is
@@ -132,7 +170,6 @@ class Server {
   std::vector<uint64_t> header_scratch_;
   std::vector<uint64_t> key_scratch_;  // a held push's keys, when misaligned
   std::vector<float> value_scratch_;   // a held push's values, when misaligned
-  const uint64_t version_tag_ = NewVersionTag();
   bool shutdown_ = false;
   Status fatal_;  // why the server stopped on its own (restore failure)
   uint64_t next_request_id_ = 1;
@@ -140,9 +177,17 @@ class Server {
   ClusterView view_;
   TableSet tables_{opts_.memory_budget};
   RequestCheck check_{tables_, opts_.max_request_bytes};
-  WorkerClocks clocks_{opts_.held_bytes};
-  DcKept dc_;
-  SnapshotCut cut_{tables_.all(), opts_.snapshot_write_delay};
+  std::vector<std::unique_ptr<Shard>> shards_;  // by group: the groups this server holds a copy of (else null)
+  std::map<uint32_t, zmq::socket_t> peers_;     // server rank -> a DEALER to its data endpoint (the stream)
+  std::deque<std::vector<zmq::message_t>> early_replicates_;  // came before the map that makes this a backup
+  // The input being handled (HandleInput, or a backup applying one): its
+  // shard, whether it changed the group's state, and whether it was refused.
+  struct Input {
+    Shard* shard = nullptr;  // null: none being handled
+    bool changed = false;
+    uint64_t request = 0;
+    bool refused = false;
+  } input_;
 };
 
 }  // namespace shardps

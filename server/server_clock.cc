@@ -9,28 +9,30 @@
 
 namespace shardps {
 
-void Server::Tick(const wire::Header& h, std::vector<zmq::message_t>& frames) {
-  Status s = clocks_.Tick(h.role() == wire::Role::Worker, h.rank(), h.clock(), h.idle());
+void Server::Tick(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  Status s = sh.clocks.Tick(h.role() == wire::Role::Worker, h.rank(), h.clock(), h.idle());
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   m_.ticks.SingleWriterInc();
+  input_.changed = true;
   wire::Fields ok;
   ok.request_id = h.request_id();
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
-  Advance();
+  Advance(sh);
 }
 
-void Server::Join(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+void Server::Join(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
   int64_t at = 0;
-  Status s = clocks_.Join(h.role() == wire::Role::Worker, h.rank(), h.clock(), &at);
+  Status s = sh.clocks.Join(h.role() == wire::Role::Worker, h.rank(), h.clock(), &at);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   wire::Fields ok;
   ok.request_id = h.request_id();
   ok.min_clock = ok.max_clock = at;
+  input_.changed = true;
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
-  Advance();
+  Advance(sh);
 }
 
-void Server::ApplyClock(WorkerClocks::CompleteClock& c) {
+void Server::ApplyClock(Shard& sh, WorkerClocks::CompleteClock& c) {
   if (c.pushes.empty()) return;
   std::vector<uint8_t> touched(tables_.size(), 0);
   for (auto& b : c.pushes) {
@@ -40,10 +42,10 @@ void Server::ApplyClock(WorkerClocks::CompleteClock& c) {
     const float* values = RequestCheck::ValuesAsFloat(*t, b.frames.back(), &value_scratch_);
     if (h->key_count() > 0) {
       const uint64_t* keys = wire::ArrayView<uint64_t>(b.frames[2], key_scratch_);
-      cut_.EnsureCopiedKeys(b.table, keys, h->key_count());  // the sum is applied below
+      sh.cut.EnsureCopiedKeys(b.table, keys, h->key_count());  // the sum is applied below
       t->AccumulateKeys(keys, h->key_count(), values);
     } else {
-      cut_.EnsureCopiedRange(b.table, h->row_begin(), h->row_end());
+      sh.cut.EnsureCopiedRange(b.table, h->row_begin(), h->row_end());
       t->AccumulateRange(h->row_begin(), h->row_end(), values);
     }
     touched[b.table] = 1;
@@ -52,30 +54,30 @@ void Server::ApplyClock(WorkerClocks::CompleteClock& c) {
     if (touched[i]) tables_.get(i)->ApplyAccumulated(1.0f / static_cast<float>(c.Divisor(i)));
 }
 
-void Server::Advance() {
+void Server::Advance(Shard& sh) {
   // Sparse rows updated from now on are stamped with the job's clock as
   // this server knows it (eviction by clocks).
-  tables_.SetClock(clocks_.sync() ? clocks_.applied_clock() : clocks_.MinClock());
-  if (clocks_.sync()) {
-    const int64_t target = clocks_.CompleteBelow();
+  tables_.SetClock(sh.clocks.sync() ? sh.clocks.applied_clock() : sh.clocks.MinClock());
+  if (sh.clocks.sync()) {
+    const int64_t target = sh.clocks.CompleteBelow();
     WorkerClocks::CompleteClock complete;
-    while (clocks_.applied_clock() < target) {
-      CutIfDue(clocks_.applied_clock());  // the state holds exactly the clocks < applied_clock()
-      clocks_.TakeClock(tables_.size(), &complete);
-      ApplyClock(complete);
+    while (sh.clocks.applied_clock() < target) {
+      CutIfDue(sh, sh.clocks.applied_clock());  // the state holds exactly the clocks < applied_clock()
+      sh.clocks.TakeClock(tables_.size(), &complete);
+      ApplyClock(sh, complete);
     }
-    clocks_.RecountAhead();
-    CutIfDue(clocks_.applied_clock());
+    sh.clocks.RecountAhead();
+    CutIfDue(sh, sh.clocks.applied_clock());
   }
-  MaybeCut();
-  if (clocks_.parked().empty()) return;
+  MaybeCut(sh);
+  if (sh.clocks.parked().empty()) return;
   std::deque<WorkerClocks::Parked> go;
-  clocks_.TakeReleasable(&go);
+  sh.clocks.TakeReleasable(&go);
   for (auto& p : go) {
     const wire::Header* h = nullptr;
     std::vector<uint64_t> scratch;
     if (!wire::ParseHeader(p.frames[1], scratch, &h).ok()) continue;
-    Pull(*h, p.frames, p.arrived, true);
+    Pull(sh, *h, p.frames, p.arrived, true);
   }
 }
 

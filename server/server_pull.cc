@@ -8,28 +8,28 @@
 
 namespace shardps {
 
-void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Clock::time_point arrived,
+void Server::Pull(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames, Clock::time_point arrived,
                   bool resumed) {
   ServerTable* t;
   const uint64_t* keys;
   const float* values = nullptr;
-  Status s = check_.Check(h, frames, false, &t, &keys, &values);
+  Status s = check_.Check(h, frames, false, &t, &keys, &values, sh.group, !sh.primary);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   const bool worker = h.role() == wire::Role::Worker;
-  if (worker && clocks_.consistency() != Consistency::kAsync && clocks_.IsLive(h.rank())) {
+  if (worker && sh.clocks.consistency() != Consistency::kAsync && sh.clocks.IsLive(h.rank())) {
     bool park;
     int64_t need;
-    s = clocks_.GatePull(h.rank(), h.clock(), &park, &need);
-    if (s.ok() && park) s = clocks_.Park(need, h.rank(), std::move(frames), arrived);
+    s = sh.clocks.GatePull(h.rank(), h.clock(), &park, &need);
+    if (s.ok() && park) s = sh.clocks.Park(need, h.rank(), std::move(frames), arrived);
     if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
     if (park) return;
   }
   wire::Fields f;
   f.request_id = h.request_id();
-  f.min_clock = clocks_.MinClock();
-  f.max_clock = clocks_.MaxClock();
+  f.min_clock = sh.clocks.MinClock();
+  f.max_clock = sh.clocks.MaxClock();
   f.table_version =
-      version_tag_ | (keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end()));
+      sh.version_tag | (keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end()));
   std::vector<zmq::message_t> out;
   out.emplace_back(frames[0].data(), frames[0].size());
   out.push_back(wire::EncodeSimple(fbb_, f));
@@ -43,8 +43,11 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   } else {
     // Rows straight from the table, one frame per partition segment.
     t->ReadRangeFrames(h.row_begin(), h.row_end(), &out);
-    if (worker && clocks_.IsLive(h.rank()) && EffectiveStalenessRule(t->spec()) == StalenessRule::kDelayCompensation)
-      dc_.Keep(h.rank(), h.table(), *t, h.row_begin(), h.row_end(), f.table_version);
+    if (worker && sh.clocks.IsLive(h.rank()) && EffectiveStalenessRule(t->spec()) == StalenessRule::kDelayCompensation)
+    {
+      sh.dc.Keep(h.rank(), h.table(), *t, h.row_begin(), h.row_end(), f.table_version);
+      input_.changed = true;  // delay compensation's state: the backups keep it too
+    }
   }
   const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
   m_.pulls.SingleWriterInc();
@@ -52,22 +55,21 @@ void Server::Pull(const wire::Header& h, std::vector<zmq::message_t>& frames, Cl
   const auto now = Clock::now();
   m_.pull_seconds.SingleWriterObserve(std::chrono::duration<double>(now - arrived).count());
   if (resumed) m_.wait_seconds.SingleWriterObserve(std::chrono::duration<double>(now - arrived).count());
-  Status st = SendMultipart(data_, out);
-  if (!st.ok()) LOG_WARN << "pull reply dropped: " << st.ToString();
+  Send(std::move(out));
 }
 
-void Server::ExpireParked() {
-  if (clocks_.parked().empty()) return;
+void Server::ExpireParked(Shard& sh) {
+  if (sh.clocks.parked().empty()) return;
   const auto now = Clock::now();
   WorkerClocks::Parked p;
-  while (clocks_.TakeExpired(now, opts_.max_hold, &p)) {
+  while (sh.clocks.TakeExpired(now, opts_.max_hold, &p)) {
     const wire::Header* h = nullptr;
     std::vector<uint64_t> scratch;
     const uint64_t id = wire::ParseHeader(p.frames[1], scratch, &h).ok() ? h->request_id() : 0;
     ReplyError(p.frames[0], id,
                Status::Timeout("pull held for more than " + std::to_string(opts_.max_hold.count()) +
                                " ms waiting for every live worker to reach clock " + std::to_string(p.need_clock) +
-                               " (the slowest is at " + std::to_string(clocks_.MinClock()) + ")"));
+                               " (the slowest is at " + std::to_string(sh.clocks.MinClock()) + ")"));
   }
 }
 

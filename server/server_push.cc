@@ -9,39 +9,40 @@
 
 namespace shardps {
 
-void Server::Push(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+void Server::Push(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
   ServerTable* t;
   const uint64_t* keys;
   const float* values[kMaxPushSteps];
-  Status s = check_.Check(h, frames, true, &t, &keys, values);
+  Status s = check_.Check(h, frames, true, &t, &keys, values, sh.group, !sh.primary);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   const bool worker = h.role() == wire::Role::Worker;
   const int rank = h.rank();
-  if (worker && !clocks_.IsLive(rank))
+  if (worker && !sh.clocks.IsLive(rank))
     return ReplyError(frames[0], h.request_id(),
                       Status::Unavailable("worker " + std::to_string(rank) + " is not live in this job"));
-  if (worker && h.seq() != 0 && clocks_.IsRetry(rank, h.seq())) {  // a retry of a push already applied
+  if (worker && h.seq() != 0 && sh.clocks.IsRetry(rank, h.seq())) {  // a retry of a push already applied
     LOG_DEBUG << "duplicate push seq " << h.seq() << " from worker " << rank;
     wire::Fields ok;
     ok.request_id = h.request_id();
     return Reply(frames[0], wire::EncodeSimple(fbb_, ok));
   }
-  if (!worker || !clocks_.sync()) return ApplyPush(h, frames, t, keys, values);
+  if (!worker || !sh.clocks.sync()) return ApplyPush(sh, h, frames, t, keys, values);
   // Pushes for the clock being applied are what BSP holds by design
   // (workers x the model, at most): always taken. Pushes for later clocks
   // are bounded.
   const uint64_t bytes = FramesBytes(frames);
-  s = clocks_.CheckHold(rank, h.clock(), std::max<uint32_t>(1, h.steps()), bytes);
+  s = sh.clocks.CheckHold(rank, h.clock(), std::max<uint32_t>(1, h.steps()), bytes);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   m_.pushes.SingleWriterInc();
   m_.push_bytes.SingleWriterAdd(frames.back().size());
   wire::Fields ok;
   ok.request_id = h.request_id();
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
-  clocks_.Hold(static_cast<uint32_t>(rank), h.clock(), h.table(), std::move(frames), bytes);
+  input_.changed = true;
+  sh.clocks.Hold(static_cast<uint32_t>(rank), h.clock(), h.table(), std::move(frames), bytes);
 }
 
-void Server::ApplyPush(const wire::Header& h, std::vector<zmq::message_t>& frames, ServerTable* t,
+void Server::ApplyPush(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames, ServerTable* t,
                        const uint64_t* keys, const float* const* values) {
   const bool worker = h.role() == wire::Role::Worker;
   const uint32_t steps = std::max<uint32_t>(1, h.steps());
@@ -49,9 +50,9 @@ void Server::ApplyPush(const wire::Header& h, std::vector<zmq::message_t>& frame
   m_.push_bytes.SingleWriterAdd(frames.back().size() * steps);
   m_.push_steps.SingleWriterAdd(steps);
   if (keys)
-    cut_.EnsureCopiedKeys(h.table(), keys, h.key_count());
+    sh.cut.EnsureCopiedKeys(h.table(), keys, h.key_count());
   else
-    cut_.EnsureCopiedRange(h.table(), h.row_begin(), h.row_end());
+    sh.cut.EnsureCopiedRange(h.table(), h.row_begin(), h.row_end());
   // Each gradient is one optimizer step, in order. A worker's push says on
   // which version of these rows each was computed: its staleness is the
   // updates applied since (this push's earlier steps included), and the
@@ -64,7 +65,7 @@ void Server::ApplyPush(const wire::Header& h, std::vector<zmq::message_t>& frame
     float lr_scale = 1.0f;
     const float* g = values[j];
     const uint64_t tagged = bases ? bases->Get(j) : 0;
-    if (bases && (tagged >> kVersionBits) != (version_tag_ >> kVersionBits)) {
+    if (bases && (tagged >> kVersionBits) != (sh.version_tag >> kVersionBits)) {
       m_.stale_unknown.SingleWriterInc();  // based on a pull from before this server started: as fresh
     } else if (bases) {
       const uint64_t now = keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end());
@@ -75,7 +76,7 @@ void Server::ApplyPush(const wire::Header& h, std::vector<zmq::message_t>& frame
       lr_scale = StalenessLrScale(rule, tau);
       if (rule == StalenessRule::kDelayCompensation && tau > 0) {
         const float* dc =
-            keys ? nullptr : dc_.Compensate(h.rank(), h.table(), *t, h.row_begin(), h.row_end(), tagged, g);
+            keys ? nullptr : sh.dc.Compensate(h.rank(), h.table(), *t, h.row_begin(), h.row_end(), tagged, g);
         if (dc)
           g = dc;
         else
@@ -87,6 +88,7 @@ void Server::ApplyPush(const wire::Header& h, std::vector<zmq::message_t>& frame
     else
       t->ApplyRange(h.row_begin(), h.row_end(), g, 1.0f, lr_scale);
   }
+  input_.changed = true;
   Reply(frames[0], wire::EncodeSimple(fbb_, ok));
 }
 

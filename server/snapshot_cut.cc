@@ -108,7 +108,7 @@ void SnapshotCut::Take(int64_t clock, uint32_t server, std::string root, std::st
     if (!tables_[id]) continue;
     pending_[id].assign(tables_[id]->partitions(), 0);
     for (uint32_t p = 0; p < tables_[id]->partitions(); ++p)
-      if (tables_[id]->Holds(p)) {
+      if (tables_[id]->Holds(p) && (mine_.empty() || (p < mine_.size() && mine_[p]))) {
         pending_[id][p] = 1;
         ++remaining_;
       }

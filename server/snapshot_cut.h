@@ -85,6 +85,16 @@ class SnapshotCut {
   SnapshotCut(const std::vector<std::unique_ptr<ServerTable>>& tables, Millis write_delay)
       : tables_(tables), writer_(write_delay) {}
 
+  // The partitions a cut copies (a replica group's; by default every one
+  // held).
+  void SetPartitions(const std::vector<uint32_t>& partitions) {
+    mine_.clear();
+    for (uint32_t p : partitions) {
+      if (p >= mine_.size()) mine_.resize(p + 1, 0);
+      mine_[p] = 1;
+    }
+  }
+
   // On-demand cuts (the coordinator's SnapshotAt / SnapshotCancel).
   void Schedule(int64_t clock) { scheduled_.insert(clock); }
   void Cancel(int64_t clock) { scheduled_.erase(clock); }
@@ -128,6 +138,7 @@ class SnapshotCut {
   void CopyKeys(uint32_t table, const uint64_t* keys, uint64_t n);
 
   const std::vector<std::unique_ptr<ServerTable>>& tables_;
+  std::vector<uint8_t> mine_;    // by partition: copied by a cut (empty: every one held)
   std::set<int64_t> scheduled_;  // on-demand cut clocks
   int64_t last_cut_ = -1;
   bool active_ = false;

@@ -17,13 +17,13 @@ Status TableDirectory::CheckBudget(const TableSpec& spec, size_t defined, const 
   // A sparse table without max_rows: its rows are counted as pushes make them.
   if (spec.kind != TableKind::kDense && spec.max_rows == 0) return Status::OK();
   const auto servers = static_cast<uint32_t>(budgets.size());
-  const ShardMap map = map_.owner.empty() ? ShardMap::Contiguous(partitions, servers, 1) : map_;
+  const ShardMap map = map_.owner.empty() ? ShardMap::Replicated(partitions, servers, replicas_, {}, 1) : map_;
   uint64_t total = 0;
-  for (uint32_t r = 0; r < servers; ++r) total += ServerTable::BudgetBytes(spec, map.partitions(), map.OwnedBy(r));
+  for (uint32_t r = 0; r < servers; ++r) total += ServerTable::BudgetBytes(spec, map.partitions(), map.HeldBy(r));
   for (uint32_t r = 0; r < servers; ++r) {
     const uint64_t budget = budgets[r];
     if (budget == 0) continue;
-    const auto owned = map.OwnedBy(r);
+    const auto owned = map.HeldBy(r);  // every copy it holds, backups included
     uint64_t used = 0;
     for (size_t i = 0; i < defined && i < tables_.size(); ++i)
       used += ServerTable::BudgetBytes(tables_[i], map.partitions(), owned);
@@ -35,6 +35,20 @@ Status TableDirectory::CheckBudget(const TableSpec& spec, size_t defined, const 
                               " of its " + std::to_string(budget) + "-byte memory budget left; nothing was created");
   }
   return Status::OK();
+}
+
+void TableDirectory::ChangeMap(ShardMap map, uint64_t update_id, std::set<uint32_t> servers) {
+  map_ = std::move(map);
+  change_update_id_ = update_id;
+  change_waiting_ = std::move(servers);
+  if (change_waiting_.empty()) published_map_ = map_;
+}
+
+TableDirectory::Answers TableDirectory::ForgetServer(uint32_t server) {
+  map_waiting_.erase(server);
+  change_waiting_.erase(server);
+  for (auto& p : pending_) p.waiting_for.erase(server);
+  return Settle();
 }
 
 void TableDirectory::AwaitMap(uint64_t update_id, uint32_t servers) {
@@ -91,20 +105,28 @@ void TableDirectory::AwaitTable(uint32_t table, const Waiter& creator, uint64_t 
 }
 
 TableDirectory::Answers TableDirectory::Ack(uint32_t server, uint64_t update_id) {
+  if (change_update_id_ != 0 && update_id >= change_update_id_) change_waiting_.erase(server);
+  if (!ready_ && map_update_id_ != 0 && update_id >= map_update_id_) map_waiting_.erase(server);
+  for (auto& p : pending_)
+    if (p.update_id <= update_id) p.waiting_for.erase(server);
+  return Settle();
+}
+
+TableDirectory::Answers TableDirectory::Settle() {
   Answers a;
-  if (!ready_ && map_update_id_ != 0 && update_id >= map_update_id_) {
-    map_waiting_.erase(server);
-    if (map_waiting_.empty()) {
-      ready_ = true;
-      LOG_INFO << "every server holds the shard map: the cluster is ready";
-      a.clusters = std::move(cluster_waiters_);
-      cluster_waiters_.clear();
-      a.tables = std::move(table_waiters_);  // resent to a resumed coordinator
-      table_waiters_.clear();
-    }
+  if (change_update_id_ != 0 && change_waiting_.empty() && published_map_.version != map_.version) {
+    published_map_ = map_;
+    LOG_INFO << "every live server holds shard map v" << map_.version << ": clients use it now";
+  }
+  if (!ready_ && map_update_id_ != 0 && map_waiting_.empty()) {
+    ready_ = true;
+    LOG_INFO << "every server holds the shard map: the cluster is ready";
+    a.clusters = std::move(cluster_waiters_);
+    cluster_waiters_.clear();
+    a.tables = std::move(table_waiters_);  // resent to a resumed coordinator
+    table_waiters_.clear();
   }
   for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->update_id <= update_id) it->waiting_for.erase(server);
     if (it->waiting_for.empty()) {
       a.tables.emplace_back(it->creator, it->table_id);
       it = pending_.erase(it);
@@ -132,7 +154,9 @@ std::vector<std::pair<Waiter, Status>> TableDirectory::Expire(Clock::time_point 
 }
 
 std::vector<Waiter> TableDirectory::RollBack() {
-  map_ = ShardMap{};
+  map_ = published_map_ = ShardMap{};
+  change_update_id_ = 0;
+  change_waiting_.clear();
   ready_ = false;
   map_update_id_ = 0;
   map_waiting_.clear();

@@ -55,6 +55,9 @@ class TableDirectory {
   // A restore or a resumed job (REQUIRES: ids are positions).
   void SetTables(std::vector<TableSpec> tables) { tables_ = std::move(tables); }
   const ShardMap& map() const { return map_; }
+  // The map clients are told: the newest one every live server has
+  // acknowledged (a changed map is not used before its servers hold it).
+  const ShardMap& published() const { return published_map_; }
   bool complete() const { return !map_.owner.empty(); }  // there is a shard map
   bool ready() const { return ready_; }                  // every server acknowledged it
 
@@ -66,8 +69,18 @@ class TableDirectory {
   Status CheckBudget(const TableSpec& spec, size_t defined, const std::vector<uint64_t>& budgets,
                      uint32_t partitions) const;
 
+  // Copies of each group: the budgets count every copy a server holds.
+  void set_replicas(uint32_t replicas) { replicas_ = replicas; }
   // The first shard map.
-  void SetMap(ShardMap map) { map_ = std::move(map); }
+  void SetMap(ShardMap map) {
+    map_ = std::move(map);
+    published_map_ = map_;
+  }
+  // A new map (a fail-over), sent in update `update_id`: published once
+  // each of `servers` acknowledged it.
+  void ChangeMap(ShardMap map, uint64_t update_id, std::set<uint32_t> servers);
+  // Server `server` is dead: nothing waits for its acknowledgements.
+  Answers ForgetServer(uint32_t server);
   // Servers [0, servers) must acknowledge update `update_id` (the one
   // carrying the first map) before the cluster is ready.
   void AwaitMap(uint64_t update_id, uint32_t servers);
@@ -96,6 +109,10 @@ class TableDirectory {
   std::vector<Waiter> RollBack();
 
  private:
+  // What the acknowledgements so far complete: a published map, the ready
+  // cluster, defined tables.
+  Answers Settle();
+
   struct PendingTable {
     uint32_t table_id;
     Waiter creator;
@@ -107,6 +124,10 @@ class TableDirectory {
   // Run()'s thread owns all of these.
   std::vector<TableSpec> tables_;  // index = id
   ShardMap map_;
+  ShardMap published_map_;
+  uint32_t replicas_ = 1;
+  uint64_t change_update_id_ = 0;        // the update carrying map_ when it is not published yet
+  std::set<uint32_t> change_waiting_;    // servers yet to acknowledge it
   bool ready_ = false;                   // every server acknowledged the first map
   uint64_t map_update_id_ = 0;           // the update carrying it (0: not sent)
   std::set<uint32_t> map_waiting_;       // servers yet to acknowledge it

@@ -53,9 +53,7 @@ Status TableSet::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, u
   return Status::OK();
 }
 
-Status TableSet::Define(const ClusterView& v, uint32_t rank) {
-  rank_ = rank;
-  const auto owned = v.map.OwnedBy(rank);
+Status TableSet::Define(const ClusterView& v, const std::vector<uint32_t>& owned) {
   partitions_ = v.map.partitions();
   owned_partitions_ = owned.size();
   tables_.resize(v.tables.size());

@@ -24,11 +24,19 @@ class TableSet {
  public:
   explicit TableSet(uint64_t memory_budget) : budget_(memory_budget) {}
 
-  // Makes every table of `v` not held or refused yet, holding the
-  // partitions the shard map gives server `rank`; when the job restores
-  // (v.restore_from), fills them from that snapshot. REQUIRES v.complete().
-  // Returns why a restore failed (the server cannot serve then).
-  Status Define(const ClusterView& v, uint32_t rank);
+  // Makes every table of `v` not held or refused yet, holding `held` (the
+  // partitions of every replica group this server has a copy of); when the
+  // job restores (v.restore_from), fills them from that snapshot.
+  // REQUIRES v.complete(). Returns why a restore failed (the server cannot
+  // serve then).
+  Status Define(const ClusterView& v, const std::vector<uint32_t>& held);
+  // The partitions server `rank` holds a copy of, by the map of `v`.
+  Status Define(const ClusterView& v, uint32_t rank) {
+    rank_ = rank;
+    return Define(v, v.map.HeldBy(rank));
+  }
+  // Names this server in messages (its rank).
+  void set_rank(uint32_t rank) { rank_ = rank; }
   // A complete view was defined: requests may be served.
   bool ready() const { return partitions_ > 0; }
 

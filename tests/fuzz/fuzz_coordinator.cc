@@ -52,7 +52,7 @@ void CoordinatorFuzzAccess::Run(const uint8_t* data, size_t size) {
   o.num_servers = 2;
   o.num_workers = 2;
   o.partitions = 8;
-  o.metrics = &registry;
+  o.metrics.registry = &registry;
   o.snapshot_dir = fuzz::TempDir("coordinator");
   o.heartbeat_timeout = Millis(3600 * 1000);
   o.join_timeout = Millis(3600 * 1000);

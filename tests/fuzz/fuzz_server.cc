@@ -114,22 +114,37 @@ void ServerFuzzAccess::Run(const uint8_t* data, size_t size) {
   s.rank_ = 0;
   s.ApplyCluster(base);
 
+  // Every replica group this server holds (one: its own, unless a fuzzed
+  // map gives it more).
+  auto each = [&](auto&& fn) {
+    for (auto& sh : s.shards_)
+      if (sh) fn(*sh);
+  };
   auto check = [&] {
-    uint64_t parked = 0;
-    for (const auto& p : s.clocks_.parked()) parked += p.bytes;
-    if (parked != s.clocks_.parked_bytes() || s.clocks_.parked_bytes() > s.opts_.held_bytes) std::abort();
+    each([&](Shard& sh) {
+      uint64_t parked = 0;
+      for (const auto& p : sh.clocks.parked()) parked += p.bytes;
+      if (parked != sh.clocks.parked_bytes() || sh.clocks.parked_bytes() > s.opts_.held_bytes) std::abort();
+      if (s.view_.consistency == Consistency::kSync) {
+        const uint64_t counted = sh.clocks.ahead_bytes();
+        sh.clocks.RecountAhead();
+        if (counted != sh.clocks.ahead_bytes() || sh.clocks.ahead_bytes() > s.opts_.held_bytes) std::abort();
+      }
+    });
     if (s.TableBytes() > s.opts_.memory_budget) std::abort();
-    if (s.view_.consistency == Consistency::kSync) {
-      const uint64_t counted = s.clocks_.ahead_bytes();
-      s.clocks_.RecountAhead();
-      if (counted != s.clocks_.ahead_bytes() || s.clocks_.ahead_bytes() > s.opts_.held_bytes) std::abort();
-    }
   };
   auto expire_all = [&] {
     const Millis keep = s.opts_.max_hold;
     s.opts_.max_hold = Millis(-1);
-    s.ExpireParked();
+    each([&](Shard& sh) {
+      if (sh.primary) s.ExpireParked(sh);
+    });
     s.opts_.max_hold = keep;
+  };
+  auto advance = [&] {
+    each([&](Shard& sh) {
+      if (sh.primary) s.Advance(sh);
+    });
   };
 
   for (int ops = 0; !in.empty() && ops < 256 && !s.shutdown_; ++ops) {
@@ -137,9 +152,9 @@ void ServerFuzzAccess::Run(const uint8_t* data, size_t size) {
     if (op < 4) {
       auto frames = Frames(in, in.U8() % 6, true);
       s.HandleData(frames);
-      s.cut_.CopySome(0);  // one partition of a cut in progress, as between requests
+      each([](Shard& sh) { sh.cut.CopySome(0); });  // one partition of a cut in progress, as between requests
     } else if (op == 4) {
-      s.Advance();
+      advance();
     } else if (op == 5) {
       expire_all();
     } else if (op == 6) {
@@ -168,12 +183,14 @@ void ServerFuzzAccess::Run(const uint8_t* data, size_t size) {
     }
     check();
   }
-  s.Advance();
+  advance();
   expire_all();
   check();
   s.UpdateGauges();
   s.SendHeartbeat();
-  if (s.cut_.active()) s.cut_.Finish();
+  each([](Shard& sh) {
+    if (sh.cut.active()) sh.cut.Finish();
+  });
 }
 
 }  // namespace shardps

@@ -34,6 +34,8 @@ def parse_args(argv):
     ap.add_argument("--workers", type=int, help="worker processes ([job] workers; default 2)")
     ap.add_argument("--consistency", choices=["sync", "bounded", "async"])
     ap.add_argument("--staleness", type=int)
+    ap.add_argument("--replicas", type=int, help="copies of each group of partitions on different servers ([job] "
+                    "replicas; 2: a dead server's partitions are served by their backups, no rollback)")
     ap.add_argument("--snapshot-dir", dest="snapshot_dir")
     ap.add_argument("--snapshot-every-clocks", dest="snapshot_every_clocks", type=int)
     ap.add_argument("--snapshot-every-sec", dest="snapshot_every_sec", type=int)
@@ -65,16 +67,17 @@ def parse_args(argv):
     if args.hosts and not args.mode:
         args.mode = "ssh"
     for name in ("servers", "workers", "staleness", "snapshot_every_clocks", "snapshot_every_sec", "timeout",
-                 "max_restarts"):
+                 "max_restarts", "replicas"):
+        least = 1 if name in ("servers", "timeout", "replicas") else 0
         v = getattr(args, name)
-        if v is not None and v < (1 if name in ("servers", "timeout") else 0):
-            ap.error(f"--{name.replace('_', '-')} must be at least {1 if name in ('servers', 'timeout') else 0}, got {v}")
+        if v is not None and v < least:
+            ap.error(f"--{name.replace('_', '-')} must be at least {least}, got {v}")
     return args, worker_cmd
 
 
 # The older flags and the job-file keys they set.
 LEGACY_FLAGS = [("servers", "job.servers"), ("workers", "job.workers"), ("consistency", "job.consistency"),
-                ("staleness", "job.staleness"), ("snapshot_dir", "job.snapshot_dir"),
+                ("staleness", "job.staleness"), ("replicas", "job.replicas"), ("snapshot_dir", "job.snapshot_dir"),
                 ("snapshot_every_clocks", "job.snapshot_every_clocks"),
                 ("snapshot_every_sec", "job.snapshot_every_sec"), ("run_dir", "launch.run_dir"),
                 ("bin_dir", "launch.bin_dir"), ("timeout", "launch.timeout_sec"), ("mode", "launch.mode"),

@@ -1,0 +1,89 @@
+// Replicas: a dead server's groups served by their backups (docs/fault-
+// tolerance.md, "Replicas"). The coordinator decides who serves what (a new
+// shard map version), sends it to every live server, and tells clients
+// (heartbeat replies, cluster answers) only once they all hold it, so a
+// client never reaches a server that does not yet know it serves a group.
+#include <string>
+
+#include "common/log.h"
+#include "common/wire.h"
+#include "server/coordinator.h"
+
+namespace shardps {
+
+namespace {
+
+std::string List(const std::vector<uint32_t>& v) {
+  std::string s;
+  for (uint32_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+}  // namespace
+
+Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
+  if (rank >= opts_.num_servers || !members_.servers()[rank].registered) return Status::OK();
+  if (opts_.replicas < 2)
+    return Status::InvalidArgument("server " + std::to_string(rank) + " " + why +
+                                   ": this job keeps one copy of each partition ([job] replicas = 1), so its "
+                                   "partitions are lost; the job can only roll back to a snapshot");
+  if (!tables_.complete()) return Status::OK();  // no map yet: nothing served
+  std::vector<uint32_t> lost;
+  ShardMap next = tables_.map().Without(rank, &lost);
+  if (!lost.empty()) {
+    std::string holders;
+    for (uint32_t g : lost) holders += (holders.empty() ? "" : "; ") + std::string("group ") + std::to_string(g);
+    return Status::Unavailable("server " + std::to_string(rank) + " " + why + ": " + holders +
+                               " lost every copy (replicas = " + std::to_string(opts_.replicas) +
+                               ", the other copies died before); the job can only roll back to a snapshot");
+  }
+  members_.DeclareServerDead(rank);
+  std::string moved;
+  for (uint32_t g = 0; g < next.groups(); ++g)
+    if (tables_.map().Primary(g) == rank) moved += (moved.empty() ? "" : ", ") + std::string("group ") +
+                                                     std::to_string(g) + " -> server " + std::to_string(next.Primary(g));
+  LOG_WARN << "server " << rank << " " << why << ": declared dead; fail-over to shard map v" << next.version
+           << (moved.empty() ? " (it was primary of no group)" : ": " + moved);
+  const uint64_t update = next_update_id_++;
+  std::set<uint32_t> live(members_.AnsweringServers());
+  for (uint32_t r : members_.RegisteredServers()) live.insert(r);
+  tables_.ChangeMap(std::move(next), update, live);
+  for (const auto& [w, table] : tables_.ForgetServer(rank).tables) ReplyTableSpec(w, table);
+  metrics_.FailedOver();
+  BroadcastUpdate(update);
+  dirty_ = true;
+  return Status::OK();
+}
+
+void Coordinator::HandleDeclareDead(const std::string& from, const wire::Header& h) {
+  const int rank = h.rank();
+  if (rank < 0 || rank >= static_cast<int>(opts_.num_servers))
+    return ReplyError(from, h.request_id(),
+                      Status::InvalidArgument("declare-dead: server " + std::to_string(rank) + " is not a server of this job (0.." +
+                                              std::to_string(opts_.num_servers - 1) + ")"));
+  const bool was = members_.servers()[rank].registered;
+  Status s = FailOver(static_cast<uint32_t>(rank), "was declared dead (its process ended)");
+  if (!s.ok()) return ReplyError(from, h.request_id(), s);
+  wire::Fields f;
+  f.request_id = h.request_id();
+  f.map_version = tables_.map().version;
+  const std::string msg = !was && members_.servers()[rank].dead
+                              ? "server " + std::to_string(rank) + " was declared dead before"
+                              : "server " + std::to_string(rank) + " is dead; its groups are served by their backups "
+                                "(shard map v" + std::to_string(tables_.map().version) + ")";
+  f.message = msg;
+  Reply(from, wire::EncodeSimple(fbb_, f));
+}
+
+bool Coordinator::FenceDeadServer(const std::string& from, const wire::Header& h) {
+  if (h.role() != wire::Role::Server || !members_.IsDeadServer(from)) return false;
+  if (h.type() == wire::MsgType::Reply) return true;  // nothing to answer
+  wire::Fields f;
+  f.type = wire::MsgType::Shutdown;
+  f.request_id = next_update_id_++;
+  f.message = "this server was declared dead; its partitions are served by their backups";
+  Reply(from, wire::EncodeSimple(fbb_, f));
+  return true;
+}
+
+}  // namespace shardps

@@ -1,0 +1,313 @@
+// Replica groups (docs/fault-tolerance.md, "Replicas"): the shards a
+// server holds as the shard map says, the stream from a primary to its
+// backups (every input that changes the group's state, in the order taken),
+// a backup applying it, and a backup taking its group over when the map
+// makes it the primary.
+#include "common/log.h"
+#include "common/security.h"
+#include "common/wire.h"
+#include "server/optimizer.h"
+#include "server/server.h"
+
+namespace shardps {
+
+namespace {
+
+// A frame sharing `m`'s bytes (ZeroMQ counts the references; small frames
+// are copied).
+zmq::message_t Share(zmq::message_t& m) {
+  zmq::message_t c;
+  c.copy(m);
+  return c;
+}
+
+}  // namespace
+
+void Server::PlaceShards() {
+  const ShardMap& m = view_.map;
+  if (shards_.size() < m.groups()) shards_.resize(m.groups());
+  check_.SetGroups(m.ReplicaStride() > 1 ? &m.group : nullptr);
+  std::set<uint32_t> fed;  // the servers this one streams to
+  for (uint32_t g = 0; g < m.groups(); ++g) {
+    auto& sh = shards_[g];
+    if (!m.Holds(rank_, g)) {
+      // Not held (any more): a copy left behind by a map change keeps its
+      // rows until the server stops; nothing is served from it.
+      if (sh) sh->primary = false;
+      continue;
+    }
+    const bool primary = m.Primary(g) == rank_;
+    if (!sh) {
+      sh = std::make_unique<Shard>(g, tables_.all(), opts_.held_bytes, opts_.snapshot_write_delay, NewVersionTag());
+      sh->cut.SetPartitions(m.OfGroup(g));
+      sh->clocks.SetModel(view_.consistency, view_.staleness);
+      sh->primary = primary;
+      if (!primary)
+        LOG_INFO << "holding a copy of group " << g << " (its primary: server " << m.Primary(g) << ")";
+    } else if (primary && !sh->primary) {
+      // Its primary died: this copy has every input it acknowledged.
+      sh->primary = true;
+      LOG_WARN << "taking over group " << g << " (shard map v" << m.version << "): " << sh->applied
+               << " inputs applied from its primary, applied clock " << sh->clocks.applied_clock();
+    }
+    if (sh->primary) {
+      sh->backups = m.Backups(g);
+      for (uint32_t b : sh->backups) fed.insert(b);
+      std::erase_if(sh->acked, [&](const auto& a) { return !m.Holds(a.first, g); });
+      ReleaseHeld(*sh);  // a dead backup is waited for no more
+    }
+  }
+  // Streams to servers no longer fed (dead) are closed: nothing queues for them.
+  std::erase_if(peers_, [&](const auto& p) { return !fed.count(p.first); });
+  // Replicates that came before this server knew its copies.
+  std::deque<std::vector<zmq::message_t>> early;
+  early.swap(early_replicates_);
+  for (auto& frames : early) HandleData(frames);
+}
+
+void Server::HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  const bool stream = !sh.backups.empty();
+  std::vector<zmq::message_t> copy;  // header and payload, taken before a handler moves the frames
+  if (stream)
+    for (size_t i = 1; i < frames.size(); ++i) copy.push_back(Share(frames[i]));
+  // A pull kept for delay compensation is an input too: the backups park
+  // and keep it as the primary does.
+  const ServerTable* t = tables_.get(h.table());
+  const bool dc_pull = h.type() == wire::MsgType::Pull && h.role() == wire::Role::Worker && h.key_count() == 0 && t &&
+                       EffectiveStalenessRule(t->spec()) == StalenessRule::kDelayCompensation;
+  input_.shard = &sh;
+  input_.changed = dc_pull;
+  input_.refused = false;
+  input_.request = h.request_id();
+  const auto arrived = Clock::now();
+  switch (h.type()) {
+    case wire::MsgType::Push:
+      Push(sh, h, frames);
+      m_.push_seconds.SingleWriterObserve(std::chrono::duration<double>(Clock::now() - arrived).count());
+      break;
+    case wire::MsgType::Pull: Pull(sh, h, frames, arrived); break;
+    case wire::MsgType::Tick: Tick(sh, h, frames); break;
+    case wire::MsgType::Join: Join(sh, h, frames); break;
+    default: break;
+  }
+  input_.shard = nullptr;
+  if (!stream) return;
+  if (input_.changed && !input_.refused) {
+    Forward(sh, wire::RepKind::Request, std::move(copy));
+  } else {
+    // Nothing to forward: its replies wait only for what came before.
+    for (auto it = sh.held.rbegin(); it != sh.held.rend() && it->fseq > sh.sent; ++it) it->fseq = sh.sent;
+  }
+  ReleaseHeld(sh);
+}
+
+void Server::Send(std::vector<zmq::message_t>&& frames) {
+  if (Shard* sh = input_.shard) {
+    if (!sh->primary) return;  // a backup answers nobody: its primary did
+    if (!sh->backups.empty()) {
+      // Follows from the input being handled (which gets fseq sent + 1 if
+      // forwarded) and everything before it.
+      sh->held.push_back({sh->sent + 1, std::move(frames)});
+      return;
+    }
+  }
+  Status s = SendMultipart(data_, frames);
+  if (!s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
+}
+
+zmq::socket_t& Server::Peer(uint32_t server) {
+  auto it = peers_.find(server);
+  if (it != peers_.end()) return it->second;
+  zmq::socket_t s(ctx_, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndhwm, 0);  // held back by the replies it holds, not dropped
+  s.set(zmq::sockopt::rcvhwm, 0);
+  if (opts_.security.enabled) MakeCurveClient(s, opts_.security.key);
+  if (server < view_.servers.size() && !view_.servers[server].empty()) s.connect(view_.servers[server]);
+  LOG_INFO << "streaming to server " << server << " at "
+           << (server < view_.servers.size() ? view_.servers[server] : std::string("?"));
+  return peers_.emplace(server, std::move(s)).first->second;
+}
+
+void Server::Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> payload,
+                     const ClusterView* membership) {
+  if (!sh.hello_sent) {  // the stream's first input: the version tag the group's versions carry
+    sh.hello_sent = true;
+    wire::Fields f;
+    f.type = wire::MsgType::Replicate;
+    f.role = wire::Role::Server;
+    f.rank = static_cast<int32_t>(rank_);
+    f.group = static_cast<int32_t>(sh.group);
+    f.fseq = f.request_id = ++sh.sent;
+    f.rep = wire::RepKind::Hello;
+    f.table_version = sh.version_tag;
+    for (uint32_t b : sh.backups) {
+      std::vector<zmq::message_t> out;
+      out.push_back(wire::EncodeSimple(fbb_, f));
+      if (Status s = SendMultipart(Peer(b), out); !s.ok()) LOG_WARN << "stream to server " << b << ": " << s.ToString();
+    }
+  }
+  wire::Fields f;
+  f.type = wire::MsgType::Replicate;
+  f.role = wire::Role::Server;
+  f.rank = static_cast<int32_t>(rank_);
+  f.group = static_cast<int32_t>(sh.group);
+  f.fseq = f.request_id = ++sh.sent;
+  f.rep = kind;
+  for (size_t i = 0; i < sh.backups.size(); ++i) {
+    fbb_.Clear();
+    zmq::message_t header;
+    if (membership) {
+      auto body = wire::BuildCluster(fbb_, *membership);
+      header = wire::Encode(fbb_, f, wire::Body::ClusterInfo, body.Union());
+    } else {
+      header = wire::Encode(fbb_, f);
+    }
+    std::vector<zmq::message_t> out;
+    out.push_back(std::move(header));
+    const bool last = i + 1 == sh.backups.size();
+    for (auto& m : payload) out.push_back(last ? std::move(m) : Share(m));
+    if (Status s = SendMultipart(Peer(sh.backups[i]), out); !s.ok())
+      LOG_WARN << "stream to server " << sh.backups[i] << ": " << s.ToString();
+  }
+}
+
+void Server::ApplyMembership(Shard& sh) {
+  input_.shard = &sh;  // pulls it releases follow from it
+  sh.clocks.SetMembership(view_.worker_ranks(), view_.live_workers);
+  if (!sh.backups.empty()) {
+    ClusterView live;  // what a backup's clocks need of the view
+    live.consistency = view_.consistency;
+    live.num_servers = view_.num_servers;
+    live.num_workers = view_.num_workers;
+    live.max_workers = view_.max_workers;
+    live.membership_version = view_.membership_version;
+    live.live_workers = view_.live_workers;
+    Forward(sh, wire::RepKind::Membership, {}, &live);
+  }
+  Advance(sh);
+  input_.shard = nullptr;
+  ReleaseHeld(sh);
+}
+
+void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  const uint32_t g = h.group() >= 0 ? static_cast<uint32_t>(h.group()) : UINT32_MAX;
+  Shard* sh = g < shards_.size() ? shards_[g].get() : nullptr;
+  if (!sh && (!view_.complete() || g >= view_.map.groups())) {
+    // Before this server holds the map that makes it a backup of g: kept
+    // until it does (the primary waits for the acknowledgement meanwhile).
+    early_replicates_.push_back(std::move(frames));
+    return;
+  }
+  auto refuse = [&](const std::string& why) {
+    LOG_ERROR << "stream of group " << g << " from server " << h.rank() << " refused: " << why;
+    wire::Fields f;
+    f.request_id = h.request_id();
+    f.group = h.group();
+    f.fseq = h.fseq();
+    f.error = wire::ErrorCode::WrongServer;
+    f.message = why;
+    std::vector<zmq::message_t> out;
+    out.emplace_back(frames[0].data(), frames[0].size());
+    out.push_back(wire::EncodeSimple(fbb_, f));
+    (void)SendMultipart(data_, out);
+  };
+  if (!sh) return refuse("server " + std::to_string(rank_) + " holds no copy of group " + std::to_string(g));
+  if (sh->primary)
+    return refuse("server " + std::to_string(rank_) + " is the primary of group " + std::to_string(g) +
+                  " in shard map v" + std::to_string(view_.map.version) + ": the sender was declared dead");
+  if (h.fseq() != sh->applied + 1)
+    return refuse("input " + std::to_string(h.fseq()) + " of group " + std::to_string(g) + " after input " +
+                  std::to_string(sh->applied) + ": the stream lost inputs");
+  ApplyReplicated(*sh, h, frames);
+  sh->applied = h.fseq();
+  wire::Fields ack;
+  ack.request_id = h.request_id();
+  ack.group = h.group();
+  ack.fseq = h.fseq();
+  ack.role = wire::Role::Server;
+  ack.rank = static_cast<int32_t>(rank_);
+  std::vector<zmq::message_t> out;
+  out.emplace_back(frames[0].data(), frames[0].size());
+  out.push_back(wire::EncodeSimple(fbb_, ack));
+  if (Status s = SendMultipart(data_, out); !s.ok()) LOG_WARN << "acknowledgement dropped: " << s.ToString();
+}
+
+void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  switch (h.rep()) {
+    case wire::RepKind::Hello:
+      sh.version_tag = h.table_version();
+      return;
+    case wire::RepKind::Membership: {
+      ClusterView live;
+      if (Status s = wire::DecodeCluster(h.body_as_ClusterInfo(), &live); !s.ok()) {
+        LOG_ERROR << "group " << sh.group << ": bad live workers from the primary: " << s.ToString();
+        return;
+      }
+      input_.shard = &sh;
+      sh.clocks.SetMembership(live.worker_ranks(), live.live_workers);
+      Advance(sh);
+      input_.shard = nullptr;
+      return;
+    }
+    case wire::RepKind::Request: {
+      // [primary's routing id][Replicate][the request's header][its frames]:
+      // the request as the primary took it, its routing id the primary's.
+      if (frames.size() < 3) return;
+      std::vector<zmq::message_t> request;
+      request.emplace_back(frames[0].data(), frames[0].size());
+      for (size_t i = 2; i < frames.size(); ++i) request.push_back(std::move(frames[i]));
+      std::vector<uint64_t> scratch;
+      const wire::Header* in = nullptr;
+      if (Status s = wire::ParseHeader(request[1], scratch, &in); !s.ok()) {
+        LOG_ERROR << "group " << sh.group << ": bad request from the primary: " << s.ToString();
+        return;
+      }
+      input_.shard = &sh;
+      input_.request = in->request_id();
+      switch (in->type()) {
+        case wire::MsgType::Push: Push(sh, *in, request); break;
+        case wire::MsgType::Pull: Pull(sh, *in, request, Clock::now()); break;
+        case wire::MsgType::Tick: Tick(sh, *in, request); break;
+        case wire::MsgType::Join: Join(sh, *in, request); break;
+        default: LOG_ERROR << "group " << sh.group << ": the primary forwarded a '" << wire::EnumNameMsgType(in->type()) << "'";
+      }
+      input_.shard = nullptr;
+      return;
+    }
+  }
+}
+
+void Server::ReceiveAcks() {
+  std::vector<zmq::message_t> frames;
+  for (auto& [server, peer] : peers_)
+    for (int i = 0; i < 1024 && RecvMultipart(peer, &frames); ++i) {
+      const wire::Header* h = nullptr;
+      if (frames.empty() || !wire::ParseHeader(frames[0], header_scratch_, &h).ok()) continue;
+      const int g = h->group();
+      Shard* sh = g >= 0 && static_cast<size_t>(g) < shards_.size() ? shards_[g].get() : nullptr;
+      if (Status s = wire::ReplyStatus(h); !s.ok()) {
+        // A backup that is the primary now: this server was declared dead
+        // (it is fenced off); any other refusal: the copies differ.
+        fatal_ = Status(s.code(), "server " + std::to_string(server) + " refused group " + std::to_string(g) +
+                                      "'s stream: " + s.message());
+        LOG_ERROR << fatal_.message() << "; this server stops";
+        shutdown_ = true;
+        return;
+      }
+      if (!sh || !sh->primary) continue;
+      uint64_t& a = sh->acked[server];
+      a = std::max(a, h->fseq());
+      ReleaseHeld(*sh);
+    }
+}
+
+void Server::ReleaseHeld(Shard& sh) {
+  if (sh.held.empty()) return;
+  std::vector<std::vector<zmq::message_t>> go;
+  sh.TakeReleasable(&go);
+  for (auto& frames : go)
+    if (Status s = SendMultipart(data_, frames); !s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
+}
+
+}  // namespace shardps

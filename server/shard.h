@@ -1,0 +1,89 @@
+// Shard: one replica group as a server holds it (docs/fault-tolerance.md,
+// "Replicas"): the group's consistency model (its worker clocks, held sync
+// pushes, parked pulls), its delay-compensation pulls, its snapshot cuts,
+// and its place in the replication stream. The rows themselves live in
+// the server's TableSet, which holds every partition of every group the
+// server has a copy of.
+//
+// A primary serves the group's requests. With backups, every input that
+// changes the group's state (a push, a tick, a join, a live-worker change,
+// a pull kept for delay compensation) is forwarded to each backup, in the
+// order the primary took it, numbered 1, 2, ... (fseq); a backup applies
+// the same inputs in the same order with the same code, so its rows and
+// optimizer state stay bit for bit the primary's. A reply that follows
+// from an input (its acknowledgement, a pull answered after it) leaves
+// only once every backup has applied that input, so nothing a worker was
+// told can be lost with the primary. A backup sends nothing to workers;
+// when its primary dies, the coordinator's new map makes it the primary.
+//
+// With one copy per group a server holds one Shard, its own group, and no
+// stream exists: requests are handled exactly as without replication.
+//
+// Thread: the server's event loop owns it; no locks (the cut's writer
+// thread shares only CutWriter's queues).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "server/dc_kept.h"
+#include "server/snapshot_cut.h"
+#include "server/worker_clocks.h"
+
+namespace shardps {
+
+class Shard {
+ public:
+  Shard(uint32_t group, const std::vector<std::unique_ptr<ServerTable>>& tables, uint64_t held_bytes,
+        Millis snapshot_write_delay, uint64_t version_tag)
+      : group(group), clocks(held_bytes), cut(tables, snapshot_write_delay), version_tag(version_tag) {}
+
+  const uint32_t group;
+  bool primary = false;   // serves the group's requests; else a backup fed by the primary's stream
+  WorkerClocks clocks;
+  DcKept dc;
+  SnapshotCut cut;        // a primary's cuts of the group's partitions
+  // The top bits of every version handed out for the group's rows: the
+  // primary's (a backup takes its primary's from the stream), so a worker's
+  // base version stays valid across a fail-over.
+  uint64_t version_tag;
+
+  // ---- The stream, primary side.
+  // A reply held until every backup applied input `fseq`.
+  struct HeldReply {
+    uint64_t fseq;
+    std::vector<zmq::message_t> frames;  // routing id first
+  };
+  std::vector<uint32_t> backups;       // the servers it feeds (the shard map's)
+  uint64_t sent = 0;                   // fseq of the last input forwarded
+  std::map<uint32_t, uint64_t> acked;  // backup -> the last fseq it applied
+  std::deque<HeldReply> held;          // in the order made
+  bool hello_sent = false;             // the stream's first message (the version tag) went out
+  // The last fseq every backup applied (sent when there is none).
+  uint64_t AckedByAll() const {
+    uint64_t a = sent;
+    for (uint32_t b : backups) {
+      auto it = acked.find(b);
+      a = std::min(a, it == acked.end() ? 0 : it->second);
+    }
+    return a;
+  }
+  // Moves the replies every backup is far enough for into *out.
+  void TakeReleasable(std::vector<std::vector<zmq::message_t>>* out) {
+    const uint64_t all = AckedByAll();
+    while (!held.empty() && held.front().fseq <= all) {
+      out->push_back(std::move(held.front().frames));
+      held.pop_front();
+    }
+  }
+
+  // ---- The stream, backup side.
+  uint64_t applied = 0;  // fseq of the last input applied from the primary
+};
+
+}  // namespace shardps
