@@ -219,12 +219,14 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
   if (h.fseq() != sh->applied + 1)
     return refuse("input " + std::to_string(h.fseq()) + " of group " + std::to_string(g) + " after input " +
                   std::to_string(sh->applied) + ": the stream lost inputs");
-  ApplyReplicated(*sh, h, frames);
-  sh->applied = h.fseq();
+  // What the acknowledgement needs, read now: applying may parse other
+  // headers into the scratch `h` may lie in.
   wire::Fields ack;
   ack.request_id = h.request_id();
   ack.group = h.group();
   ack.fseq = h.fseq();
+  ApplyReplicated(*sh, h, frames);
+  sh->applied = ack.fseq;
   ack.role = wire::Role::Server;
   ack.rank = static_cast<int32_t>(rank_);
   std::vector<zmq::message_t> out;
