@@ -53,7 +53,7 @@ std::optional<KeyFile> g_key;  // --key / $SHARDPS_KEY
 
 // One request to the coordinator and its reply (a header), within `timeout_sec`.
 Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec, zmq::message_t* reply,
-            const wire::Header** h, std::vector<uint64_t>* scratch) {
+            const wire::Header** h, std::vector<uint64_t>* scratch, int rank = -1) {
   static zmq::context_t ctx(1);
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
@@ -71,6 +71,7 @@ Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec,
   f.type = type;
   f.request_id = 1;
   f.role = wire::Role::Observer;
+  f.rank = rank;  // DeclareDead: the server
   zmq::message_t request = wire::EncodeSimple(fbb, f);
   const auto deadline = Clock::now() + std::chrono::seconds(timeout_sec);
   if (Status s = RequestReply(sock, monitor, g_key ? &*g_key : nullptr, request, deadline, "coordinator " + coordinator,
@@ -342,6 +343,16 @@ int CmdRollback(const std::string& coordinator, int timeout_sec) {
   return 0;
 }
 
+int CmdDeclareDead(const std::string& coordinator, int server, int timeout_sec) {
+  zmq::message_t m;
+  const wire::Header* h = nullptr;
+  std::vector<uint64_t> scratch;
+  Status s = Call(coordinator, wire::MsgType::DeclareDead, timeout_sec, &m, &h, &scratch, server);
+  if (!s.ok()) return Fail("declare-dead: " + s.ToString());
+  std::printf("%s\n", Str(h->message()).c_str());
+  return 0;
+}
+
 bool Resolve(const std::string& host, const std::string& port, addrinfo** res, std::string* err) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -465,6 +476,11 @@ int main(int argc, char** argv) {
   auto* rollback = app.add_subcommand("rollback", "after a server died: the job goes back to its newest complete snapshot (then start every server and worker again)");
   rollback->add_option("COORDINATOR", coordinator)->required();
   rollback->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
+  int dead_server = -1;
+  auto* declare = app.add_subcommand("declare-dead", "server SERVER's process ended: with replicas, its groups are served by their backups now (no rollback); fails, saying why, where a group would lose its last copy");
+  declare->add_option("COORDINATOR", coordinator)->required();
+  declare->add_option("SERVER", dead_server, "the dead server's rank")->required()->check(CLI::Range(0, 4095));
+  declare->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* listen = app.add_subcommand("probe-listen", "(launcher checks) listen on ADDRESS, print the port");
   listen->add_option("ADDRESS", address)->required();
   listen->add_option("--seconds", seconds)->check(CLI::Range(1, 3600))->capture_default_str();
@@ -482,6 +498,7 @@ int main(int argc, char** argv) {
   if (*snap) return CmdSnapshot(coordinator, snap_timeout);
   if (*stop) return CmdStop(coordinator, stop_timeout);
   if (*rollback) return CmdRollback(coordinator, timeout_sec);
+  if (*declare) return CmdDeclareDead(coordinator, dead_server, timeout_sec);
   if (*listen) return CmdProbeListen(address, seconds);
   if (*connect) return CmdProbeConnect(targets, timeout_ms);
   return 2;

@@ -267,6 +267,9 @@ def test_what_a_job_needs():
     # The rollback runs shardps-ctl on this machine: it must be here, whatever the mode.
     needs, remote = job_needs(dict(local, mode="slurm", restart_servers=True), ["train"])
     assert "shardps-ctl" in needs and remote == {"shardps-server"}
+    # With replicas, a dead server is failed over by shardps-ctl declare-dead, run here.
+    needs, remote = job_needs(dict(local, mode="ssh"), ["train"], replicas=2)
+    assert "declare-dead" in needs["shardps-ctl"] and remote == {"shardps-server"}
 
 
 def executable(path):

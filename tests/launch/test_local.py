@@ -251,6 +251,35 @@ def test_killed_server_rolls_the_job_back_to_the_newest_snapshot(run_dir, tmp_pa
     wait_none_left(run_dir)
 
 
+def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_dir, tmp_path):
+    """[job] replicas = 2: kill -9 of a server mid-training, no restart flag;
+    the launcher tells the coordinator (shardps-ctl declare-dead), the
+    server's groups are served by their backups, no process is restarted,
+    nothing rolls back, the job exits 0, and its final model equals, bit for
+    bit, that of the same job without the kill."""
+    def worker(name):
+        return full_mlp(4, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
+                            "--save-params", str(tmp_path / (name + "{rank}.bin"))])
+    launch = Launch(["--servers", "2", "--workers", "2", "--replicas", "2", "--", *worker("a")], run_dir)
+    launch.wait_for_line(r"worker 0 \| epoch 2 step", 120)
+    os.kill(pid_of(run_dir, "shardps-server", "--rank", "1"), signal.SIGKILL)
+    rc = launch.wait(240)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(r"server 1 on localhost killed by signal SIGKILL at [\d.]+ s: server 1 is dead; its groups are "
+                     r"served by their backups \(shard map v2\); the job goes on \(nothing restarted\)", out), out
+    assert "all 2 workers finished" in out, out
+    assert re.search(r"on the way: server 1 .*: failed over to the backups of its groups", out), out
+    job = read_json(os.path.join(run_dir, "job.json"))
+    assert job["restarts"] == 0 and job["rollbacks"] == 0 and job["state"] == "completed", job
+    assert len(job["processes"]) == 5, job  # nothing started again
+    again = Launch(["--servers", "2", "--workers", "2", "--replicas", "2", "--", *worker("b")], run_dir + "-b")
+    assert again.wait(240) == 0, again.output()
+    a, b = open(tmp_path / "a0.bin", "rb").read(), open(tmp_path / "b0.bin", "rb").read()
+    assert len(a) > 0 and a == b, "the final models differ"
+    wait_none_left(run_dir)
+
+
 def test_killed_server_without_snapshots_stops_the_job_saying_why(run_dir):
     launch = Launch(["--servers", "2", "--workers", "2", "--restart-servers", "--", *small_mlp(epochs=500)], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)

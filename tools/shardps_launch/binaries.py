@@ -83,7 +83,7 @@ class Binaries:
         return self._paths.get(name) or self.locate(name)
 
 
-def job_needs(launch, worker_cmd):
+def job_needs(launch, worker_cmd, replicas=1):
     """What the job of `launch` ([launch] of the job) needs, as
     ({name: why}, the names that run only on other hosts). The coordinator
     and the servers always; shardps-ctl for --restart-servers (the rollback
@@ -95,10 +95,12 @@ def job_needs(launch, worker_cmd):
         needs["shardps-ctl"] = "the checks before starting run shardps-ctl probe-listen and probe-connect on each host"
     if launch["restart_servers"]:
         needs["shardps-ctl"] = "--restart-servers: the rollback runs shardps-ctl rollback on this machine"
+    if replicas > 1:
+        needs["shardps-ctl"] = "replicas: a dead server is failed over with shardps-ctl declare-dead on this machine"
     if worker_cmd and worker_cmd[0] in BINARIES:
         needs[worker_cmd[0]] = "the worker command"
     elsewhere = set(needs) - {"shardps-coordinator"} if remote else set()
-    if launch["restart_servers"]:
+    if launch["restart_servers"] or replicas > 1:
         elsewhere.discard("shardps-ctl")
     return needs, elsewhere
 

@@ -91,6 +91,7 @@ class Proc:
         self.spec = spec  # (argv, env) before command_for: to start it again
         self.incarnation = incarnation  # 0: first start; k: its k-th restart
         self.handled = False  # main thread: its failure was dealt with (restarted, or its work left to the others)
+        self.failed_over = False  # main thread: a dead server whose groups went to their backups (replicas)
         self.name = f"{role} {rank}" if role != "coordinator" else "coordinator"
         self.prefix = f"[{self.name} @{host}] "
         self.echo = echo

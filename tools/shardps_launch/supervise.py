@@ -74,8 +74,11 @@ class Supervisor:
         rolls the job back, fails the job, or (exit 0) starts the quiet
         period. After a restart or rollback the rest wait for the next round."""
         for p in self.others:
-            if p.poll() is None:
+            if p.poll() is None or p.failed_over:
                 continue
+            if p.rc != 0 and p.role == "server" and self.job.get("replicas", 1) > 1 and not self.stop_requested.is_set():
+                if self.fail_over(p):
+                    continue
             if (p.rc != 0 and p.role == "coordinator" and self.launch["restart_coordinator"] and not p.handled
                     and not self.stop_requested.is_set()):
                 self.restart_coordinator(p)
@@ -97,6 +100,34 @@ class Supervisor:
             if p.rc != 0:
                 raise JobFailed(p, f"{p.name} on {p.host} {p.describe_exit()}")
             self.quiet_since = self.quiet_since or time.monotonic()
+
+    def fail_over(self, p):
+        """A server died in a job with replicas: the coordinator is told at
+        once (shardps-ctl declare-dead) and each group it served goes to its
+        backup; nothing is restarted and nothing rolls back. False (after
+        saying why) when that cannot be: a group lost its last copy; the
+        rollback or the failure below then follows."""
+        what = f"{p.name} on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
+        ctl = self.binaries.path("shardps-ctl")  # resolved before the job started (binaries.job_needs)
+        try:
+            r = subprocess.run([ctl, *self.key("admin.key"), "declare-dead", self.coordinator, str(p.rank),
+                                "--timeout-sec", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, text=True, timeout=60)
+            out, rc = r.stdout.strip(), r.returncode
+        except subprocess.TimeoutExpired:
+            out, rc = "shardps-ctl declare-dead did not answer within 60 s", 1
+        except OSError as e:
+            out, rc = f"cannot run {ctl}: {e.strerror}", 1
+        if rc != 0:
+            why = (out.splitlines()[-1] if out else f"shardps-ctl declare-dead exited {rc}").removeprefix(
+                "shardps-ctl: declare-dead: ")
+            report(p, f"{what}: no fail-over: {why}")
+            return False
+        p.failed_over = True
+        report(p, f"{what}: {out or 'its groups are served by their backups'}; the job goes on (nothing restarted)")
+        self.failures.append(f"{what}: failed over to the backups of its groups")
+        self.files.note(self.failures[-1])
+        return True
 
     def restart_coordinator(self, p):
         what = f"the coordinator on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
@@ -157,7 +188,7 @@ class Supervisor:
                 if time.monotonic() > deadline:
                     raise JobTimeout(f"the job was stopping but its servers still ran after {timeout} s")
                 time.sleep(0.1)
-            failed = [p for p in self.others if p.rc != 0]
+            failed = [p for p in self.others if p.rc != 0 and not p.failed_over]
             if failed:
                 raise JobFailed(failed[0], f"{failed[0].name} on {failed[0].host} {failed[0].describe_exit()}")
             say("the job stopped on request")
