@@ -50,6 +50,11 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
   tables_.ChangeMap(std::move(next), update, live);
   for (const auto& [w, table] : tables_.ForgetServer(rank).tables) ReplyTableSpec(w, table);
   metrics_.FailedOver();
+  // A snapshot under way had a part on the dead server: it fails (and the
+  // next is taken by the servers serving its groups now).
+  SnapshotScheduler::Effects e;
+  snaps_.AbortAll(Status::Unavailable("server " + std::to_string(rank) + " died while the snapshot was taken"), &e);
+  Apply(e);
   BroadcastUpdate(update);
   dirty_ = true;
   return Status::OK();

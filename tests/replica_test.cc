@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -20,6 +22,7 @@
 
 #include "shardps/client.h"
 #include "tests/cluster.h"
+#include "server/snapshot.h"
 #include "tests/table_spec.h"
 
 namespace shardps {
@@ -90,8 +93,11 @@ void Train(const LocalCluster& c, int rank, std::atomic<int>* clock_seen, std::v
 
 // Runs the job; kills server `kill` (SIGKILL) once worker 0 is past half
 // way (-1: no kill). The final dense and sparse values.
-void RunSync(LocalCluster& c, int kill, std::vector<float>* w, std::vector<float>* e) {
-  ASSERT_TRUE(c.Start(Replicated("sync")).ok());
+void RunSync(LocalCluster& c, int kill, std::vector<float>* w, std::vector<float>* e,
+             std::vector<std::string> coordinator_args = {}) {
+  ClusterOptions o = Replicated("sync");
+  o.coordinator_args.insert(o.coordinator_args.end(), coordinator_args.begin(), coordinator_args.end());
+  ASSERT_TRUE(c.Start(o).ok());
   std::atomic<int> clocks[kWorkers] = {};
   std::vector<std::thread> workers;
   for (int r = 0; r < kWorkers; ++r)
@@ -133,6 +139,37 @@ TEST_F(ReplicaTest, SyncKillOfAServerEndsWithTheModelOfTheJobWithoutIt) {
   EXPECT_NE(coord.find("server 1 silent for more than"), std::string::npos) << coord;
   EXPECT_NE(coord.find("fail-over to shard map v2: group 1 -> server 0"), std::string::npos) << coord;
   EXPECT_NE(s0.find("taking over group 1"), std::string::npos) << s0;
+}
+
+// Snapshots stay consistent cuts across a fail-over: the servers serving
+// the dead one's group write its part, and the snapshot at a clock after
+// the kill holds exactly the model of the run without it.
+TEST_F(ReplicaTest, SnapshotsAfterAFailOverAreTheCutsOfTheJobWithoutIt) {
+  const std::string root = ::testing::TempDir() + "/replica-snaps-" + std::to_string(::getpid());
+  const std::string with = root + "/with", without = root + "/without";
+  ASSERT_EQ(mkdir(root.c_str(), 0755), 0) << root;
+  std::vector<float> w, e;
+  RunSync(a_, -1, &w, &e, {"--snapshot-dir", without, "--snapshot-every-clocks", "10"});
+  ASSERT_FALSE(HasFailure());
+  RunSync(b_, 1, &w, &e, {"--snapshot-dir", with, "--snapshot-every-clocks", "10"});
+  ASSERT_FALSE(HasFailure());
+  const std::string snap = "/" + snapshot::DirName(50);
+  ASSERT_TRUE(testing::WaitFor([&] { return access((with + snap + "/MANIFEST").c_str(), F_OK) == 0; }, 60s))
+      << b_.Log("coordinator");
+  std::string out;
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_SNAPSHOT"), "verify", with + snap}, &out), 0) << out;
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_SNAPSHOT"), "diff", without + snap, with + snap, "--json"},
+                                &out),
+            0)
+      << out;
+  for (const char* table : {"\"w\"", "\"e\""}) {  // both tables, no difference and the same rows
+    const size_t at = out.find("\"table\": " + std::string(table));
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string entry = out.substr(at, out.find('}', at) - at);
+    EXPECT_NE(entry.find("\"max_abs_diff\": 0,"), std::string::npos) << entry;
+    EXPECT_NE(entry.find("\"rows_only_in_a\": 0, \"rows_only_in_b\": 0"), std::string::npos) << entry;
+  }
+  std::system(("rm -rf '" + root + "'").c_str());
 }
 
 // Bounded staleness: each push adds 1 to every row it names (SGD, lr 1,
