@@ -33,7 +33,7 @@ using testing::ClusterOptions;
 using testing::LocalCluster;
 
 constexpr int kWorkers = 2;
-constexpr uint64_t kRows = 96;
+constexpr uint64_t kRows = 512;  // 16 KiB of values: parts sent from the workers' arrays (borrowed)
 constexpr uint32_t kCols = 8;
 constexpr int kClocks = 60;
 
@@ -179,6 +179,7 @@ TEST_F(ReplicaTest, SnapshotsAfterAFailOverAreTheCutsOfTheJobWithoutIt) {
 TEST_F(ReplicaTest, BoundedEveryAcknowledgedPushIsAppliedExactlyOnceAcrossAKill) {
   ASSERT_TRUE(a_.Start(Replicated("bounded")).ok());
   constexpr int kPushes = 300;
+  constexpr uint64_t kCountRows = 4096;  // parts of 8 KiB: sent from the workers' arrays
   std::atomic<int> pushed[kWorkers] = {};
   std::atomic<int> acked{0};
   std::vector<std::thread> workers;
@@ -187,12 +188,12 @@ TEST_F(ReplicaTest, BoundedEveryAcknowledgedPushIsAppliedExactlyOnceAcrossAKill)
       auto ps = testing::ConnectClient(a_, ClientRole::kWorker, r);
       ASSERT_TRUE(ps);
       Table w, e;
-      ASSERT_TRUE(ps->CreateTable(testing::Dense("count", kRows, 1).Sgd(1.0f).Rule(StalenessRule::kNone), &w).ok());
+      ASSERT_TRUE(ps->CreateTable(testing::Dense("count", kCountRows, 1).Sgd(1.0f).Rule(StalenessRule::kNone), &w).ok());
       ASSERT_TRUE(ps->CreateTable(testing::Sparse("ids", 1).Sgd(1.0f).Rule(StalenessRule::kNone), &e).ok());
-      const std::vector<float> minus(kRows, -1.0f), minus_ids(64, -1.0f);
+      const std::vector<float> minus(kCountRows, -1.0f), minus_ids(64, -1.0f);
       std::vector<uint64_t> ids(64);
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 7919 + 1;
-      std::vector<float> seen(kRows);
+      std::vector<float> seen(kCountRows);
       for (int k = 0; k < kPushes; ++k) {
         Request a = ps->Push(w, minus), b = ps->Push(e, ids, minus_ids);
         Status s = a.Wait(), t = b.Wait();
@@ -215,13 +216,13 @@ TEST_F(ReplicaTest, BoundedEveryAcknowledgedPushIsAppliedExactlyOnceAcrossAKill)
   ASSERT_TRUE(obs);
   Table w, e;
   ASSERT_TRUE(obs->GetTable("count", &w).ok() && obs->GetTable("ids", &e).ok());
-  std::vector<float> count(kRows), id_count(64);
+  std::vector<float> count(kCountRows), id_count(64);
   std::vector<uint64_t> ids(64);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 7919 + 1;
   ASSERT_TRUE(obs->Pull(w, count).Wait().ok());
   ASSERT_TRUE(obs->Pull(e, ids, id_count).Wait().ok());
   const float want = static_cast<float>(acked.load());
-  for (uint64_t i = 0; i < kRows; ++i) ASSERT_EQ(count[i], want) << "dense row " << i;
+  for (uint64_t i = 0; i < kCountRows; ++i) ASSERT_EQ(count[i], want) << "dense row " << i;
   for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(id_count[i], want) << "id " << ids[i];
   EXPECT_NE(a_.Log("server0").find("taking over group 1"), std::string::npos) << a_.Log("server0");
 }
