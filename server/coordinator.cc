@@ -382,6 +382,7 @@ void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
   const TableDirectory::Answers a = tables_.Ack(static_cast<uint32_t>(rank), h.request_id());
   for (const auto& w : a.clusters) ReplyCluster(w.routing_id, w.request_id, 0);
   for (const auto& [w, table] : a.tables) ReplyTableSpec(w, table);
+  TellWorkersTheMap();
 }
 
 void Coordinator::HandleBarrier(const std::string& from, const wire::Header& h) {

@@ -146,6 +146,9 @@ class Coordinator {
   // A message from a server declared dead: told to shut down (it is fenced
   // off; its partitions are served by others). True when it was one.
   bool FenceDeadServer(const std::string& from, const wire::Header& h);
+  // A newly published map goes to every live worker at once (unasked;
+  // each would get it with its next heartbeat's answer anyway).
+  void TellWorkersTheMap();
   void BroadcastUpdate(uint64_t update_id);
   // The job as the servers see it; `published`: with the map clients are
   // told (the newest every live server holds), for clients.
@@ -199,6 +202,7 @@ class Coordinator {
   // Request ids of the coordinator's own requests to servers (cluster
   // updates, snapshot requests): one sequence, so a reply names one.
   uint64_t next_update_id_ = 1;
+  uint64_t map_told_ = 1;  // the newest map version sent to the workers unasked
 
   Membership members_;
   TableDirectory tables_;

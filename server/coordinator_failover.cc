@@ -49,6 +49,7 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
   for (uint32_t r : members_.RegisteredServers()) live.insert(r);
   tables_.ChangeMap(std::move(next), update, live);
   for (const auto& [w, table] : tables_.ForgetServer(rank).tables) ReplyTableSpec(w, table);
+  TellWorkersTheMap();  // (published at once when no live server has to acknowledge it)
   metrics_.FailedOver();
   // A snapshot under way had a part on the dead server: it fails (and the
   // next is taken by the servers serving its groups now).
@@ -78,6 +79,21 @@ void Coordinator::HandleDeclareDead(const std::string& from, const wire::Header&
                                 "(shard map v" + std::to_string(tables_.map().version) + ")";
   f.message = msg;
   Reply(from, wire::EncodeSimple(fbb_, f));
+}
+
+void Coordinator::TellWorkersTheMap() {
+  const uint64_t v = tables_.published().version;
+  if (v <= map_told_) return;
+  map_told_ = v;
+  const ClusterView view = View(true);
+  for (const auto& w : members_.workers()) {
+    if (w.state != WorkerState::kAlive || w.routing_id.empty()) continue;
+    fbb_.Clear();
+    auto cluster = wire::BuildCluster(fbb_, view);
+    wire::Fields f;
+    f.map_version = v;  // request id 0: no request's answer
+    Reply(w.routing_id, wire::Encode(fbb_, f, wire::Body::ClusterInfo, cluster.Union()));
+  }
 }
 
 bool Coordinator::FenceDeadServer(const std::string& from, const wire::Header& h) {

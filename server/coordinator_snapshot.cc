@@ -197,6 +197,7 @@ void Coordinator::RollBackTo(const std::string& dir, const snapshot::Manifest& m
   for (const auto& w : tables_.RollBack())
     ReplyError(w.routing_id, w.request_id, Status::Unavailable("the job was rolled back"));
   start_ = Clock::now();  // the join timeout counts again
+  map_told_ = 1;          // the new servers' map is v1 again
 }
 
 }  // namespace shardps
