@@ -307,6 +307,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
         continue;
       }
       HandleData(frames);
+      if (!peers_.empty()) ReceiveAcks();  // held replies go as soon as the backups have what they wait for
     }
     bool cutting = false;
     for (auto& sh : shards_)

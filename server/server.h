@@ -136,8 +136,9 @@ class Server {
   // changed the group's state and the group has backups, forwarded to them
   // in the order taken (its replies held until they applied it).
   void HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
-  // Sends the next input of sh's stream to each backup (the first one
-  // preceded by the Hello that gives them the version tag).
+  // The stream's first message (the version tag), then each next input to
+  // every backup.
+  void SendHello(Shard& sh);
   void Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> payload,
                const ClusterView* membership = nullptr);
   // The live workers of view_ into a primary's clocks, forwarded.
@@ -187,6 +188,7 @@ class Server {
     bool changed = false;
     uint64_t request = 0;
     bool refused = false;
+    uint64_t fseq = 0;       // its place in the shard's stream: replies it makes wait for it
   } input_;
 };
 

@@ -53,6 +53,7 @@ void Server::PlaceShards() {
     if (sh->primary) {
       sh->backups = m.Backups(g);
       for (uint32_t b : sh->backups) fed.insert(b);
+      if (!sh->backups.empty() && !sh->hello_sent) SendHello(*sh);
       std::erase_if(sh->acked, [&](const auto& a) { return !m.Holds(a.first, g); });
       ReleaseHeld(*sh);  // a dead backup is waited for no more
     }
@@ -75,7 +76,13 @@ void Server::HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::mess
   const ServerTable* t = tables_.get(h.table());
   const bool dc_pull = h.type() == wire::MsgType::Pull && h.role() == wire::Role::Worker && h.key_count() == 0 && t &&
                        EffectiveStalenessRule(t->spec()) == StalenessRule::kDelayCompensation;
+  // A tick goes to the backups before it is handled: the clock it completes
+  // is applied there while it is applied here (a tick the primary refuses,
+  // they refuse too: the same clocks decide). Anything else goes once taken.
+  const bool early = stream && h.type() == wire::MsgType::Tick;
+  if (early) Forward(sh, wire::RepKind::Request, std::move(copy));
   input_.shard = &sh;
+  input_.fseq = early ? sh.sent : sh.sent + 1;
   input_.changed = dc_pull;
   input_.refused = false;
   input_.request = h.request_id();
@@ -92,9 +99,9 @@ void Server::HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::mess
   }
   input_.shard = nullptr;
   if (!stream) return;
-  if (input_.changed && !input_.refused) {
+  if (!early && input_.changed && !input_.refused) {
     Forward(sh, wire::RepKind::Request, std::move(copy));
-  } else {
+  } else if (!early) {
     // Nothing to forward: its replies wait only for what came before.
     for (auto it = sh.held.rbegin(); it != sh.held.rend() && it->fseq > sh.sent; ++it) it->fseq = sh.sent;
   }
@@ -105,9 +112,9 @@ void Server::Send(std::vector<zmq::message_t>&& frames) {
   if (Shard* sh = input_.shard) {
     if (!sh->primary) return;  // a backup answers nobody: its primary did
     if (!sh->backups.empty()) {
-      // Follows from the input being handled (which gets fseq sent + 1 if
-      // forwarded) and everything before it.
-      sh->held.push_back({sh->sent + 1, std::move(frames)});
+      // Follows from the input being handled (input_.fseq, its place in the
+      // stream) and everything before it.
+      sh->held.push_back({input_.fseq, std::move(frames)});
       return;
     }
   }
@@ -129,24 +136,26 @@ zmq::socket_t& Server::Peer(uint32_t server) {
   return peers_.emplace(server, std::move(s)).first->second;
 }
 
+void Server::SendHello(Shard& sh) {
+  // The stream's first input: the version tag the group's versions carry.
+  sh.hello_sent = true;
+  wire::Fields f;
+  f.type = wire::MsgType::Replicate;
+  f.role = wire::Role::Server;
+  f.rank = static_cast<int32_t>(rank_);
+  f.group = static_cast<int32_t>(sh.group);
+  f.fseq = f.request_id = ++sh.sent;
+  f.rep = wire::RepKind::Hello;
+  f.table_version = sh.version_tag;
+  for (uint32_t b : sh.backups) {
+    std::vector<zmq::message_t> out;
+    out.push_back(wire::EncodeSimple(fbb_, f));
+    if (Status s = SendMultipart(Peer(b), out); !s.ok()) LOG_WARN << "stream to server " << b << ": " << s.ToString();
+  }
+}
+
 void Server::Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> payload,
                      const ClusterView* membership) {
-  if (!sh.hello_sent) {  // the stream's first input: the version tag the group's versions carry
-    sh.hello_sent = true;
-    wire::Fields f;
-    f.type = wire::MsgType::Replicate;
-    f.role = wire::Role::Server;
-    f.rank = static_cast<int32_t>(rank_);
-    f.group = static_cast<int32_t>(sh.group);
-    f.fseq = f.request_id = ++sh.sent;
-    f.rep = wire::RepKind::Hello;
-    f.table_version = sh.version_tag;
-    for (uint32_t b : sh.backups) {
-      std::vector<zmq::message_t> out;
-      out.push_back(wire::EncodeSimple(fbb_, f));
-      if (Status s = SendMultipart(Peer(b), out); !s.ok()) LOG_WARN << "stream to server " << b << ": " << s.ToString();
-    }
-  }
   wire::Fields f;
   f.type = wire::MsgType::Replicate;
   f.role = wire::Role::Server;
@@ -173,8 +182,11 @@ void Server::Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> 
 }
 
 void Server::ApplyMembership(Shard& sh) {
-  input_.shard = &sh;  // pulls it releases follow from it
+  input_.shard = &sh;  // pulls it releases follow from it: they wait for its place in the stream
+  input_.fseq = sh.sent + 1;
   sh.clocks.SetMembership(view_.worker_ranks(), view_.live_workers);
+  Advance(sh);
+  input_.shard = nullptr;
   if (!sh.backups.empty()) {
     ClusterView live;  // what a backup's clocks need of the view
     live.consistency = view_.consistency;
@@ -185,8 +197,6 @@ void Server::ApplyMembership(Shard& sh) {
     live.live_workers = view_.live_workers;
     Forward(sh, wire::RepKind::Membership, {}, &live);
   }
-  Advance(sh);
-  input_.shard = nullptr;
   ReleaseHeld(sh);
 }
 
@@ -221,18 +231,21 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
                   std::to_string(sh->applied) + ": the stream lost inputs");
   // What the acknowledgement needs, read now: applying may parse other
   // headers into the scratch `h` may lie in.
+  // Acknowledged as it is taken, then applied: the primary need not wait
+  // for this copy's optimizer step (it applies the same inputs in this
+  // order whatever comes; a backup that dies has nothing to offer anyway).
   wire::Fields ack;
   ack.request_id = h.request_id();
   ack.group = h.group();
   ack.fseq = h.fseq();
-  ApplyReplicated(*sh, h, frames);
-  sh->applied = ack.fseq;
   ack.role = wire::Role::Server;
   ack.rank = static_cast<int32_t>(rank_);
   std::vector<zmq::message_t> out;
   out.emplace_back(frames[0].data(), frames[0].size());
   out.push_back(wire::EncodeSimple(fbb_, ack));
   if (Status s = SendMultipart(data_, out); !s.ok()) LOG_WARN << "acknowledgement dropped: " << s.ToString();
+  sh->applied = ack.fseq;
+  ApplyReplicated(*sh, h, frames);
 }
 
 void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {

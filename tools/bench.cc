@@ -269,6 +269,70 @@ void ApplyVsMemcpy(double seconds, double* apply_gbps, double* memcpy_gbps) {
 }
 
 
+// --replicas N: dense push and pull throughput of two jobs side by side,
+// each a coordinator, 2 servers and this client: one keeping one copy of
+// each partition, one keeping N (every push forwarded to the backups, its
+// reply once they applied it: docs/fault-tolerance.md, "Replicas").
+int CompareReplicas(const std::string& server, const std::string& coord, const std::string& dir, uint32_t copies,
+                    const std::vector<std::string>& sizes_kb, double seconds, int rounds) {
+  struct Job {
+    Child coord, servers[2];
+    std::unique_ptr<Client> client;
+  };
+  auto start = [&](uint32_t r, Job* j) {
+    const std::string name = dir + "/r" + std::to_string(r);
+    j->coord.pid = SpawnProcess({coord, "--servers", "2", "--workers", "0", "--consistency", "async", "--replicas",
+                                 std::to_string(r), "--endpoint-file", name + ".endpoint", "--log-level", "warn"},
+                                name + "-coordinator.log");
+    const std::string ep = WaitForFileLine(name + ".endpoint", 30);
+    if (ep.empty()) return false;
+    for (int i = 0; i < 2; ++i)
+      j->servers[i].pid = SpawnProcess({server, "--coordinator", ep, "--log-level", "warn", "--max-request-mb", "64"},
+                                       name + "-server" + std::to_string(i) + ".log");
+    ClientOptions co;
+    co.coordinator = ep;
+    co.role = ClientRole::kObserver;
+    Status s = Client::Connect(co, &j->client);
+    if (!s.ok()) std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return s.ok();
+  };
+  Job one, many;
+  if (!start(1, &one) || !start(copies, &many)) {
+    std::fprintf(stderr, "error: the jobs did not start (logs in %s)\n", dir.c_str());
+    return 1;
+  }
+  std::printf("shardps-bench --replicas %u: 2 servers each, async, loopback, %.2f s per figure, median of %d rounds "
+              "(replicas 1 and %u alternating)\n\n", copies, seconds, rounds, copies);
+  std::printf("%-8s | %12s %12s %8s | %12s %12s %8s\n", "dense", "push GB/s", "push GB/s", "", "pull GB/s",
+              "pull GB/s", "");
+  std::printf("%-8s | %12s %12s %8s | %12s %12s %8s\n", "size", "replicas 1", ("replicas " + std::to_string(copies)).c_str(),
+              "ratio", "replicas 1", ("replicas " + std::to_string(copies)).c_str(), "ratio");
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  int ids = 0;
+  for (const auto& kb : sizes_kb) {
+    const size_t size = std::stoul(kb) << 10;
+    std::vector<double> p1, pn, l1, ln, pr, lr;
+    for (int r = 0; r < rounds; ++r) {
+      const PsResult a = Shardps(*one.client, size, seconds, &ids), b = Shardps(*many.client, size, seconds, &ids);
+      p1.push_back(a.push_gbps);
+      pn.push_back(b.push_gbps);
+      l1.push_back(a.pull_gbps);
+      ln.push_back(b.pull_gbps);
+      pr.push_back(b.push_gbps / a.push_gbps);
+      lr.push_back(b.pull_gbps / a.pull_gbps);
+    }
+    std::printf("%-8s | %12.3f %12.3f %7.0f%% | %12.3f %12.3f %7.0f%%\n",
+                (size >= (1u << 20) ? std::to_string(size >> 20) + " MB" : std::to_string(size >> 10) + " KB").c_str(),
+                median(p1), median(pn), 100 * median(pr), median(l1), median(ln), 100 * median(lr));
+  }
+  (void)one.client->Close();
+  (void)many.client->Close();
+  return 0;
+}
+
 }  // namespace
 }  // namespace shardps
 
@@ -292,6 +356,8 @@ int main(int argc, char** argv) {
   app.add_option("--bin-dir", bin_dir, "directory with shardps-server and shardps-coordinator");
   app.add_option("--keys", keys_dir, "security on: a key directory (shardps-keygen DIR): CURVE on every connection, raw ZeroMQ included")->check(CLI::ExistingDirectory);
   app.add_option("--raw-sink", raw_sink, "(internal) run as the raw ZeroMQ sink, writing its endpoint here");
+  uint32_t replicas = 0;
+  app.add_option("--replicas", replicas, "instead: dense push and pull of a job with this many copies of each partition against one with one copy, side by side (2 servers each)")->check(CLI::Range(2, 2));
   CLI11_PARSE(app, argc, argv);
   StopSpawnedOnSignal();  // Ctrl-C leaves no helper processes behind
   if (!raw_sink.empty()) {
@@ -323,6 +389,11 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/shardps-bench-XXXXXX";
   if (!mkdtemp(tmpl)) return 1;
   const std::string dir = tmpl;
+  if (replicas > 0) {
+    const int rc = CompareReplicas(server, coord, dir, replicas, sizes_kb, seconds, rounds);
+    if (rc == 0 && std::system(("rm -rf '" + dir + "'").c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
+    return rc;
+  }
 
   Child sink;
   std::vector<std::string> sink_argv = {self, "--raw-sink", dir + "/sink.endpoint"};
