@@ -291,8 +291,9 @@ void Coordinator::MaybeCompleteMap() {
   if (tables_.complete() || !members_.AllServersRegistered()) return;
   std::vector<std::string> hosts;
   for (const auto& s : members_.servers()) hosts.push_back(s.id.host);
-  tables_.SetMap(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1));
-  LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v1 with " << opts_.partitions
+  tables_.SetMap(tables_.FirstMap(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1)));
+  LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v" << tables_.map().version << " with "
+           << opts_.partitions
            << " partitions" << (opts_.replicas > 1 ? ", " + std::to_string(opts_.replicas) + " copies of each" : "");
   // The tables of the job file (or the snapshot) must fit the servers' budgets.
   const auto budgets = members_.Budgets();
@@ -484,6 +485,10 @@ DurableState Coordinator::Durable() const {
   d.next_update_id = next_update_id_;
   d.membership_version = members_.version();
   d.stopping = stop_.stopping;
+  if (tables_.complete() && tables_.map().version > 1) {
+    d.map_version = tables_.map().version;
+    d.map_replicas = tables_.map().replicas;
+  }
   return d;
 }
 
@@ -500,6 +505,7 @@ void Coordinator::Resume(DurableState d) {
   snaps_.RestoreHistory(history);
   next_update_id_ = std::max<uint64_t>(next_update_id_, d.next_update_id);
   stop_.stopping = d.stopping;
+  if (!d.map_replicas.empty()) tables_.SetResumedMap(d.map_version, std::move(d.map_replicas));
 }
 
 void Coordinator::Commit() {

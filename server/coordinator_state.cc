@@ -28,13 +28,46 @@ flatbuffers::Offset<wire::DurablePool> EncodePool(flatbuffers::FlatBufferBuilder
                                  b.CreateVector(blocks));
 }
 
+uint32_t MapStride(const DurableState& s) {
+  size_t n = 0;
+  for (const auto& r : s.map_replicas) n = std::max(n, r.size());
+  return static_cast<uint32_t>(n);
+}
+
+std::vector<uint32_t> FlatReplicas(const DurableState& s) {
+  const uint32_t stride = MapStride(s);
+  std::vector<uint32_t> flat;
+  for (const auto& r : s.map_replicas)
+    for (uint32_t k = 0; k < stride; ++k) flat.push_back(k < r.size() ? r[k] : 0xffffffffu);
+  return flat;
+}
+
+// A fail-over's shard map: each group (one per server) at most `stride`
+// servers of the job.
+Status DecodeMap(const wire::CoordinatorState* st, const StateShape& job, DurableState* out) {
+  if (!st->map_replicas() || st->map_stride() == 0) return Status::OK();
+  const uint32_t stride = st->map_stride();
+  if (stride > job.num_servers || st->map_replicas()->size() != static_cast<size_t>(stride) * job.num_servers)
+    return Status::BadMessage("the saved shard map does not hold a replica list per server");
+  out->map_version = st->map_version();
+  out->map_replicas.assign(job.num_servers, {});
+  for (uint32_t g = 0; g < job.num_servers; ++g)
+    for (uint32_t k = 0; k < stride; ++k) {
+      const uint32_t s = st->map_replicas()->Get(g * stride + k);
+      if (s == 0xffffffffu) continue;
+      if (s >= job.num_servers) return Status::BadMessage("the saved shard map names server " + std::to_string(s));
+      out->map_replicas[g].push_back(s);
+    }
+  return Status::OK();
+}
+
 // The slots: servers (all or none) and workers.
 Status DecodeSlots(const wire::CoordinatorState* st, const StateShape& job, DurableState* out) {
   if (st->servers()) {
     if (st->servers()->size() != job.num_servers) return Status::BadMessage("the saved servers do not match the job");
     for (const auto* s : *st->servers())
       out->servers.push_back(
-          {s->endpoint() ? s->endpoint()->str() : "", s->budget(), s->host() ? s->host()->str() : ""});
+          {s->endpoint() ? s->endpoint()->str() : "", s->budget(), s->host() ? s->host()->str() : "", s->dead()});
   }
   if (st->workers()) {
     if (st->workers()->size() > job.worker_ranks) return Status::BadMessage("the saved state has more worker ranks");
@@ -153,7 +186,8 @@ std::string EncodeState(const DurableState& s) {
   for (const auto& t : s.tables) tables.push_back(wire::BuildTableSpec(b, t));
   std::vector<flatbuffers::Offset<wire::DurableServer>> servers;
   for (const auto& srv : s.servers)
-    servers.push_back(wire::CreateDurableServer(b, b.CreateString(srv.endpoint), srv.budget, b.CreateString(srv.host)));
+    servers.push_back(
+        wire::CreateDurableServer(b, b.CreateString(srv.endpoint), srv.budget, b.CreateString(srv.host), srv.dead));
   std::vector<flatbuffers::Offset<wire::DurableWorker>> workers;
   for (const auto& w : s.workers)
     workers.push_back(wire::CreateDurableWorker(b, static_cast<uint8_t>(w.state), b.CreateString(w.host), w.pid));
@@ -172,7 +206,8 @@ std::string EncodeState(const DurableState& s) {
       b.CreateVector(workers), b.CreateVector(pools), b.CreateVector(grants), b.CreateVector(work_at),
       b.CreateString(s.restore_dir), s.clock_base, s.work.resume.pool, s.work.resume.position,
       b.CreateString(s.latest_snapshot_dir), s.latest_snapshot_clock, s.snapshots_taken, s.next_update_id,
-      s.membership_version, s.stopping, b.CreateVector(claims));
+      s.membership_version, s.stopping, b.CreateVector(claims), s.map_version, MapStride(s),
+      b.CreateVector(FlatReplicas(s)));
   b.Finish(root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }
@@ -205,6 +240,7 @@ Status DecodeState(std::string_view value, const StateShape& job, DurableState* 
   d.next_update_id = st->next_update_id();
   d.membership_version = st->membership_version();
   d.stopping = st->stopping();
+  SHARDPS_RETURN_IF_ERROR(DecodeMap(st, job, &d));
   *out = std::move(d);
   return Status::OK();
 }

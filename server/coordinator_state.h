@@ -42,6 +42,10 @@ struct DurableState {
   uint64_t next_update_id = 0;
   uint64_t membership_version = 0;
   bool stopping = false;
+  // The shard map after a fail-over: its version and each group's servers
+  // (empty: the job's first map, which a resumed coordinator makes again).
+  uint64_t map_version = 0;
+  std::vector<std::vector<uint32_t>> map_replicas;
 };
 
 // The job a saved state must belong to.

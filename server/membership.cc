@@ -237,7 +237,7 @@ void Membership::RollBack() {
 }
 
 void Membership::AdoptServers() {
-  for (auto& srv : servers_) srv.adopt = !srv.endpoint.empty();
+  for (auto& srv : servers_) srv.adopt = !srv.endpoint.empty() && !srv.dead;
 }
 
 int Membership::ServerRankOf(const std::string& routing_id) const {
@@ -292,7 +292,7 @@ int64_t Membership::FurthestClock() const {
 
 std::vector<SavedServer> Membership::SavedServers() const {
   std::vector<SavedServer> out;
-  for (const auto& s : servers_) out.push_back({s.endpoint, s.budget, s.id.host});
+  for (const auto& s : servers_) out.push_back({s.endpoint, s.budget, s.id.host, s.dead});
   return out;
 }
 
@@ -308,6 +308,7 @@ void Membership::Restore(const std::vector<SavedServer>& servers, const std::vec
     servers_[r].endpoint = servers[r].endpoint;
     servers_[r].budget = servers[r].budget;
     servers_[r].id.host = servers[r].host;
+    servers_[r].dead = servers[r].dead;
   }
   for (uint32_t r = 0; r < workers.size() && r < workers_.size(); ++r) {
     workers_[r].state = workers[r].state;

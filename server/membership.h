@@ -87,6 +87,7 @@ struct SavedServer {
   std::string endpoint;  // "" = never registered
   uint64_t budget = 0;
   std::string host;
+  bool dead = false;     // failed over (replicas): not taken back
 };
 struct SavedWorker {
   WorkerState state = WorkerState::kPending;

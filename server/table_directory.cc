@@ -37,6 +37,16 @@ Status TableDirectory::CheckBudget(const TableSpec& spec, size_t defined, const 
   return Status::OK();
 }
 
+ShardMap TableDirectory::FirstMap(ShardMap fresh) const {
+  if (resumed_replicas_.size() != fresh.groups()) return fresh;
+  for (const auto& r : resumed_replicas_)
+    if (r.empty()) return fresh;
+  fresh.version = resumed_version_;
+  fresh.replicas = resumed_replicas_;
+  for (uint32_t p = 0; p < fresh.partitions(); ++p) fresh.owner[p] = fresh.replicas[fresh.group[p]][0];
+  return fresh;
+}
+
 void TableDirectory::ChangeMap(ShardMap map, uint64_t update_id, std::set<uint32_t> servers) {
   map_ = std::move(map);
   change_update_id_ = update_id;

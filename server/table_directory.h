@@ -71,6 +71,14 @@ class TableDirectory {
 
   // Copies of each group: the budgets count every copy a server holds.
   void set_replicas(uint32_t replicas) { replicas_ = replicas; }
+  // A resumed job whose map changed (a fail-over): the version and replica
+  // lists its map is made with again.
+  void SetResumedMap(uint64_t version, std::vector<std::vector<uint32_t>> replicas) {
+    resumed_version_ = version;
+    resumed_replicas_ = std::move(replicas);
+  }
+  // `fresh` (the job's first map), or the resumed one on its layout.
+  ShardMap FirstMap(ShardMap fresh) const;
   // The first shard map.
   void SetMap(ShardMap map) {
     map_ = std::move(map);
@@ -126,6 +134,8 @@ class TableDirectory {
   ShardMap map_;
   ShardMap published_map_;
   uint32_t replicas_ = 1;
+  uint64_t resumed_version_ = 0;
+  std::vector<std::vector<uint32_t>> resumed_replicas_;
   uint64_t change_update_id_ = 0;        // the update carrying map_ when it is not published yet
   std::set<uint32_t> change_waiting_;    // servers yet to acknowledge it
   bool ready_ = false;                   // every server acknowledged the first map

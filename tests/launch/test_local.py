@@ -260,9 +260,16 @@ def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_d
     def worker(name):
         return full_mlp(4, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
                             "--save-params", str(tmp_path / (name + "{rank}.bin"))])
-    launch = Launch(["--servers", "2", "--workers", "2", "--replicas", "2", "--", *worker("a")], run_dir)
+    launch = Launch(["--servers", "2", "--workers", "2", "--replicas", "2", "--restart-coordinator", "--",
+                     *worker("a")], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch 2 step", 120)
     os.kill(pid_of(run_dir, "shardps-server", "--rank", "1"), signal.SIGKILL)
+    # Then the coordinator: started again, it resumes with the map of the
+    # fail-over (its saved state), not the job's first one.
+    since = len(launch.lines)
+    launch.wait_for_line(r"the job goes on \(nothing restarted\)", 60)
+    launch.wait_for_line(r"worker 0 \| epoch \d+ step", 60, since + 1)
+    os.kill(pid_of(run_dir, "shardps-coordinator"), signal.SIGKILL)
     rc = launch.wait(240)
     out = launch.output()
     assert rc == 0, out
@@ -270,9 +277,11 @@ def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_d
                      r"served by their backups \(shard map v2\); the job goes on \(nothing restarted\)", out), out
     assert "all 2 workers finished" in out, out
     assert re.search(r"on the way: server 1 .*: failed over to the backups of its groups", out), out
+    assert re.search(r"the coordinator on localhost killed by signal SIGKILL at [\d.]+ s: starting it again", out), out
     job = read_json(os.path.join(run_dir, "job.json"))
-    assert job["restarts"] == 0 and job["rollbacks"] == 0 and job["state"] == "completed", job
-    assert len(job["processes"]) == 5, job  # nothing started again
+    assert job["rollbacks"] == 0 and job["state"] == "completed", job
+    assert [p["role"] for p in job["processes"] if p["incarnation"] > 0] == ["coordinator"], job  # no server, no worker
+    assert "shard map v2" in open(os.path.join(run_dir, "coordinator.restart1.log")).read()
     again = Launch(["--servers", "2", "--workers", "2", "--replicas", "2", "--", *worker("b")], run_dir + "-b")
     assert again.wait(240) == 0, again.output()
     a, b = open(tmp_path / "a0.bin", "rb").read(), open(tmp_path / "b0.bin", "rb").read()
