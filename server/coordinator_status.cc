@@ -142,6 +142,12 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   auto pv = fbb_.CreateVector(procs);
   auto wv = AddWaits(fbb_, members_, opts_.staleness);
   const SnapshotScheduler::History& snaps = snaps_.history();
+  const ShardMap& map = tables_.published();
+  const uint32_t stride = map.ReplicaStride();
+  std::vector<uint32_t> groups;
+  for (const auto& r : map.replicas)
+    for (uint32_t k = 0; k < stride; ++k) groups.push_back(k < r.size() ? r[k] : ShardMap::kNone);
+  auto gv = fbb_.CreateVector(groups);
   auto host = fbb_.CreateString(HostName()), url = fbb_.CreateString(opts_.metrics.url),
        snapdir = fbb_.CreateString(opts_.snapshot_dir), latest = fbb_.CreateString(snaps.latest_dir);
   wire::JobStatusBuilder b(fbb_);
@@ -162,6 +168,9 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   b.add_latest_snapshot(latest);
   b.add_latest_snapshot_ms(snaps.latest_ms);
   b.add_waits(wv);
+  b.add_map_version(map.version);
+  b.add_replicas(opts_.replicas);
+  b.add_group_replicas(gv);
   auto body = b.Finish();
   wire::Fields f;
   f.request_id = h.request_id();

@@ -230,6 +230,10 @@ void Server::UpdateGauges() {
   m_.applied_clock.Set(applied);
   m_.min_clock.Set(min_clock);
   m_.SetTables(tables_.all());
+  // Replicas: a server holding more than its own group's copy.
+  if (std::count_if(shards_.begin(), shards_.end(), [](const auto& sh) { return sh != nullptr; }) > 1)
+    for (auto& sh : shards_)
+      if (sh) m_.SetGroup(sh->group, sh->primary, sh->primary ? sh->sent : 0, sh->primary ? sh->sent - sh->AckedByAll() : 0);
 }
 
 void Server::SendHeartbeat() {

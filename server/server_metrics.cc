@@ -46,6 +46,24 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
       applied_clock(r.GetGauge("shardps_applied_clock", "Sync: clocks below this one are applied")),
       min_clock(r.GetGauge("shardps_min_clock", "Slowest live worker's clock as this server sees it")) {}
 
+void ServerMetrics::SetGroup(uint32_t group, bool primary, uint64_t forwarded, uint64_t lag) {
+  if (group_series.size() <= group) group_series.resize(group + 1);
+  GroupSeries& g = group_series[group];
+  if (!g.lag) {
+    const metrics::Labels l = {{"group", std::to_string(group)}};
+    g.forwarded = &registry.GetCounter("shardps_replica_inputs_forwarded_total",
+                                       "Inputs of a replica group this server, its primary, sent to its backups", l);
+    g.lag = &registry.GetGauge("shardps_replica_lag_inputs",
+                               "Inputs of a replica group its backups have not acknowledged yet (this server its primary)",
+                               l);
+    g.primary = &registry.GetGauge("shardps_replica_primary",
+                                   "1: this server serves the replica group (its primary); 0: it holds a backup copy", l);
+  }
+  g.forwarded->SetTotal(forwarded);
+  g.lag->Set(static_cast<double>(lag));
+  g.primary->Set(primary ? 1 : 0);
+}
+
 void ServerMetrics::SetTables(const std::vector<std::unique_ptr<ServerTable>>& tables) {
   for (size_t i = table_series.size(); i < tables.size(); ++i) {
     if (!tables[i]) break;

@@ -39,6 +39,17 @@ struct ServerMetrics {
     metrics::Counter* evicted = nullptr;
   };
   std::vector<TableSeries> table_series;  // by table id
+  // Replica groups (docs/fault-tolerance.md, "Replicas"), made as a group
+  // is first held: per group, the inputs forwarded to its backups (as its
+  // primary), those its backups have yet to take, and whether this server
+  // is its primary (1) or a backup (0).
+  struct GroupSeries {
+    metrics::Counter* forwarded = nullptr;
+    metrics::Gauge* lag = nullptr;
+    metrics::Gauge* primary = nullptr;
+  };
+  void SetGroup(uint32_t group, bool primary, uint64_t forwarded, uint64_t lag);
+  std::vector<GroupSeries> group_series;  // by group
 };
 
 }  // namespace shardps

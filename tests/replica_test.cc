@@ -139,6 +139,27 @@ TEST_F(ReplicaTest, SyncKillOfAServerEndsWithTheModelOfTheJobWithoutIt) {
   EXPECT_NE(coord.find("server 1 silent for more than"), std::string::npos) << coord;
   EXPECT_NE(coord.find("fail-over to shard map v2: group 1 -> server 0"), std::string::npos) << coord;
   EXPECT_NE(s0.find("taking over group 1"), std::string::npos) << s0;
+  // What status and the metrics say of it: server 1 dead, map v2, both groups on server 0.
+  std::string st;
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "status", b_.coordinator(), "--json"}, &st), 0)
+      << st;
+  EXPECT_NE(st.find("\"shard_map\": {\"version\": 2, \"replicas\": 2, \"groups\": [[0], [0]]}"), std::string::npos)
+      << st;
+  EXPECT_NE(st.find("\"rank\": 1, \"host\""), std::string::npos) << st;
+  EXPECT_NE(st.find("\"state\": \"dead\""), std::string::npos) << st;
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "status", b_.coordinator()}, &st), 0) << st;
+  EXPECT_NE(st.find("replica groups (shard map v2, 2 copies): 0: server 0 (one copy left) | 1: server 0 (one copy left)"),
+            std::string::npos)
+      << st;
+  std::string metrics;  // (the gauges follow the server's heartbeats, 0.5 s apart)
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        metrics = testing::ServerMetrics(b_);
+        return testing::MetricValue(metrics, "shardps_replica_primary{group=\"1\"}") == 1;
+      },
+      10s))
+      << metrics;
+  EXPECT_GT(testing::MetricValue(metrics, "shardps_replica_inputs_forwarded_total{group=\"0\"}"), 0) << metrics;
 }
 
 // Snapshots stay consistent cuts across a fail-over: the servers serving

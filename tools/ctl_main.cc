@@ -139,6 +139,31 @@ __attribute__((format(printf, 2, 3))) void Appendf(std::string* out, const char*
   if (n > 0) out->append(buf, std::min<size_t>(static_cast<size_t>(n), sizeof buf - 1));
 }
 
+// Each replica group's servers, primary first (a lost copy: none).
+std::vector<std::vector<uint32_t>> GroupsOf(const wire::JobStatus& js) {
+  std::vector<std::vector<uint32_t>> out;
+  const uint32_t stride = std::max<uint32_t>(1, js.group_replicas() ? js.group_replicas()->size() / std::max<uint32_t>(1, js.num_servers()) : 1);
+  if (!js.group_replicas()) return out;
+  for (uint32_t i = 0; i < js.group_replicas()->size(); ++i) {
+    if (i % stride == 0) out.emplace_back();
+    if (const uint32_t s = js.group_replicas()->Get(i); s != 0xffffffffu) out.back().push_back(s);
+  }
+  return out;
+}
+
+// "replica groups (shard map v2, 2 copies): 0: server 0 + server 1 | 1: server 0 (one copy left)"
+std::string GroupsText(const wire::JobStatus& js) {
+  std::string s = "replica groups (shard map v" + std::to_string(js.map_version()) + ", " +
+                  std::to_string(js.replicas()) + " copies):";
+  const auto groups = GroupsOf(js);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    s += (g ? " | " : " ") + std::to_string(g) + ":";
+    for (size_t k = 0; k < groups[g].size(); ++k) s += (k ? " + server " : " server ") + std::to_string(groups[g][k]);
+    if (groups[g].size() < js.replicas()) s += groups[g].empty() ? " none" : " (one copy left)";
+  }
+  return s;
+}
+
 // The status as `shardps-ctl status` prints it (and `top` shows it).
 std::string StatusText(const wire::JobStatus& status, int64_t lo, int64_t hi, const std::vector<const wire::WaitInfo*>& waits) {
   const wire::JobStatus* js = &status;
@@ -178,6 +203,7 @@ std::string StatusText(const wire::JobStatus& status, int64_t lo, int64_t hi, co
                   static_cast<long long>(w->clock()), w->waits_for(), static_cast<long long>(w->their_clock()),
                   consistency == Consistency::kSync ? 0 : js->staleness());
   }
+  if (js->replicas() > 1) Appendf(&out, "%s\n", GroupsText(*js).c_str());
   if (js->latest_snapshot_clock() >= 0)
     Appendf(&out, "latest snapshot: %s (clock %lld, %.2f s to write), %u taken in this run\n", Str(js->latest_snapshot()).c_str(),
                 static_cast<long long>(js->latest_snapshot_clock()), js->latest_snapshot_ms() / 1000.0, js->snapshots_taken());
@@ -242,7 +268,16 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
       o += (i ? ", " : "") + std::string("{\"worker\": ") + std::to_string(waits[i]->worker()) +
            ", \"clock\": " + std::to_string(waits[i]->clock()) + ", \"waits_for\": " + std::to_string(waits[i]->waits_for()) +
            ", \"their_clock\": " + std::to_string(waits[i]->their_clock()) + "}";
-    o += "], \"snapshots\": {\"dir\": " + JsonString(Str(js->snapshot_dir())) +
+    o += "], \"shard_map\": {\"version\": " + std::to_string(js->map_version()) +
+         ", \"replicas\": " + std::to_string(std::max<uint32_t>(1, js->replicas())) + ", \"groups\": [";
+    const auto groups = GroupsOf(*js);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      o += (g ? ", [" : "[");
+      for (size_t k = 0; k < groups[g].size(); ++k) o += (k ? ", " : "") + std::to_string(groups[g][k]);
+      o += "]";
+    }
+    o += "]}";
+    o += ", \"snapshots\": {\"dir\": " + JsonString(Str(js->snapshot_dir())) +
          ", \"taken\": " + std::to_string(js->snapshots_taken()) +
          ", \"latest_clock\": " + std::to_string(js->latest_snapshot_clock()) +
          ", \"latest\": " + JsonString(Str(js->latest_snapshot())) +

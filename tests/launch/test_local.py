@@ -289,6 +289,29 @@ def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_d
     wait_none_left(run_dir)
 
 
+def test_both_copies_of_a_group_lost_fall_back_to_the_rollback_saying_why(run_dir, tmp_path):
+    """replicas = 2, both servers killed at once: the first is failed over
+    (to the second, dead too), the second cannot be (its groups would lose
+    their last copy): the launcher says why and rolls the job back to its
+    newest snapshot (--restart-servers); the job finishes."""
+    snaps = str(tmp_path / "snaps")
+    launch = Launch(["-v", "--servers", "2", "--workers", "2", "--replicas", "2", "--snapshot-dir", snaps,
+                     "--snapshot-every-clocks", "20", "--restart-servers", "--",
+                     *full_mlp(10, ["--train-limit", "6000"])], run_dir)
+    launch.wait_for_line(r"snapshot \S+snap-0+40 complete", 120)
+    pids = [pid_of(run_dir, "shardps-server", "--rank", str(r)) for r in (0, 1)]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    rc = launch.wait(240)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(r"server \d on localhost killed by signal SIGKILL at [\d.]+ s: no fail-over: .*group \d lost every "
+                     r"copy", out), out
+    assert re.search(r"rolled back to \S+ \(clock \d+\): starting every server and worker again", out), out
+    assert "all 2 workers finished" in out, out
+    wait_none_left(run_dir)
+
+
 def test_killed_server_without_snapshots_stops_the_job_saying_why(run_dir):
     launch = Launch(["--servers", "2", "--workers", "2", "--restart-servers", "--", *small_mlp(epochs=500)], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)
