@@ -308,7 +308,8 @@ void Coordinator::MaybeCompleteMap() {
   // map and its tables (and finished restoring them): a client's first
   // request must not overtake the update on its way to a server.
   const uint64_t update = next_update_id_++;
-  tables_.AwaitMap(update, opts_.num_servers);
+  const auto registered = members_.RegisteredServers();  // (a resumed job after a fail-over: not the dead)
+  tables_.AwaitMap(update, std::set<uint32_t>(registered.begin(), registered.end()));
   BroadcastUpdate(update);
 }
 

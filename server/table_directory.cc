@@ -62,8 +62,14 @@ TableDirectory::Answers TableDirectory::ForgetServer(uint32_t server) {
 }
 
 void TableDirectory::AwaitMap(uint64_t update_id, uint32_t servers) {
+  std::set<uint32_t> all;
+  for (uint32_t r = 0; r < servers; ++r) all.insert(r);
+  AwaitMap(update_id, all);
+}
+
+void TableDirectory::AwaitMap(uint64_t update_id, const std::set<uint32_t>& servers) {
   map_update_id_ = update_id;
-  for (uint32_t r = 0; r < servers; ++r) map_waiting_.insert(r);
+  map_waiting_ = servers;
 }
 
 bool TableDirectory::AwaitReady(const Waiter& w) {

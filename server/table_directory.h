@@ -92,6 +92,8 @@ class TableDirectory {
   // Servers [0, servers) must acknowledge update `update_id` (the one
   // carrying the first map) before the cluster is ready.
   void AwaitMap(uint64_t update_id, uint32_t servers);
+  // The same for the servers `servers` (a resumed job: those not dead).
+  void AwaitMap(uint64_t update_id, const std::set<uint32_t>& servers);
   // A GetCluster: true when the cluster is ready (answer now); else it
   // waits for Ack.
   bool AwaitReady(const Waiter& w);

@@ -83,7 +83,7 @@ def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency, replic
     assert rc == 0, out
     assert re.search(rf"worker {victim} on localhost killed by signal SIGKILL .*: starting it again", out), out
     assert re.search(r"server \d on localhost killed by signal SIGKILL .*: " +
-                     ("server \d is dead; its groups are served by their backups" if replicas > 1 else
+                     (r"server \d is dead; its groups are served by their backups" if replicas > 1 else
                       "rolling the job back"), out), out
     assert re.search(r"the coordinator on localhost killed by signal SIGKILL .*: starting it again", out), out
     acc = final_accuracy(out)
