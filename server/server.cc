@@ -99,9 +99,9 @@ void Server::Reply(const zmq::message_t& to, zmq::message_t header) {
 
 void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s) {
   if (input_.shard && request_id == input_.request) input_.refused = true;
-  if (input_.shard && !input_.shard->primary) {  // a backup refusing what its primary took: they differ now
-    LOG_ERROR << "group " << input_.shard->group << ": input " << request_id
-              << " from the primary refused here: " << s.ToString();
+  if (input_.shard && !input_.shard->primary) {  // a backup's copy: its primary answered (a tick: refused there too)
+    LOG_WARN << "group " << input_.shard->group << " (a backup copy): input " << request_id
+             << " from the primary refused: " << s.ToString();
     return;
   }
   LOG_WARN << "request " << request_id << " refused: " << s.ToString();

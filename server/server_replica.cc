@@ -21,6 +21,18 @@ zmq::message_t Share(zmq::message_t& m) {
   return c;
 }
 
+// The header of sh's next stream message (its fseq the next one).
+wire::Fields StreamFields(Shard& sh, uint32_t rank, wire::RepKind kind) {
+  wire::Fields f;
+  f.type = wire::MsgType::Replicate;
+  f.role = wire::Role::Server;
+  f.rank = static_cast<int32_t>(rank);
+  f.group = static_cast<int32_t>(sh.group);
+  f.fseq = f.request_id = ++sh.sent;
+  f.rep = kind;
+  return f;
+}
+
 }  // namespace
 
 void Server::PlaceShards() {
@@ -139,13 +151,7 @@ zmq::socket_t& Server::Peer(uint32_t server) {
 void Server::SendHello(Shard& sh) {
   // The stream's first input: the version tag the group's versions carry.
   sh.hello_sent = true;
-  wire::Fields f;
-  f.type = wire::MsgType::Replicate;
-  f.role = wire::Role::Server;
-  f.rank = static_cast<int32_t>(rank_);
-  f.group = static_cast<int32_t>(sh.group);
-  f.fseq = f.request_id = ++sh.sent;
-  f.rep = wire::RepKind::Hello;
+  wire::Fields f = StreamFields(sh, rank_, wire::RepKind::Hello);
   f.table_version = sh.version_tag;
   for (uint32_t b : sh.backups) {
     std::vector<zmq::message_t> out;
@@ -156,13 +162,7 @@ void Server::SendHello(Shard& sh) {
 
 void Server::Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> payload,
                      const ClusterView* membership) {
-  wire::Fields f;
-  f.type = wire::MsgType::Replicate;
-  f.role = wire::Role::Server;
-  f.rank = static_cast<int32_t>(rank_);
-  f.group = static_cast<int32_t>(sh.group);
-  f.fseq = f.request_id = ++sh.sent;
-  f.rep = kind;
+  const wire::Fields f = StreamFields(sh, rank_, kind);
   for (size_t i = 0; i < sh.backups.size(); ++i) {
     fbb_.Clear();
     zmq::message_t header;

@@ -108,16 +108,7 @@ class Supervisor:
         saying why) when that cannot be: a group lost its last copy; the
         rollback or the failure below then follows."""
         what = f"{p.name} on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
-        ctl = self.binaries.path("shardps-ctl")  # resolved before the job started (binaries.job_needs)
-        try:
-            r = subprocess.run([ctl, *self.key("admin.key"), "declare-dead", self.coordinator, str(p.rank),
-                                "--timeout-sec", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, text=True, timeout=60)
-            out, rc = r.stdout.strip(), r.returncode
-        except subprocess.TimeoutExpired:
-            out, rc = "shardps-ctl declare-dead did not answer within 60 s", 1
-        except OSError as e:
-            out, rc = f"cannot run {ctl}: {e.strerror}", 1
+        out, rc = self.ctl("declare-dead", self.coordinator, str(p.rank), timeout=30)
         if rc != 0:
             why = (out.splitlines()[-1] if out else f"shardps-ctl declare-dead exited {rc}").removeprefix(
                 "shardps-ctl: declare-dead: ")
@@ -194,6 +185,21 @@ class Supervisor:
             say("the job stopped on request")
         return 0
 
+    def ctl(self, *args, timeout):
+        """shardps-ctl ARGS with the admin key (if any), on this machine:
+        (its output, its exit status); a ctl that does not answer within
+        `timeout` + 30 s, or cannot run, is exit status 1 saying so."""
+        ctl = self.binaries.path("shardps-ctl")  # resolved before the job started (binaries.job_needs)
+        try:
+            r = subprocess.run([ctl, *self.key("admin.key"), *args, "--timeout-sec", str(timeout)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                               timeout=timeout + 30)
+            return r.stdout.strip(), r.returncode
+        except subprocess.TimeoutExpired:
+            return f"shardps-ctl {args[0]} did not answer within {timeout + 30} s", 1
+        except OSError as e:
+            return f"cannot run {ctl}: {e.strerror}", 1
+
     def key(self, name):
         return ["--key", os.path.join(self.keys, name)] if self.keys else []
 
@@ -211,16 +217,7 @@ class Supervisor:
         for p in victims:
             p.handled = True
         terminate(victims, GRACE_SEC, exited_too=False)  # gone before their ports are wanted again
-        ctl = self.binaries.path("shardps-ctl")  # resolved before the job started (binaries.job_needs)
-        try:
-            r = subprocess.run([ctl, *self.key("admin.key"), "rollback", self.coordinator, "--timeout-sec", "60"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                               timeout=90)
-            out, rc = r.stdout.strip(), r.returncode
-        except subprocess.TimeoutExpired:
-            out, rc = "shardps-ctl rollback did not answer within 90 s", 1
-        except OSError as e:
-            out, rc = f"cannot run {ctl}: {e.strerror}", 1
+        out, rc = self.ctl("rollback", self.coordinator, timeout=60)
         if rc != 0:
             why = out.splitlines()[-1] if out else f"shardps-ctl rollback exited {rc}"
             raise JobFailed(failed, f"{what}, and the job cannot be rolled back: {why.removeprefix('shardps-ctl: rollback: ')}")
