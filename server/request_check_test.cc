@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/partition.h"
 #include "common/wire.h"
 #include "server/table_set.h"
 #include "tests/table_spec.h"
@@ -185,6 +186,81 @@ TEST_F(RequestCheckTest, SparseRowsAreCreatedOnlyByPushesWithinTheTablesShare) {
   payload.push_back(Keys({1, 2}));
   frames = Request(f, std::move(payload));
   EXPECT_EQ(Check(frames, false).code(), Code::kSizeMismatch);
+}
+
+
+// Replicas: a server holding two replica groups (every partition) takes a
+// request only for the group it names (the rows or ids must be of it), and
+// a backup applying what its primary took is not refused for its own
+// budget (`trusted`).
+TEST(RequestCheckGroups, RowsAndIdsMustBeOfTheGroupNamedAndABackupIsNotRefusedForGrowth) {
+  ClusterView v;
+  v.num_servers = 2;
+  v.map = ShardMap::Replicated(4, 2, 2, {}, 1);  // group 0: partitions 0-1, group 1: 2-3; server 0 holds both
+  v.tables = {testing::Dense("w", 100, 2), testing::Sparse("e", 2).MaxRows(2)};
+  v.tables[1].id = 1;
+  TableSet tables(1 << 20);
+  ASSERT_TRUE(tables.Define(v, 0).ok());
+  RequestCheck check(tables, 1 << 20);
+  check.SetGroups(&v.map.group);
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<uint64_t> scratch;
+  ServerTable* t = nullptr;
+  const uint64_t* keys = nullptr;
+  const float* values[kMaxPushSteps] = {};
+  auto check_push = [&](wire::Fields f, std::vector<zmq::message_t> payload, uint32_t group, bool trusted) {
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back("peer", 4);
+    frames.push_back(wire::EncodeSimple(fbb, f));
+    for (auto& p : payload) frames.push_back(std::move(p));
+    const wire::Header* h = nullptr;
+    EXPECT_TRUE(wire::ParseHeader(frames[1], scratch, &h).ok());
+    return check.Check(*h, frames, true, &t, &keys, values, group, trusted);
+  };
+  auto rows = [](uint64_t b, uint64_t e) {
+    wire::Fields f;
+    f.type = wire::MsgType::Push;
+    f.role = wire::Role::Worker;
+    f.row_begin = b;
+    f.row_end = e;
+    return f;
+  };
+  auto floats = [](size_t n) { return zmq::message_t(std::vector<float>(n, 0.5f).data(), n * sizeof(float)); };
+  std::vector<zmq::message_t> p;
+  p.push_back(floats(20));
+  EXPECT_TRUE(check_push(rows(60, 70), std::move(p), 1, false).ok());  // rows 60-69: partitions 2: group 1
+  p.clear();
+  p.push_back(floats(20));
+  Status s = check_push(rows(60, 70), std::move(p), 0, false);
+  EXPECT_EQ(s.code(), Code::kWrongServer) << s.ToString();
+  EXPECT_NE(s.message().find("is in group 1, not in group 0"), std::string::npos) << s.ToString();
+  p.clear();
+  p.push_back(floats(40));
+  s = check_push(rows(40, 60), std::move(p), 0, false);  // partitions 1 and 2: two groups
+  EXPECT_EQ(s.code(), Code::kWrongServer) << s.ToString();
+  // Ids of group 0 only (found by their partitions), three new ones past max_rows 2.
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; ids.size() < 3; ++id)
+    if (v.map.group[PartitionOfId(id, 4)] == 0) ids.push_back(id);
+  wire::Fields f;
+  f.type = wire::MsgType::Push;
+  f.role = wire::Role::Worker;
+  f.table = 1;
+  f.key_count = ids.size();
+  p.clear();
+  p.emplace_back(ids.data(), ids.size() * sizeof(uint64_t));
+  p.push_back(floats(6));
+  s = check_push(f, std::move(p), 0, false);
+  EXPECT_EQ(s.code(), Code::kTooLarge) << s.ToString();
+  p.clear();
+  p.emplace_back(ids.data(), ids.size() * sizeof(uint64_t));
+  p.push_back(floats(6));
+  EXPECT_TRUE(check_push(f, std::move(p), 0, true).ok());  // a backup: its primary took it
+  p.clear();
+  p.emplace_back(ids.data(), ids.size() * sizeof(uint64_t));
+  p.push_back(floats(6));
+  s = check_push(f, std::move(p), 1, true);  // named the other group: refused even so
+  EXPECT_EQ(s.code(), Code::kWrongServer) << s.ToString();
 }
 
 }  // namespace
