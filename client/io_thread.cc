@@ -139,6 +139,8 @@ void IoThread::EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::mes
     const int numbering = q.group >= 0 ? q.group : q.target;
     if (numbered && self_.worker() && numbering >= 0 && numbering < static_cast<int>(seq_.size()))
       f.seq = ++seq_[numbering];
+    // An observer's push has no number: sent again, it could apply twice.
+    q.resendable = !numbered || self_.worker();
     q.frames.push_back(wire::EncodeSimple(fbb, f));
     for (auto& m : extra) q.frames.push_back(std::move(m));
   });
@@ -370,7 +372,7 @@ void IoLoop::Send(Outgoing& o) {
   Pending& p = pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
   p.group = o.group;
   p.order = ++sends;
-  if (o.group >= 0 && map && map->ReplicaStride() > 1)  // kept to be sent again after a fail-over
+  if (o.group >= 0 && o.resendable && map && map->ReplicaStride() > 1)  // kept to be sent again after a fail-over
     for (auto& f : o.frames) p.frames.emplace_back().copy(f);
   Status st = SendMultipart(*s, o.frames);
   if (st.ok()) return;

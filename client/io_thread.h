@@ -61,6 +61,7 @@ struct Outgoing {
   enum Kind { kSend, kConnect, kMap, kStop } kind = kSend;
   int target = -1;  // server rank, or -1 for the coordinator
   int group = -1;   // a data request's replica group: sent to the server serving it when it goes out
+  bool resendable = true;  // may be sent again to a group's new server (not an observer's unnumbered push)
   uint64_t request_id = 0;
   std::vector<zmq::message_t> frames;
   std::shared_ptr<Call> call;

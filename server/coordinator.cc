@@ -355,6 +355,7 @@ void Coordinator::HandleGetCluster(const std::string& from, const wire::Header& 
 void Coordinator::HandleCreateTable(const std::string& from, const wire::Header& h) {
   TableSpec spec;
   Status s = wire::DecodeTableSpec(h.body_as_TableSpec(), &spec);
+  if (s.ok()) s = CheckReplicable(spec, opts_.replicas);
   if (!s.ok()) return ReplyError(from, h.request_id(), Status::InvalidArgument(s.message()));
   const Waiter asker{from, h.request_id()};
   const TableDirectory::Lookup found = tables_.Find(spec, asker, resumed_);

@@ -4,6 +4,7 @@
 // (heartbeat replies, cluster answers) only once they all hold it, so a
 // client never reaches a server that does not yet know it serves a group.
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "common/wire.h"
@@ -22,21 +23,38 @@ std::string List(const std::vector<uint32_t>& v) {
 }  // namespace
 
 Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
-  if (rank >= opts_.num_servers || !members_.servers()[rank].registered) return Status::OK();
+  if (rank >= opts_.num_servers) return Status::OK();
+  const ServerSlot& slot = members_.servers()[rank];
+  if (!slot.registered && !slot.adopt) return Status::OK();  // not in the job (or dead already)
   if (opts_.replicas < 2)
     return Status::InvalidArgument("server " + std::to_string(rank) + " " + why +
                                    ": this job keeps one copy of each partition ([job] replicas = 1), so its "
                                    "partitions are lost; the job can only roll back to a snapshot");
-  if (!tables_.complete()) return Status::OK();  // no map yet: nothing served
   std::vector<uint32_t> lost;
-  ShardMap next = tables_.map().Without(rank, &lost);
-  if (!lost.empty()) {
+  auto lost_every_copy = [&] {
     std::string holders;
     for (uint32_t g : lost) holders += (holders.empty() ? "" : "; ") + std::string("group ") + std::to_string(g);
     return Status::Unavailable("server " + std::to_string(rank) + " " + why + ": " + holders +
                                " lost every copy (replicas = " + std::to_string(opts_.replicas) +
                                ", the other copies died before); the job can only roll back to a snapshot");
+  };
+  if (!tables_.complete()) {
+    // A resumed job whose servers are not all back: the map is made again
+    // without it once they are.
+    std::vector<std::string> hosts;
+    for (const auto& s : members_.servers()) hosts.push_back(s.id.host);
+    tables_.DropFromResumed(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1), rank,
+                            &lost);
+    if (!lost.empty()) return lost_every_copy();
+    members_.DeclareServerDead(rank);
+    LOG_WARN << "server " << rank << " " << why << ": declared dead; the map is made without it";
+    metrics_.FailedOver();
+    dirty_ = true;
+    MaybeCompleteMap();
+    return Status::OK();
   }
+  ShardMap next = tables_.map().Without(rank, &lost);
+  if (!lost.empty()) return lost_every_copy();
   members_.DeclareServerDead(rank);
   std::string moved;
   for (uint32_t g = 0; g < next.groups(); ++g)
@@ -67,16 +85,23 @@ void Coordinator::HandleDeclareDead(const std::string& from, const wire::Header&
     return ReplyError(from, h.request_id(),
                       Status::InvalidArgument("declare-dead: server " + std::to_string(rank) + " is not a server of this job (0.." +
                                               std::to_string(opts_.num_servers - 1) + ")"));
-  const bool was = members_.servers()[rank].registered;
-  Status s = FailOver(static_cast<uint32_t>(rank), "was declared dead (its process ended)");
-  if (!s.ok()) return ReplyError(from, h.request_id(), s);
+  const ServerSlot& slot = members_.servers()[rank];
+  std::string msg;
+  if (slot.dead) {
+    msg = "server " + std::to_string(rank) + " was declared dead before";
+  } else if (!slot.registered && !slot.adopt) {
+    return ReplyError(from, h.request_id(),
+                      Status::InvalidArgument("declare-dead: server " + std::to_string(rank) +
+                                              " has not joined this job: there is nothing to fail over"));
+  } else {
+    Status s = FailOver(static_cast<uint32_t>(rank), "was declared dead (its process ended)");
+    if (!s.ok()) return ReplyError(from, h.request_id(), s);
+    msg = "server " + std::to_string(rank) + " is dead; its groups are served by their backups (shard map v" +
+          std::to_string(tables_.complete() ? tables_.map().version : 0) + ")";
+  }
   wire::Fields f;
   f.request_id = h.request_id();
   f.map_version = tables_.map().version;
-  const std::string msg = !was && members_.servers()[rank].dead
-                              ? "server " + std::to_string(rank) + " was declared dead before"
-                              : "server " + std::to_string(rank) + " is dead; its groups are served by their backups "
-                                "(shard map v" + std::to_string(tables_.map().version) + ")";
   f.message = msg;
   Reply(from, wire::EncodeSimple(fbb_, f));
 }

@@ -31,10 +31,19 @@ Status CoordinatorOptions::Validate() const {
   std::set<std::string> names;
   for (const auto& t : tables) {
     Status s = t.Validate();
+    if (s.ok()) s = CheckReplicable(t, replicas);
     if (!s.ok()) return s;
     if (!names.insert(t.name).second)
       return Status::InvalidArgument("table '" + t.name + "' is defined twice");
   }
+  return Status::OK();
+}
+
+Status CheckReplicable(const TableSpec& t, uint32_t replicas) {
+  if (replicas > 1 && (t.evict_after_clocks || t.evict_after_sec))
+    return Status::InvalidArgument("table '" + t.name + "': evicting idle rows (evict_after_clocks/_sec) is not "
+                                   "supported with replicas = " + std::to_string(replicas) +
+                                   " yet: each copy would evict on its own clock and the copies would differ");
   return Status::OK();
 }
 

@@ -57,4 +57,9 @@ struct CoordinatorOptions {
   Status Validate() const;
 };
 
+// A table a job with `replicas` copies can hold: with more than one, no
+// eviction of idle sparse rows (each copy would evict on its own clock and
+// the copies would differ; docs/fault-tolerance.md, "Replicas").
+Status CheckReplicable(const TableSpec& t, uint32_t replicas);
+
 }  // namespace shardps

@@ -91,6 +91,18 @@ TEST(JobConfig, ValidateRejectsDuplicateTablesAndBadShapes) {
   o.consistency = Consistency::kSync;
   o.staleness = 3;
   EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
+  o.staleness = 0;
+  o.replicas = 3;  // at most 2 for now
+  EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
+  o.replicas = 2;
+  o.tables[0].kind = TableKind::kSparse;
+  o.tables[0].rows = 0;
+  o.tables[0].evict_after_clocks = 100;  // the copies would evict on their own clocks
+  Status s = o.Validate();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("not supported with replicas = 2"), std::string::npos) << s.ToString();
+  o.replicas = 1;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate().ToString();
 }
 
 TEST(JobConfig, MissingFileIsAClearError) {

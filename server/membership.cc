@@ -188,7 +188,7 @@ std::vector<uint32_t> Membership::ExpireServers(Clock::time_point now) {
 }
 
 bool Membership::DeclareServerDead(uint32_t rank) {
-  if (rank >= servers_.size() || !servers_[rank].registered) return false;
+  if (rank >= servers_.size() || (!servers_[rank].registered && !servers_[rank].adopt)) return false;
   ServerSlot& s = servers_[rank];
   s.registered = s.alive = s.adopt = false;
   s.dead = true;

@@ -159,7 +159,8 @@ class Membership {
   // Server `rank` is dead for the rest of the job (its partitions are
   // failed over): no longer registered, alive or waited for; a message
   // from it is recognised (IsDeadServer) and a Register for its rank
-  // refused. False when it is not a registered server.
+  // refused. False when it is not a registered server (or one of a
+  // resumed job not back yet).
   bool DeclareServerDead(uint32_t rank);
   bool IsDeadServer(const std::string& routing_id) const;
   std::vector<uint32_t> DeadServers() const;

@@ -85,8 +85,7 @@ void Server::ApplyCluster(const ClusterView& v) {
   }
   for (Shard* sh : Primaries()) {
     sh->clocks.SetModel(view_.consistency, view_.staleness);
-    ApplyMembership(*sh);
-    Advance(*sh);
+    ApplyMembership(*sh);  // (applies what completes, releases what may go)
   }
 }
 
@@ -98,10 +97,17 @@ void Server::Reply(const zmq::message_t& to, zmq::message_t header) {
 }
 
 void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s) {
-  if (input_.shard && request_id == input_.request) input_.refused = true;
-  if (input_.shard && !input_.shard->primary) {  // a backup's copy: its primary answered (a tick: refused there too)
-    LOG_WARN << "group " << input_.shard->group << " (a backup copy): input " << request_id
-             << " from the primary refused: " << s.ToString();
+  const bool own = input_.shard && request_id == input_.request && to.to_string_view() == input_.from;
+  if (own) input_.refused = true;  // the input being handled (not a pull it released)
+  if (input_.shard && !input_.shard->primary) {
+    // A backup's copy refusing what its primary took: a tick refused there
+    // too is no harm; anything else makes the copies differ.
+    if (own && input_.type == wire::MsgType::Tick)
+      LOG_WARN << "group " << input_.shard->group << " (a backup copy): tick " << request_id << " refused, as by "
+               << "its primary: " << s.ToString();
+    else
+      LOG_ERROR << "group " << input_.shard->group << " (a backup copy): input " << request_id << " its primary "
+                << "took is refused here, the copies differ now: " << s.ToString();
     return;
   }
   LOG_WARN << "request " << request_id << " refused: " << s.ToString();
@@ -124,8 +130,8 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
                     : Status::PermissionDenied("the connection carries no key role");
     if (!a.ok()) return ReplyError(frames[0], h->request_id(), a);
   }
-  uint64_t total = 0;
-  for (size_t i = 1; i < frames.size(); ++i) total += frames[i].size();
+  uint64_t total = 0;  // (a Replicate's own header aside: its request was within the primary's limit)
+  for (size_t i = h->type() == wire::MsgType::Replicate ? 2 : 1; i < frames.size(); ++i) total += frames[i].size();
   if (total > opts_.max_request_bytes)
     return ReplyError(frames[0], h->request_id(),
                       Status::TooLarge("request of " + std::to_string(total) +

@@ -63,6 +63,7 @@ class ZapHandler;
 namespace wire {
 struct Header;
 enum class RepKind : uint8_t;
+enum class MsgType : uint8_t;
 }
 
 class Server {
@@ -189,6 +190,8 @@ class Server {
     uint64_t request = 0;
     bool refused = false;
     uint64_t fseq = 0;       // its place in the shard's stream: replies it makes wait for it
+    std::string from;        // its sender's routing id (request ids are per sender)
+    wire::MsgType type{};
   } input_;
 };
 

@@ -38,7 +38,11 @@ wire::Fields StreamFields(Shard& sh, uint32_t rank, wire::RepKind kind) {
 void Server::PlaceShards() {
   const ShardMap& m = view_.map;
   if (shards_.size() < m.groups()) shards_.resize(m.groups());
-  check_.SetGroups(m.ReplicaStride() > 1 ? &m.group : nullptr);
+  // The group a request names is checked wherever a server holds more than
+  // its own group (with replicas, also after a fail-over).
+  bool several = m.ReplicaStride() > 1;
+  for (uint32_t g = 0; g < m.groups(); ++g) several |= g != rank_ && m.Holds(rank_, g);
+  check_.SetGroups(several ? &m.group : nullptr);
   std::set<uint32_t> fed;  // the servers this one streams to
   for (uint32_t g = 0; g < m.groups(); ++g) {
     auto& sh = shards_[g];
@@ -53,12 +57,19 @@ void Server::PlaceShards() {
       sh = std::make_unique<Shard>(g, tables_.all(), opts_.held_bytes, opts_.snapshot_write_delay, NewVersionTag());
       sh->cut.SetPartitions(m.OfGroup(g));
       sh->clocks.SetModel(view_.consistency, view_.staleness);
+      sh->clocks.set_held_limit(primary ? opts_.held_bytes : UINT64_MAX);
       sh->primary = primary;
       if (!primary)
         LOG_INFO << "holding a copy of group " << g << " (its primary: server " << m.Primary(g) << ")";
     } else if (primary && !sh->primary) {
-      // Its primary died: this copy has every input it acknowledged.
+      // Its primary died: this copy has every input it acknowledged. The
+      // cuts its primary took (or that were aborted with it) are not taken
+      // again: cuts go on from the next one due.
       sh->primary = true;
+      sh->clocks.set_held_limit(opts_.held_bytes);
+      const int64_t at = sh->clocks.sync() ? sh->clocks.applied_clock() : sh->clocks.MinClock();
+      const uint32_t every = view_.snapshot_every_clocks;
+      sh->cut.SkipTo(every ? at / every * every : at);
       LOG_WARN << "taking over group " << g << " (shard map v" << m.version << "): " << sh->applied
                << " inputs applied from its primary, applied clock " << sh->clocks.applied_clock();
     }
@@ -98,6 +109,8 @@ void Server::HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::mess
   input_.changed = dc_pull;
   input_.refused = false;
   input_.request = h.request_id();
+  input_.from = frames[0].to_string();
+  input_.type = h.type();
   const auto arrived = Clock::now();
   switch (h.type()) {
     case wire::MsgType::Push:
@@ -187,7 +200,10 @@ void Server::ApplyMembership(Shard& sh) {
   sh.clocks.SetMembership(view_.worker_ranks(), view_.live_workers);
   Advance(sh);
   input_.shard = nullptr;
-  if (!sh.backups.empty()) {
+  // Forwarded when it changed (every cluster update brings the live workers).
+  const bool changed = view_.membership_version != sh.membership_sent;
+  sh.membership_sent = view_.membership_version;
+  if (!sh.backups.empty() && changed) {
     ClusterView live;  // what a backup's clocks need of the view
     live.consistency = view_.consistency;
     live.num_servers = view_.num_servers;
@@ -203,7 +219,7 @@ void Server::ApplyMembership(Shard& sh) {
 void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   const uint32_t g = h.group() >= 0 ? static_cast<uint32_t>(h.group()) : UINT32_MAX;
   Shard* sh = g < shards_.size() ? shards_[g].get() : nullptr;
-  if (!sh && (!view_.complete() || g >= view_.map.groups())) {
+  if (!sh && !view_.complete() && early_replicates_.size() < 65536) {
     // Before this server holds the map that makes it a backup of g: kept
     // until it does (the primary waits for the acknowledgement meanwhile).
     early_replicates_.push_back(std::move(frames));
@@ -223,6 +239,9 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
     (void)SendMultipart(data_, out);
   };
   if (!sh) return refuse("server " + std::to_string(rank_) + " holds no copy of group " + std::to_string(g));
+  if (view_.map.Primary(g) != static_cast<uint32_t>(h.rank()) && !sh->primary)
+    return refuse("server " + std::to_string(h.rank()) + " is not the primary of group " + std::to_string(g) +
+                  " in shard map v" + std::to_string(view_.map.version));
   if (sh->primary)
     return refuse("server " + std::to_string(rank_) + " is the primary of group " + std::to_string(g) +
                   " in shard map v" + std::to_string(view_.map.version) + ": the sender was declared dead");
@@ -280,6 +299,8 @@ void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::
       }
       input_.shard = &sh;
       input_.request = in->request_id();
+      input_.from = request[0].to_string();
+      input_.type = in->type();
       switch (in->type()) {
         case wire::MsgType::Push: Push(sh, *in, request); break;
         case wire::MsgType::Pull: Pull(sh, *in, request, Clock::now()); break;

@@ -64,6 +64,7 @@ class Shard {
   std::map<uint32_t, uint64_t> acked;  // backup -> the last fseq it applied
   std::deque<HeldReply> held;          // in the order made
   bool hello_sent = false;             // the stream's first message (the version tag) went out
+  uint64_t membership_sent = 0;        // the membership version last forwarded
   // The last fseq every backup applied (sent when there is none).
   uint64_t AckedByAll() const {
     uint64_t a = sent;

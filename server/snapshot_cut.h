@@ -10,6 +10,7 @@
 // coordinator (TakeDone).
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -99,6 +100,11 @@ class SnapshotCut {
   void Schedule(int64_t clock) { scheduled_.insert(clock); }
   void Cancel(int64_t clock) { scheduled_.erase(clock); }
   int64_t last_cut() const { return last_cut_; }  // -1: none taken
+  // Cuts up to `clock` are taken (elsewhere: a backup made primary).
+  void SkipTo(int64_t clock) {
+    last_cut_ = std::max(last_cut_, clock);
+    while (!scheduled_.empty() && *scheduled_.begin() <= clock) scheduled_.erase(scheduled_.begin());
+  }
   bool active() const { return active_; }         // a cut is being copied
 
   // Which cut is due. Sync, at applied clock `clock`: a cut at `clock` is

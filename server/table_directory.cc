@@ -47,6 +47,14 @@ ShardMap TableDirectory::FirstMap(ShardMap fresh) const {
   return fresh;
 }
 
+void TableDirectory::DropFromResumed(const ShardMap& fresh, uint32_t server, std::vector<uint32_t>* lost) {
+  const ShardMap from = FirstMap(fresh);
+  const ShardMap next = from.Without(server, lost);
+  if (!lost->empty()) return;
+  resumed_version_ = next.version;
+  resumed_replicas_ = next.replicas;
+}
+
 void TableDirectory::ChangeMap(ShardMap map, uint64_t update_id, std::set<uint32_t> servers) {
   map_ = std::move(map);
   change_update_id_ = update_id;
@@ -171,6 +179,8 @@ std::vector<std::pair<Waiter, Status>> TableDirectory::Expire(Clock::time_point 
 
 std::vector<Waiter> TableDirectory::RollBack() {
   map_ = published_map_ = ShardMap{};
+  resumed_version_ = 0;  // the new servers start from the job's first map
+  resumed_replicas_.clear();
   change_update_id_ = 0;
   change_waiting_.clear();
   ready_ = false;

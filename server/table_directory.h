@@ -79,6 +79,11 @@ class TableDirectory {
   }
   // `fresh` (the job's first map), or the resumed one on its layout.
   ShardMap FirstMap(ShardMap fresh) const;
+  // A resumed job before its map is made again: `server` is dead; it
+  // leaves the replica lists the map will be made with (`fresh`: the job's
+  // first map, where none was saved). The groups left without a copy go
+  // to *lost (and nothing changes then).
+  void DropFromResumed(const ShardMap& fresh, uint32_t server, std::vector<uint32_t>* lost);
   // The first shard map.
   void SetMap(ShardMap map) {
     map_ = std::move(map);

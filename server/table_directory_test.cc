@@ -161,5 +161,40 @@ TEST(TableDirectory, ARollbackForgetsTheMapAndRefusesUnconfirmedTables) {
   EXPECT_FALSE(d.ready());  // no map update awaited yet
 }
 
+// Replicas: a changed map is told to clients only once every live server
+// acknowledged it (a dead one not waited for); a resumed job makes its map
+// again from the saved replica lists, without a server declared dead
+// meanwhile, and a rollback forgets them (the new servers start afresh).
+TEST(TableDirectory, AFailOversMapIsPublishedOnceTheLiveServersHoldItAndResumedWithoutTheDead) {
+  TableDirectory d({});
+  d.set_replicas(2);
+  const ShardMap first = ShardMap::Replicated(6, 3, 2, {}, 1);
+  d.SetMap(first);
+  std::vector<uint32_t> lost;
+  d.ChangeMap(first.Without(1, &lost), 7, {0, 2});
+  EXPECT_EQ(d.map().version, 2u);
+  EXPECT_EQ(d.published().version, 1u);
+  d.Ack(0, 7);
+  EXPECT_EQ(d.published().version, 1u);
+  d.ForgetServer(2);  // server 2 died too: not waited for
+  EXPECT_EQ(d.published().version, 2u);
+
+  TableDirectory resumed({});
+  const ShardMap four = ShardMap::Replicated(8, 4, 2, {}, 1);  // groups on {0,1} {1,2} {2,3} {3,0}
+  lost.clear();
+  resumed.SetResumedMap(2, four.Without(1, &lost).replicas);  // saved after server 1's fail-over
+  resumed.DropFromResumed(four, 3, &lost);  // server 3 dead before the servers came back
+  ASSERT_TRUE(lost.empty());
+  const ShardMap again = resumed.FirstMap(four);
+  EXPECT_EQ(again.version, 3u);
+  EXPECT_EQ(again.replicas, (std::vector<std::vector<uint32_t>>{{0}, {2}, {2}, {0}}));
+  EXPECT_EQ(again.owner, (std::vector<uint32_t>{0, 0, 2, 2, 2, 2, 0, 0}));
+  resumed.DropFromResumed(four, 0, &lost);  // groups 0 and 3 would lose their last copy: nothing changes
+  EXPECT_EQ(lost, (std::vector<uint32_t>{0, 3}));
+  EXPECT_EQ(resumed.FirstMap(four).version, 3u);
+  resumed.RollBack();
+  EXPECT_EQ(resumed.FirstMap(four).replicas, four.replicas);
+}
+
 }  // namespace
 }  // namespace shardps

@@ -77,6 +77,9 @@ class WorkerClocks {
   // after the one being applied, may take (each).
   explicit WorkerClocks(uint64_t held_bytes) : held_limit_(held_bytes) {}
 
+  // A backup copy holds what its primary held, whatever its own limit
+  // (set back to the server's when it becomes the primary).
+  void set_held_limit(uint64_t bytes) { held_limit_ = bytes; }
   // The job's model (from every cluster view).
   void SetModel(Consistency consistency, uint32_t staleness) {
     consistency_ = consistency;
@@ -157,7 +160,7 @@ class WorkerClocks {
   uint64_t parked_bytes() const { return parked_bytes_; }
 
  private:
-  const uint64_t held_limit_;
+  uint64_t held_limit_;
   Consistency consistency_ = Consistency::kAsync;
   uint32_t staleness_ = 0;
   std::vector<int64_t> clocks_;   // per worker rank
