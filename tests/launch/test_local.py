@@ -65,6 +65,16 @@ def full_mlp(epochs, extra=()):
 HEARTBEAT_MS = 2000
 
 
+def wait_for_lines(launch, pattern, count, since, timeout):
+    """Waits until `count` output lines from line `since` on match `pattern`
+    (each a line of its own); fails after `timeout` s saying what it waited for."""
+    end = time.monotonic() + timeout
+    while len(launch.lines_since(since, pattern)) < count:
+        assert time.monotonic() < end and launch.p.poll() is None, (
+            f"no {count} lines matching {pattern!r} within {timeout} s; output:\n{launch.output()}")
+        time.sleep(0.1)
+
+
 def test_killed_worker_under_sync_its_batches_go_to_the_others(run_dir):
     """kill -9 of a worker while the others wait for it at every clock: they
     go on within the heartbeat deadline plus a second, every epoch still
@@ -135,9 +145,7 @@ def test_restarted_worker_rejoins_and_trains(run_dir):
     while not (os.path.exists(restarted_log) and re.search(r"worker 1 \| epoch \d+ step", open(restarted_log).read())):
         assert time.monotonic() < end, f"the restarted worker 1 trained no step; output:\n{launch.output()}"
         time.sleep(0.1)
-    since = len(launch.lines)
-    launch.wait_for_line(r"worker 0 \| epoch \d+ done", 120, since)
-    launch.wait_for_line(r"worker 0 \| epoch \d+ done", 120, since + 1)
+    wait_for_lines(launch, r"worker 0 \| epoch \d+ done", 2, len(launch.lines), 240)
     rc, out = ctl("stop", job["coordinator"])
     assert rc == 0, out
     rc = launch.wait(240)
@@ -178,9 +186,7 @@ def test_a_new_rank_joins_a_running_job(run_dir, tmp_path):
             assert extra.poll() is None and time.monotonic() < end, f"worker 2 trained no step: {log.read_text()}"
             time.sleep(0.1)
         # An epoch that worker 2 trained in from its start ends, then the job is stopped.
-        since = len(launch.lines)
-        launch.wait_for_line(r"worker 0 \| epoch \d+ done", 120, since)
-        launch.wait_for_line(r"worker 0 \| epoch \d+ done", 120, since + 1)
+        wait_for_lines(launch, r"worker 0 \| epoch \d+ done", 2, len(launch.lines), 240)
         rc, out = ctl("stop", coordinator)
         assert rc == 0, out
         assert extra.wait(120) == 0, log.read_text()
@@ -266,9 +272,8 @@ def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_d
     os.kill(pid_of(run_dir, "shardps-server", "--rank", "1"), signal.SIGKILL)
     # Then the coordinator: started again, it resumes with the map of the
     # fail-over (its saved state), not the job's first one.
-    since = len(launch.lines)
     launch.wait_for_line(r"the job goes on \(nothing restarted\)", 60)
-    launch.wait_for_line(r"worker 0 \| epoch \d+ step", 60, since + 1)
+    wait_for_lines(launch, r"worker 0 \| epoch \d+ step", 1, len(launch.lines), 60)
     os.kill(pid_of(run_dir, "shardps-coordinator"), signal.SIGKILL)
     rc = launch.wait(240)
     out = launch.output()
