@@ -155,7 +155,11 @@ zmq::socket_t& Server::Peer(uint32_t server) {
   s.set(zmq::sockopt::sndhwm, 0);  // held back by the replies it holds, not dropped
   s.set(zmq::sockopt::rcvhwm, 0);
   if (opts_.security.enabled) MakeCurveClient(s, opts_.security.key);
-  if (server < view_.servers.size() && !view_.servers[server].empty()) s.connect(view_.servers[server]);
+  try {
+    if (server < view_.servers.size() && !view_.servers[server].empty()) s.connect(view_.servers[server]);
+  } catch (const zmq::error_t& e) {  // (an endpoint the coordinator had from the server itself: not expected)
+    LOG_ERROR << "cannot stream to server " << server << " at '" << view_.servers[server] << "': " << e.what();
+  }
   LOG_INFO << "streaming to server " << server << " at "
            << (server < view_.servers.size() ? view_.servers[server] : std::string("?"));
   return peers_.emplace(server, std::move(s)).first->second;
