@@ -21,7 +21,9 @@
 //
 // Files: coordinator.cc (socket, dispatch, membership, tables, barriers,
 // work, durable state), coordinator_snapshot.cc (snapshots, restore,
-// rollback), coordinator_status.cc (heartbeats, status, stop, shutdown).
+// rollback), coordinator_status.cc (heartbeats, status, stop, shutdown),
+// coordinator_failover.cc (replicas: a dead server's groups to their
+// backups, DeclareDead, fencing).
 //
 // Threads: Run()'s thread owns the object and every part (Bind() runs
 // before it, on the thread that then calls Run()). The one thing another
