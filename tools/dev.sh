@@ -37,7 +37,9 @@ fi
 if [[ ! -f build/build.ninja ]]; then
   meson setup build >/dev/null
 fi
-ninja -C build
+t0=$SECONDS
+ninja -C build || exit 1
+echo "dev.sh: build/ built in $((SECONDS - t0)) s"
 
 case "$what" in
   demo)

@@ -45,6 +45,8 @@ if [[ ! -f $dir/build.ninja ]]; then
   meson setup "$dir" "${setup[@]}" -Db_lundef=false -Dcuda=disabled -Dpython=disabled \
     -Dbuildtype=debugoptimized >/dev/null
 fi
-ninja -C "$dir"
+t0=$SECONDS
+ninja -C "$dir" || exit 1
+echo "sanitize.sh: $dir/ built in $((SECONDS - t0)) s"
 tests=$(meson test -C "$dir" --list 2>/dev/null | sed -n 's/^shardps:[a-z]* \/ //p' | grep -vx "${exclude[@]}")
 exec meson test -C "$dir" --print-errorlogs --num-processes 2 --timeout-multiplier $multiplier $tests
