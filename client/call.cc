@@ -65,7 +65,7 @@ zmq::message_t Borrow(const void* data, size_t size, const std::shared_ptr<Call>
 
 namespace {
 // `cols` values of `dtype` at `src` as float32 at `dst`.
-void RowToFloat(const uint8_t* src, DType dtype, uint32_t cols, float* dst) {
+void ValuesToFloat(const uint8_t* src, DType dtype, size_t cols, float* dst) {
   switch (dtype) {
     case DType::kF32: std::memcpy(dst, src, cols * sizeof(float)); break;
     case DType::kBF16: Bf16ToFloat(reinterpret_cast<const uint16_t*>(src), dst, cols); break;
@@ -76,16 +76,38 @@ void RowToFloat(const uint8_t* src, DType dtype, uint32_t cols, float* dst) {
 
 Status PlaceValues(const Dest& d, std::vector<zmq::message_t>& frames, const std::string& peer) {
   const uint64_t reply_rows = !d.offsets.empty() ? d.offsets.size() - 1 : d.positions.size();
-  const uint64_t want = d.positions.empty() ? d.floats * 4 : reply_rows * d.cols * DTypeBytes(d.dtype);
+  const uint64_t want = d.positions.empty() ? d.floats * DTypeBytes(d.dtype) : reply_rows * d.cols * DTypeBytes(d.dtype);
   uint64_t got = 0;
   for (size_t i = 1; i < frames.size(); ++i) got += frames[i].size();
   if (frames.size() < 2 || got != want || (!d.positions.empty() && frames.size() != 2))
     return Status::BadMessage(peer + " answered a pull with " + std::to_string(got) + " bytes of values in " +
                               std::to_string(frames.size() - 1) + " frames, expected " + std::to_string(want));
-  if (d.view) {
+  for (size_t i = 1; i < frames.size() && d.dtype != DType::kF32; ++i)
+    if (frames[i].size() % 2)
+      return Status::BadMessage(peer + " answered a 16-bit pull with a frame of " + std::to_string(frames[i].size()) +
+                                " bytes");
+  if (d.view && d.dtype != DType::kF32) {
+    // PullView of 16-bit values: converted once, into a float32 frame kept.
+    zmq::message_t m(d.floats * sizeof(float));
+    auto* dst = static_cast<float*>(m.data());
+    for (size_t i = 1; i < frames.size(); ++i) {
+      const size_t n = frames[i].size() / 2;
+      ValuesToFloat(static_cast<const uint8_t*>(frames[i].data()), d.dtype, n, dst);
+      dst += n;
+    }
+    d.view->parts[d.view_offset].push_back(std::move(m));
+  } else if (d.view) {
     // PullView: keep the frames, no copy.
     auto& kept = d.view->parts[d.view_offset];
     for (size_t i = 1; i < frames.size(); ++i) kept.push_back(std::move(frames[i]));
+  } else if (d.positions.empty() && d.dtype != DType::kF32) {
+    // A 16-bit row range: converted as it is placed (no more passes than float32's copy).
+    float* dst = d.out;
+    for (size_t i = 1; i < frames.size(); ++i) {
+      const size_t n = frames[i].size() / 2;
+      ValuesToFloat(static_cast<const uint8_t*>(frames[i].data()), d.dtype, n, dst);
+      dst += n;
+    }
   } else if (d.positions.empty()) {
     // A row range may come as one frame per run of partitions, in order.
     auto* dst = reinterpret_cast<uint8_t*>(d.out);
@@ -97,14 +119,14 @@ Status PlaceValues(const Dest& d, std::vector<zmq::message_t>& frames, const std
     const auto* src = static_cast<const uint8_t*>(frames[1].data());
     const size_t row = d.cols * DTypeBytes(d.dtype);
     for (size_t i = 0; i < d.positions.size(); ++i)
-      RowToFloat(src + i * row, d.dtype, d.cols, d.out + static_cast<size_t>(d.positions[i]) * d.cols);
+      ValuesToFloat(src + i * row, d.dtype, d.cols, d.out + static_cast<size_t>(d.positions[i]) * d.cols);
   } else {
     // One reply row for every place of its key: converted once, copied to the rest.
     const auto* src = static_cast<const uint8_t*>(frames[1].data());
     const size_t row = d.cols * DTypeBytes(d.dtype);
     for (size_t i = 0; i + 1 < d.offsets.size(); ++i) {
       float* first = d.out + static_cast<size_t>(d.positions[d.offsets[i]]) * d.cols;
-      RowToFloat(src + i * row, d.dtype, d.cols, first);
+      ValuesToFloat(src + i * row, d.dtype, d.cols, first);
       if (d.cache) d.cache->Put(d.cache_table, d.cache_keys[i], d.cache_clock, first, d.cols);
       for (uint32_t k = d.offsets[i] + 1; k < d.offsets[i + 1]; ++k)
         std::memcpy(d.out + static_cast<size_t>(d.positions[k]) * d.cols, first, d.cols * sizeof(float));

@@ -8,8 +8,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "client/call.h"
 #include "client/cluster_cache.h"
@@ -117,6 +120,16 @@ class ClientImpl {
   // of the servers (and kept).
   Request CachedPull(const Table& t, const KeyPlan& plan, float* out, RowCache* cache, int64_t clock_ahead);
 
+  // Error feedback (docs/compression.md): per dense table pushed with
+  // compression, what its pushes did not send yet, one float per value.
+  struct Residual {
+    std::mutex mu;  // held while a push encodes against it
+    std::vector<float> values;
+  };
+  Residual* ResidualOf(const Table& t);
+  std::mutex residuals_mu_;
+  std::unordered_map<uint32_t, std::unique_ptr<Residual>> residuals_;
+
   const std::shared_ptr<StampBook> book_ = std::make_shared<StampBook>();
   std::atomic<uint64_t> pulls_issued_{0};
   std::atomic<bool> closed_{false};
@@ -186,6 +199,8 @@ Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock
   // One read for every part (another thread may tick meanwhile).
   h.clock = RequestClock(self_.clock.load(std::memory_order_relaxed), clock_ahead);
   h.steps = static_cast<uint32_t>(pl.steps.size());
+  if (t.spec.kind == TableKind::kDense) h.dtype = pl.dtype;
+  h.compress = pl.compress;
   thread_local flatbuffers::FlatBufferBuilder fbb;
   for (Part& p : parts) {
     Outgoing o;
@@ -205,10 +220,30 @@ Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock
 Request ClientImpl::RangeRequest(bool push, const Table& t, RowRange r, float* values, uint64_t floats,
                                  int64_t clock_ahead, std::shared_ptr<PulledFrames> view,
                                  std::span<const PushStep> steps) {
-  Payload pl{push, t.spec.cols, DType::kF32, nullptr, values, {}, steps, std::move(view)};
-  return DataRequest(t, pl, clock_ahead, [&](const ShardMap& map, std::vector<Part>* parts) {
+  Payload pl{push, t.spec.cols, WireType(t.spec), nullptr, values, {}, steps, std::move(view)};
+  auto split = [&](const ShardMap& map, std::vector<Part>* parts) {
     return SplitRange(t.spec, map, r, floats, push, opts_.max_message_bytes, parts);
-  });
+  };
+  if (!push || t.spec.kind != TableKind::kDense || t.spec.wire.compress == Compression::kNone || r.end > t.spec.rows)
+    return DataRequest(t, pl, clock_ahead, split);
+  // Compressed: float32 on the wire, each part encoded against the
+  // residual of its rows, which no other push of the table touches meanwhile.
+  Residual* res = ResidualOf(t);
+  std::lock_guard<std::mutex> lock(res->mu);
+  pl.dtype = DType::kF32;
+  pl.compress = t.spec.wire.compress;
+  pl.topk_fraction = t.spec.wire.topk_fraction;
+  pl.residual = res->values.data() + r.begin * t.spec.cols;
+  return DataRequest(t, pl, clock_ahead, split);
+}
+
+ClientImpl::Residual* ClientImpl::ResidualOf(const Table& t) {
+  std::lock_guard<std::mutex> lock(residuals_mu_);
+  auto& r = residuals_[t.id];
+  if (!r) r = std::make_unique<Residual>();
+  std::lock_guard<std::mutex> inner(r->mu);
+  if (r->values.size() != t.size()) r->values.assign(t.size(), 0.0f);
+  return r.get();
 }
 
 Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values,
@@ -223,7 +258,7 @@ Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint6
   // without repeats, of a float32 table, goes from the caller's arrays as
   // it is.
   auto plan = std::make_shared<KeyPlan>(PlanKeys(keys));
-  const DType dtype = t.spec.dtype;
+  const DType dtype = WireType(t.spec);
   if (RowCache* rc = CacheFor(push, t)) return CachedPull(t, *plan, values, rc, clock_ahead);
   if (!plan->repeats() && dtype == DType::kF32) {
     Payload pl{push, cols, DType::kF32, nullptr, values, keys, {}, nullptr};

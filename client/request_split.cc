@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/compress.h"
 #include "common/half.h"
 
 namespace shardps::detail {
@@ -107,6 +108,7 @@ wire::Fields PartFields(const DataHeader& h, const Part& p, std::span<const uint
   f.clock = h.clock;
   f.steps = h.steps;
   f.group = static_cast<int32_t>(p.group);
+  f.values = {static_cast<wire::DType>(h.dtype), static_cast<wire::Compression>(h.compress)};
   if (p.keyed) {
     f.key_count = p.key_count;
   } else {
@@ -136,10 +138,25 @@ std::vector<zmq::message_t> PartFrames(const Payload& pl, const Part& p, const s
   if (p.keyed)
     frames.push_back(all_keys ? Borrow(pl.keys.data(), pl.keys.size_bytes(), call) : GatherKeys(pl.keys, p.positions));
   if (!pl.push) return frames;
-  if (!pl.steps.empty()) {
-    for (const PushStep& step : pl.steps) frames.push_back(Borrow(step.grads.data() + p.offset, p.floats * 4, call));
+  // Rows in order (a range part, or the key part holding every key): `n`.
+  const uint64_t n = p.floats / pl.cols;
+  if (pl.compress != Compression::kNone) {
+    // Each step's part encoded in turn, its residual carried to the next.
+    const size_t k = compress::TopKCount(p.floats, pl.topk_fraction);
+    const size_t steps = std::max<size_t>(1, pl.steps.size());
+    for (size_t j = 0; j < steps; ++j) {
+      const float* g = (pl.steps.empty() ? pl.values : pl.steps[j].grads.data()) + p.offset;
+      zmq::message_t m(compress::EncodedBytes(pl.compress, p.floats, k));
+      compress::Encode(pl.compress, g, pl.residual + p.offset, p.floats, k, m.data());
+      frames.push_back(std::move(m));
+    }
+  } else if (!pl.steps.empty()) {
+    for (const PushStep& step : pl.steps)
+      frames.push_back(pl.dtype == DType::kF32 ? Borrow(step.grads.data() + p.offset, p.floats * 4, call)
+                                               : GatherRowsAs(step.grads.data() + p.offset, pl.cols, {}, n, pl.dtype));
   } else if (pl.dtype != DType::kF32) {
-    frames.push_back(GatherRowsAs(pl.values, pl.cols, p.positions, p.key_count, pl.dtype));
+    // Converted into the message (half the bytes): the one pass over them.
+    frames.push_back(GatherRowsAs(pl.values + p.offset, pl.cols, p.positions, n, pl.dtype));
   } else if (all_keys) {
     frames.push_back(Borrow(pl.values + p.offset, p.floats * 4, call));
   } else {

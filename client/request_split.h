@@ -84,7 +84,14 @@ struct DataHeader {
   uint32_t table = 0;
   int64_t clock = 0;
   uint32_t steps = 0;  // PushSteps: how many gradients each part carries
+  // A dense table's values on the wire (the handle's wire_dtype); sparse: f32
+  // (their values travel in the table's dtype, which the header does not name).
+  DType dtype = DType::kF32;
+  Compression compress = Compression::kNone;  // a compressed push (float32 then)
 };
+// The number type a request of table `t` carries its values in: a sparse
+// table's dtype, a dense table's wire_dtype.
+inline DType WireType(const TableSpec& t) { return t.kind == TableKind::kDense ? t.wire.dtype : t.dtype; }
 // A part's header: `h`, the part's rows or key count, and (a push) the
 // versions its gradients were computed on at the part's server (`bases`,
 // which must outlive the Fields).
@@ -111,6 +118,13 @@ struct Payload {
   std::span<const uint64_t> keys;      // a key list request
   std::span<const PushStep> steps;     // PushSteps: one gradient array per step
   std::shared_ptr<PulledFrames> view;  // PullView: where the frames are kept
+  // A compressed push of a row range (docs/compression.md): each part's
+  // gradient is encoded with error feedback against `residual` (aligned
+  // with `values`: the residual of the request's first row), which the
+  // caller holds locked until the frames are made.
+  Compression compress = Compression::kNone;
+  float topk_fraction = 0;
+  float* residual = nullptr;
   RowCache* cache = nullptr;           // a pull whose rows the row cache keeps (row_cache.h) ...
   uint32_t cache_table = 0;            // ... as rows of this table
   int64_t cache_clock = 0;             // ... read at this clock

@@ -99,6 +99,8 @@ zmq::message_t Encode(flatbuffers::FlatBufferBuilder& fbb, const Fields& f, Body
   if (f.staleness) b.add_staleness(f.staleness);
   if (f.idle) b.add_idle(true);
   if (f.group >= 0) b.add_group(f.group);
+  if (f.values.dtype != DType::F32) b.add_dtype(f.values.dtype);
+  if (f.values.compress != Compression::None) b.add_compress(f.values.compress);
   if (f.fseq) b.add_fseq(f.fseq);
   if (f.rep != RepKind::Request) b.add_rep(f.rep);
   if (body_type != Body::NONE) {
@@ -162,6 +164,9 @@ flatbuffers::Offset<wire::TableSpec> BuildTableSpec(flatbuffers::FlatBufferBuild
   b.add_admit_after(t.admit_after);
   b.add_evict_after_clocks(t.evict_after_clocks);
   b.add_evict_after_sec(t.evict_after_sec);
+  b.add_wire_dtype(static_cast<wire::DType>(t.wire.dtype));
+  b.add_compress(static_cast<wire::Compression>(t.wire.compress));
+  b.add_topk_fraction(t.wire.topk_fraction);
   return b.Finish();
 }
 
@@ -169,7 +174,8 @@ Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   if (!in) return Status::BadMessage("missing table spec");
   if (in->kind() > wire::TableKind::MAX || in->init() > wire::InitKind::MAX ||
       in->optimizer() > wire::OptimizerKind::MAX || in->staleness_rule() > wire::StalenessRule::MAX ||
-      in->dtype() > wire::DType::MAX)
+      in->dtype() > wire::DType::MAX || in->wire_dtype() > wire::DType::MAX ||
+      in->compress() > wire::Compression::MAX)
     return Status::BadMessage("table spec with an unknown kind, initializer, optimizer, staleness rule or dtype");
   shardps::TableSpec t;
   t.id = in->id();
@@ -195,6 +201,9 @@ Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   t.admit_after = in->admit_after();
   t.evict_after_clocks = in->evict_after_clocks();
   t.evict_after_sec = in->evict_after_sec();
+  t.wire.dtype = static_cast<shardps::DType>(in->wire_dtype());
+  t.wire.compress = static_cast<shardps::Compression>(in->compress());
+  t.wire.topk_fraction = in->topk_fraction();
   Status s = t.Validate();
   if (!s.ok()) return Status::BadMessage("invalid table spec: " + s.message());
   *out = std::move(t);

@@ -67,6 +67,12 @@ struct Fields {
   int32_t group = -1;  // -1: not sent (the receiving server's own group)
   uint64_t fseq = 0;
   RepKind rep = RepKind::Request;
+  // Dense tables' values: their type (push, pull, pull reply) and a push's
+  // compression.
+  struct Values {
+    DType dtype = DType::F32;
+    Compression compress = Compression::None;
+  } values;
 };
 
 // Finishes `fbb` (which may already hold the body) into a header message.

@@ -12,16 +12,6 @@
 
 namespace shardps {
 
-namespace {
-
-std::string List(const std::vector<uint32_t>& v) {
-  std::string s;
-  for (uint32_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
-  return s;
-}
-
-}  // namespace
-
 Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
   if (rank >= opts_.num_servers) return Status::OK();
   const ServerSlot& slot = members_.servers()[rank];

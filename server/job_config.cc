@@ -112,7 +112,8 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
                             {"name", "kind", "rows", "cols", "init", "value", "low", "high", "mean",
                              "stddev", "seed", "optimizer", "lr", "momentum", "beta1", "beta2", "eps",
                              "initial_accumulator", "max_rows", "staleness_rule", "dc_lambda", "dtype",
-                             "admit_after", "evict_after_clocks", "evict_after_sec"}));
+                             "admit_after", "evict_after_clocks", "evict_after_sec", "wire_dtype", "compress",
+                             "topk_fraction"}));
   auto name = t["name"].value<std::string>();
   if (!name) return Status::InvalidArgument(std::string(src) + ": a [[table]] has no name");
   spec->name = *name;
@@ -144,6 +145,9 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   SHARDPS_RETURN_IF_ERROR(GetEnum(t, "staleness_rule", src, &spec->staleness_rule));
   SHARDPS_RETURN_IF_ERROR(GetFloat(t, "dc_lambda", src, &spec->dc_lambda));
   SHARDPS_RETURN_IF_ERROR(GetEnum(t, "dtype", src, &spec->dtype));
+  SHARDPS_RETURN_IF_ERROR(GetEnum(t, "wire_dtype", src, &spec->wire.dtype));
+  SHARDPS_RETURN_IF_ERROR(GetEnum(t, "compress", src, &spec->wire.compress));
+  SHARDPS_RETURN_IF_ERROR(GetFloat(t, "topk_fraction", src, &spec->wire.topk_fraction));
   SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "admit_after", src, 0, 255, &spec->admit_after));
   SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "evict_after_clocks", src, 0, ~0u >> 1, &spec->evict_after_clocks));
   SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "evict_after_sec", src, 0, ~0u >> 1, &spec->evict_after_sec));

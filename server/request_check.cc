@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/compress.h"
 #include "common/half.h"
 #include "common/partition.h"
 #include "common/wire.h"
@@ -63,8 +64,12 @@ Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& f
                               (by_keys ? "keys" : "row range") + (steps > 1 ? " of " + std::to_string(steps) + " steps" : "") +
                               " takes " + std::to_string(want_frames - 1) + " frames, got " +
                               std::to_string(frames.size() - 1));
+  SHARDPS_RETURN_IF_ERROR(CheckValueKind(h, spec, push, by_keys));
+  const auto comp = static_cast<Compression>(h.compress());
+  const DType vtype = ValueType(*table, h);
+  const uint64_t vbytes = DTypeBytes(vtype);
   uint64_t rows;
-  const uint64_t max_rows = max_request_bytes_ / table->value_bytes() / spec.cols;
+  const uint64_t max_rows = max_request_bytes_ / vbytes / spec.cols;
   if (by_keys) {
     rows = h.key_count();
     if (rows > max_rows)
@@ -96,26 +101,66 @@ Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& f
     s = CheckGroup(*table, h, nullptr, group);
     if (!s.ok()) return s;
   }
-  if (push) {
-    if (step_scratch_.size() < steps) step_scratch_.resize(steps);
-    const size_t first = frames.size() - steps;
-    for (uint32_t j = 0; j < steps; ++j) {
-      Status s = wire::CheckFrameSize("values", frames[first + j].size(), rows * spec.cols * table->value_bytes());
-      if (!s.ok()) return s;
-      values[j] = ValuesAsFloat(*table, frames[first + j], &step_scratch_[j]);
-    }
-  }
+  if (push) SHARDPS_RETURN_IF_ERROR(ReadPushValues(frames, steps, rows * spec.cols, vtype, comp, values));
   *t = table;
   return Status::OK();
 }
 
-const float* RequestCheck::ValuesAsFloat(const ServerTable& t, zmq::message_t& frame, std::vector<float>* scratch) {
-  if (t.value_bytes() == sizeof(float)) return wire::ArrayView<float>(frame, *scratch);
+Status RequestCheck::CheckValueKind(const wire::Header& h, const TableSpec& spec, bool push, bool by_keys) {
+  if (h.dtype() > wire::DType::MAX) return Status::BadMessage("a request with an unknown value type");
+  if (spec.kind == TableKind::kSparse && h.dtype() != wire::DType::F32)
+    return Status::BadMessage("a request of sparse table '" + spec.name + "' names a value type (its values travel in " +
+                              std::string(ToString(spec.dtype)) + ", the table's dtype)");
+  if (h.compress() > wire::Compression::MAX) return Status::BadMessage("a push with an unknown compression");
+  const auto comp = static_cast<Compression>(h.compress());
+  if (comp != Compression::kNone &&
+      (!push || spec.kind != TableKind::kDense || by_keys || h.dtype() != wire::DType::F32))
+    return Status::BadMessage("compression (" + std::string(ToString(comp)) +
+                              ") is for float32 pushes of a dense table's row range; this is a " +
+                              (push ? "push" : "pull") + " of " + std::string(ToString(spec.kind)) + " table '" +
+                              spec.name + "'" + (by_keys ? " by keys" : ""));
+  return Status::OK();
+}
+
+Status RequestCheck::ReadPushValues(std::vector<zmq::message_t>& frames, uint32_t steps, uint64_t n, DType type,
+                                    Compression comp, const float** values) {
+  if (step_scratch_.size() < steps) step_scratch_.resize(steps);
+  const size_t first = frames.size() - steps;
+  for (uint32_t j = 0; j < steps; ++j) {
+    zmq::message_t& f = frames[first + j];
+    if (comp != Compression::kNone) {
+      step_scratch_[j].resize(n);
+      SHARDPS_RETURN_IF_ERROR(compress::Decode(comp, f.data(), f.size(), n, step_scratch_[j].data()));
+      values[j] = step_scratch_[j].data();
+    } else {
+      SHARDPS_RETURN_IF_ERROR(wire::CheckFrameSize("values", f.size(), n * DTypeBytes(type)));
+      values[j] = ValuesAsFloat(type, f, &step_scratch_[j]);
+    }
+  }
+  return Status::OK();
+}
+
+DType RequestCheck::ValueType(const ServerTable& t, const wire::Header& h) {
+  return t.spec().kind == TableKind::kSparse ? t.spec().dtype : static_cast<DType>(h.dtype());
+}
+
+const float* RequestCheck::PushValues(const ServerTable& t, const wire::Header& h, zmq::message_t& frame,
+                                      std::vector<float>* scratch) {
+  const auto comp = static_cast<Compression>(h.compress());
+  if (comp == Compression::kNone) return ValuesAsFloat(ValueType(t, h), frame, scratch);
+  const uint64_t n = (h.row_end() - h.row_begin()) * t.spec().cols;
+  scratch->resize(n);
+  (void)compress::Decode(comp, frame.data(), frame.size(), n, scratch->data());  // checked on arrival
+  return scratch->data();
+}
+
+const float* RequestCheck::ValuesAsFloat(DType type, zmq::message_t& frame, std::vector<float>* scratch) {
+  if (type == DType::kF32) return wire::ArrayView<float>(frame, *scratch);
   const size_t n = frame.size() / sizeof(uint16_t);
   scratch->resize(n);
   std::vector<uint16_t> aligned;
   const uint16_t* h = wire::ArrayView<uint16_t>(frame, aligned);
-  if (t.spec().dtype == DType::kBF16)
+  if (type == DType::kBF16)
     Bf16ToFloat(h, scratch->data(), n);
   else
     F16ToFloat(h, scratch->data(), n);

@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "shardps/status.h"
+#include "shardps/types.h"
 
 namespace shardps {
 
@@ -42,11 +43,25 @@ class RequestCheck {
                const uint64_t** keys, const float** values, uint32_t group = 0, bool trusted = false);
   // The shard map's partition -> group (outlives this, or until the next call).
   void SetGroups(const std::vector<uint32_t>* groups) { groups_ = groups; }
-  // A push's values frame (of the size `t`'s dtype implies) as float32:
-  // in place when it is float32 and aligned, else converted into *scratch.
-  static const float* ValuesAsFloat(const ServerTable& t, zmq::message_t& frame, std::vector<float>* scratch);
+  // The number type of the values a request of `t` carries or asks for: a
+  // sparse table's dtype; for a dense table, the header's (wire_dtype).
+  static DType ValueType(const ServerTable& t, const wire::Header& h);
+  // A push's values frame (in `type`, ValueType) as float32: in place when
+  // it is float32 and aligned, else converted into *scratch.
+  static const float* ValuesAsFloat(DType type, zmq::message_t& frame, std::vector<float>* scratch);
+  // A checked push's values frame as float32, whatever its type or
+  // compression (decoded into *scratch; in place when it can be).
+  static const float* PushValues(const ServerTable& t, const wire::Header& h, zmq::message_t& frame,
+                                 std::vector<float>* scratch);
 
  private:
+  // The values' type and compression the header names, checked against
+  // the table and the request's kind.
+  static Status CheckValueKind(const wire::Header& h, const TableSpec& spec, bool push, bool by_keys);
+  // A push's `steps` value frames (the last ones), each of `n` values of
+  // `type` or compressed as `comp`, as float32 into `values`.
+  Status ReadPushValues(std::vector<zmq::message_t>& frames, uint32_t steps, uint64_t n, DType type,
+                        Compression comp, const float** values);
   // Whether every row of [begin, end) (dense) or every key is of `group`.
   Status CheckGroup(const ServerTable& t, const wire::Header& h, const uint64_t* keys, uint32_t group) const;
 

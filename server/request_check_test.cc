@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -65,6 +66,51 @@ class RequestCheckTest : public ::testing::Test {
   const uint64_t* keys_ = nullptr;
   const float* values_[kMaxPushSteps] = {};
 };
+
+// 16-bit transfer (TableSpec::wire_dtype): a dense push names its values'
+// type in the header; each frame must be of that type's size, and is read
+// as float32 (bf16: its bits are the top half of the float).
+TEST_F(RequestCheckTest, ADensePushInBf16IsSizedAndReadAsItsType) {
+  wire::Fields f = Push(10, 12);
+  f.values.dtype = wire::DType::BF16;
+  std::vector<uint16_t> h = {0x3fc0, 0xc000, 0x0001, 0x7f80};  // 1.5, -2, the smallest subnormal, +inf
+  std::vector<zmq::message_t> payload;
+  payload.emplace_back(h.data(), h.size() * 2);
+  auto frames = Request(f, std::move(payload));
+  ASSERT_TRUE(Check(frames, true).ok());
+  EXPECT_EQ(values_[0][0], 1.5f);
+  EXPECT_EQ(values_[0][1], -2.0f);
+  EXPECT_GT(values_[0][2], 0.0f);
+  EXPECT_TRUE(std::isinf(values_[0][3]));
+  // float32-sized values under a bf16 header: refused, naming the sizes.
+  std::vector<zmq::message_t> wrong;
+  wrong.push_back(Floats(4));
+  frames = Request(f, std::move(wrong));
+  const Status s = Check(frames, true);
+  EXPECT_EQ(s.code(), Code::kSizeMismatch) << s.ToString();
+  EXPECT_NE(s.message().find("values frame has 16 bytes, the header announces 8"), std::string::npos) << s.ToString();
+}
+
+TEST_F(RequestCheckTest, AnUnknownValueTypeOrOneNamedForASparseTableIsRefused) {
+  wire::Fields f = Push(10, 12);
+  f.values.dtype = static_cast<wire::DType>(9);
+  std::vector<zmq::message_t> payload;
+  payload.push_back(Floats(4));
+  auto frames = Request(f, std::move(payload));
+  Status s = Check(frames, true);
+  EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
+  wire::Fields k;
+  k.type = wire::MsgType::Pull;
+  k.table = 1;
+  k.key_count = 1;
+  k.values.dtype = wire::DType::BF16;
+  std::vector<zmq::message_t> keys;
+  keys.push_back(Keys({7}));
+  frames = Request(k, std::move(keys));
+  s = Check(frames, false);
+  EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
+  EXPECT_NE(s.message().find("sparse table 'e'"), std::string::npos) << s.ToString();
+}
 
 TEST_F(RequestCheckTest, AValidPushPointsAtItsTableAndEachStepsGradients) {
   wire::Fields f = Push(10, 12);

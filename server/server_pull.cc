@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/wire.h"
 #include "server/optimizer.h"
+#include "server/request_check.h"
 #include "server/server.h"
 
 namespace shardps {
@@ -30,28 +31,37 @@ void Server::Pull(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>&
   f.max_clock = sh.clocks.MaxClock();
   f.table_version =
       sh.version_tag | (keys ? t->KeysVersion(keys, h.key_count()) : t->RangeVersion(h.row_begin(), h.row_end()));
+  // The values' type: a sparse table's dtype, or the one this pull of a
+  // dense table asks for (its wire_dtype).
+  const DType vtype = RequestCheck::ValueType(*t, h);
+  if (t->spec().kind == TableKind::kDense) f.values.dtype = h.dtype();
   std::vector<zmq::message_t> out;
   out.emplace_back(frames[0].data(), frames[0].size());
   out.push_back(wire::EncodeSimple(fbb_, f));
+  const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
+  const uint64_t value_bytes = rows * t->spec().cols * DTypeBytes(vtype);
   if (keys) {
-    const uint64_t rows = h.key_count();
-    // In the table's dtype; a pull creates no row (an absent id reads its
-    // initial values).
-    zmq::message_t vals(rows * t->spec().cols * t->value_bytes());
-    t->ReadKeysAs(keys, rows, vals.data());
+    // A pull creates no row (an absent id reads its initial values).
+    zmq::message_t vals(value_bytes);
+    t->ReadKeysAs(keys, rows, vals.data(), vtype);
+    out.push_back(std::move(vals));
+  } else if (vtype != DType::kF32) {
+    // Converted from the table straight into the reply: half the bytes.
+    zmq::message_t vals(value_bytes);
+    t->ReadRangeAs(h.row_begin(), h.row_end(), vtype, vals.data());
     out.push_back(std::move(vals));
   } else {
     // Rows straight from the table, one frame per partition segment.
     t->ReadRangeFrames(h.row_begin(), h.row_end(), &out);
-    if (worker && sh.clocks.IsLive(h.rank()) && EffectiveStalenessRule(t->spec()) == StalenessRule::kDelayCompensation)
-    {
-      sh.dc.Keep(h.rank(), h.table(), *t, h.row_begin(), h.row_end(), f.table_version);
-      input_.changed = true;  // delay compensation's state: the backups keep it too
-    }
   }
-  const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
+  if (!keys && worker && sh.clocks.IsLive(h.rank()) &&
+      EffectiveStalenessRule(t->spec()) == StalenessRule::kDelayCompensation) {
+    // The float32 values (a 16-bit pull's worker computed on them rounded).
+    sh.dc.Keep(h.rank(), h.table(), *t, h.row_begin(), h.row_end(), f.table_version);
+    input_.changed = true;  // delay compensation's state: the backups keep it too
+  }
   m_.pulls.SingleWriterInc();
-  m_.pull_bytes.SingleWriterAdd(rows * t->spec().cols * t->value_bytes());
+  m_.pull_bytes.SingleWriterAdd(value_bytes);
   const auto now = Clock::now();
   m_.pull_seconds.SingleWriterObserve(std::chrono::duration<double>(now - arrived).count());
   if (resumed) m_.wait_seconds.SingleWriterObserve(std::chrono::duration<double>(now - arrived).count());

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/half.h"
 #include "common/partition.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
@@ -124,6 +125,18 @@ void ServerTable::ReadRange(uint64_t begin, uint64_t end, float* out) const {
   const size_t c = spec_.cols;
   ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
     std::memcpy(out + off * c, part.w() + first * c, n * c * sizeof(float));
+  });
+}
+
+void ServerTable::ReadRangeAs(uint64_t begin, uint64_t end, DType type, void* out) const {
+  if (type == DType::kF32) return ReadRange(begin, end, static_cast<float*>(out));
+  const size_t c = spec_.cols;
+  auto* dst = static_cast<uint16_t*>(out);
+  ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
+    if (type == DType::kBF16)
+      FloatToBf16(part.w() + first * c, dst + off * c, n * c);
+    else
+      FloatToF16(part.w() + first * c, dst + off * c, n * c);
   });
 }
 

@@ -76,13 +76,17 @@ class ServerTable {
   // frame instead), each holding a reference that keeps the rows as they
   // were until ZeroMQ has sent them (a push meanwhile copies first).
   void ReadRangeFrames(uint64_t begin, uint64_t end, std::vector<zmq::message_t>* frames) const;
+  // The same rows in `type` (16-bit: rounded to nearest even), one pass
+  // over the rows straight into `out`: a 16-bit pull of a dense table.
+  void ReadRangeAs(uint64_t begin, uint64_t end, DType type, void* out) const;
   // n x cols floats. A sparse id without a row reads its initial values
   // (rounded to the table's dtype, as a row made now would hold them) and
   // creates nothing.
   void ReadKeys(const uint64_t* keys, size_t n, float* out) const;
   // The same in the table's dtype (what a pull reply carries): 16-bit
-  // values are copied as stored.
-  void ReadKeysAs(const uint64_t* keys, size_t n, void* out) const;
+  // values are copied as stored. A dense table's rows in `type` (its
+  // wire type, rounded to nearest even).
+  void ReadKeysAs(const uint64_t* keys, size_t n, void* out, DType type = DType::kF32) const;
   // Bytes of one value on the wire and in a sparse row: DTypeBytes(dtype).
   uint32_t value_bytes() const { return DTypeBytes(spec_.dtype); }
   // Of `keys` (a sparse table), how many distinct ids a push of them would

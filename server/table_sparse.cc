@@ -52,7 +52,16 @@ void ServerTable::InitialValues(uint64_t id, float* out) const {
   }
 }
 
-void ServerTable::ReadKeysAs(const uint64_t* keys, size_t n, void* out) const {
+void ServerTable::ReadKeysAs(const uint64_t* keys, size_t n, void* out, DType type) const {
+  if (spec_.kind == TableKind::kDense && type != DType::kF32) {
+    std::vector<float> rows(n * spec_.cols);
+    ReadKeys(keys, n, rows.data());
+    if (type == DType::kBF16)
+      FloatToBf16(rows.data(), static_cast<uint16_t*>(out), rows.size());
+    else
+      FloatToF16(rows.data(), static_cast<uint16_t*>(out), rows.size());
+    return;
+  }
   if (spec_.kind == TableKind::kDense || spec_.dtype == DType::kF32)
     return ReadKeys(keys, n, static_cast<float*>(out));
   const size_t c = spec_.cols;

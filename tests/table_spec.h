@@ -57,6 +57,7 @@ class Spec {
   Spec& Eps(float eps) { t_.eps = eps; return *this; }
   Spec& MaxRows(uint64_t n) { t_.max_rows = n; return *this; }
   Spec& Type(DType d) { t_.dtype = d; return *this; }
+  Spec& Wire(DType d) { t_.wire.dtype = d; return *this; }
   Spec& AdmitAfter(uint32_t k) { t_.admit_after = k; return *this; }
   Spec& EvictAfterClocks(uint32_t n) { t_.evict_after_clocks = n; return *this; }
   Spec& EvictAfterSec(uint32_t n) { t_.evict_after_sec = n; return *this; }

@@ -38,6 +38,8 @@ struct ModelFlags {
   std::string staleness_rule = "default";
   float dc_lambda = 0.04f;
   uint64_t seed = 1;
+  std::string wire_dtype = "f32";  // the dense tables' pulls and pushes on the wire (TableSpec::wire_dtype)
+  std::string compress = "none";   // their pushes' compression: none, topk:F, sign (TableSpec::compress)
 };
 
 struct DataFlags {

@@ -62,6 +62,9 @@ def main():
     ap.add_argument("--prefetch", action="store_true", help="bounded/async: pull the next step during this one")
     ap.add_argument("--predict", type=float, default=0.0,
                     help="bounded/async: weight prediction's lookahead K (0: off; shardps-worker's default is 2)")
+    ap.add_argument("--wire-dtype", default="f32", choices=["f32", "bf16", "f16"],
+                    help="parameters and gradients on the wire in this type (docs/compression.md)")
+    ap.add_argument("--compress", default="none", help="gradients compressed with error feedback: none, sign, topk:F")
     ap.add_argument("--min-accuracy", type=float, default=-1, help="exit 3 if the final accuracy is lower (0..1)")
     args = ap.parse_args()
     if not args.coordinator:
@@ -83,6 +86,7 @@ def main():
     with shardps.connect(args.coordinator, rank=None if args.rank < 0 else args.rank) as ps:
         rank, world = ps.rank, ps.num_workers
         sm = shardps.torch.ShardedModel(ps, model, optimizer=args.optimizer, lr=args.lr, seed=args.seed,
+                                        wire_dtype=args.wire_dtype, compress=args.compress,
                                         prefix="torch.", prefetch=args.prefetch, predict=args.predict)
         print(f"worker {rank} | torch mlp {'-'.join(map(str, dims))} | {ps.consistency} consistency | "
               f"{args.optimizer} lr {args.lr}", flush=True)

@@ -308,6 +308,8 @@ PYBIND11_MODULE(_shardps, m) {
   py::enum_<StalenessRule>(m, "StalenessRule")
       .value("default", StalenessRule::kDefault).value("none", StalenessRule::kNone)
       .value("scale_lr", StalenessRule::kScaleLr).value("dc", StalenessRule::kDelayCompensation);
+  py::enum_<Compression>(m, "Compression")
+      .value("none", Compression::kNone).value("topk", Compression::kTopK).value("sign", Compression::kSign);
   py::enum_<DType>(m, "DType").value("f32", DType::kF32).value("bf16", DType::kBF16).value("f16", DType::kF16);
 
   py::class_<TableSpec>(m, "TableSpec")
@@ -326,6 +328,14 @@ PYBIND11_MODULE(_shardps, m) {
       .def_readwrite("dtype", &TableSpec::dtype).def_readwrite("admit_after", &TableSpec::admit_after)
       .def_readwrite("evict_after_clocks", &TableSpec::evict_after_clocks)
       .def_readwrite("evict_after_sec", &TableSpec::evict_after_sec)
+      .def_property(
+          "wire_dtype", [](const TableSpec& s) { return s.wire.dtype; }, [](TableSpec& s, DType d) { s.wire.dtype = d; })
+      .def_property(
+          "compress", [](const TableSpec& s) { return s.wire.compress; },
+          [](TableSpec& s, Compression c) { s.wire.compress = c; })
+      .def_property(
+          "topk_fraction", [](const TableSpec& s) { return s.wire.topk_fraction; },
+          [](TableSpec& s, float f) { s.wire.topk_fraction = f; })
       .def("validate", [](const TableSpec& s) { Check(s.Validate()); });
 
   py::class_<Table>(m, "Table")
@@ -336,6 +346,33 @@ PYBIND11_MODULE(_shardps, m) {
       .def_property_readonly("dense", [](const Table& t) { return t.spec.kind == TableKind::kDense; })
       .def_property_readonly("dtype", [](const Table& t) { return std::string(ToString(t.spec.dtype)); })
       .def_readonly("spec", &Table::spec)
+      // The number type this handle's pulls and pushes travel in (dense
+      // tables): the table's default, or what it was set to on this handle.
+      .def_property(
+          "wire_dtype", [](const Table& t) { return std::string(ToString(t.spec.wire.dtype)); },
+          [](Table& t, const std::string& d) {
+            DType v;
+            Check(Parse(d, &v));
+            if (t.spec.kind != TableKind::kDense && v != DType::kF32)
+              Check(Status::InvalidArgument("wire_dtype is for dense tables; table '" + t.spec.name +
+                                            "' is sparse (its values travel in its dtype)"));
+            t.spec.wire.dtype = v;
+          })
+      // This handle's pushes' compression (dense tables, docs/compression.md):
+      // "none", "sign" or "topk:F".
+      .def_property(
+          "compress",
+          [](const Table& t) {
+            std::string s(ToString(t.spec.wire.compress));
+            if (t.spec.wire.compress == Compression::kTopK) s += ":" + std::to_string(t.spec.wire.topk_fraction);
+            return s;
+          },
+          [](Table& t, const std::string& c) {
+            TableSpec s = t.spec;
+            Check(ParseCompression(c, &s.wire.compress, &s.wire.topk_fraction));
+            Check(s.Validate());
+            t.spec = s;
+          })
       .def("__repr__", [](const Table& t) {
         return "<shardps.Table '" + t.spec.name + "' " + std::string(ToString(t.spec.kind)) + " " +
                (t.spec.kind == TableKind::kDense ? std::to_string(t.rows()) + "x" : "?x") + std::to_string(t.cols()) +

@@ -1,6 +1,7 @@
 #include "shardps/types.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 namespace shardps {
@@ -24,6 +25,7 @@ const char* const kOpts[] = {"sgd", "momentum", "adagrad", "adam"};
 const char* const kCons[] = {"sync", "bounded", "async"};
 const char* const kRules[] = {"default", "none", "scale-lr", "dc"};
 const char* const kDTypes[] = {"f32", "bf16", "f16"};
+const char* const kCompressions[] = {"none", "topk", "sign"};
 }  // namespace
 
 std::string_view ToString(TableKind k) { return kKinds[static_cast<int>(k)]; }
@@ -38,6 +40,22 @@ std::string_view ToString(StalenessRule r) { return kRules[static_cast<int>(r)];
 Status Parse(std::string_view s, StalenessRule* out) { return ParseName(s, kRules, out, "staleness rule"); }
 std::string_view ToString(DType d) { return kDTypes[static_cast<int>(d)]; }
 Status Parse(std::string_view s, DType* out) { return ParseName(s, kDTypes, out, "dtype"); }
+std::string_view ToString(Compression c) { return kCompressions[static_cast<int>(c)]; }
+Status Parse(std::string_view s, Compression* out) { return ParseName(s, kCompressions, out, "compression"); }
+Status ParseCompression(std::string_view s, Compression* out, float* fraction) {
+  const size_t colon = s.find(':');
+  SHARDPS_RETURN_IF_ERROR(Parse(s.substr(0, colon), out));
+  if (colon == std::string_view::npos) return Status::OK();
+  const std::string f(s.substr(colon + 1));
+  if (*out != Compression::kTopK)
+    return Status::InvalidArgument("compression '" + std::string(s) + "': only topk takes a fraction (topk:F)");
+  char* end = nullptr;
+  const double v = std::strtod(f.c_str(), &end);
+  if (f.empty() || *end != '\0' || !(v > 0 && v <= 1))
+    return Status::InvalidArgument("compression '" + std::string(s) + "': the fraction must be a number in (0, 1]");
+  *fraction = static_cast<float>(v);
+  return Status::OK();
+}
 
 Status TableSpec::Validate() const {
   auto bad = [&](const std::string& what) {
@@ -72,6 +90,13 @@ Status TableSpec::Validate() const {
   if (static_cast<int>(dtype) > 2) return bad("unknown dtype");
   if (kind == TableKind::kDense && (dtype != DType::kF32 || admit_after > 1 || evict_after_clocks || evict_after_sec))
     return bad("dtype, admit_after and evict_after_* are for sparse tables");
+  if (static_cast<int>(wire.dtype) > 2) return bad("unknown wire_dtype");
+  if (kind == TableKind::kSparse && wire.dtype != DType::kF32)
+    return bad("wire_dtype is for dense tables (a sparse table's values travel in its dtype)");
+  if (static_cast<int>(wire.compress) > 2) return bad("unknown compression");
+  if (kind == TableKind::kSparse && wire.compress != Compression::kNone)
+    return bad("compress is for dense tables");
+  if (!(wire.topk_fraction > 0 && wire.topk_fraction <= 1)) return bad("topk_fraction must be in (0, 1]");
   if (admit_after > 255) return bad("admit_after must be at most 255");
   if (evict_after_clocks && evict_after_sec) return bad("evict_after_clocks and evict_after_sec: give one of them");
   return Status::OK();
@@ -85,7 +110,7 @@ bool TableSpec::SameShape(const TableSpec& o) const {
          initial_accumulator == o.initial_accumulator &&
          staleness_rule == o.staleness_rule && dc_lambda == o.dc_lambda && dtype == o.dtype &&
          admit_after == o.admit_after && evict_after_clocks == o.evict_after_clocks &&
-         evict_after_sec == o.evict_after_sec;  // max_rows aside: a limit, not the model
+         evict_after_sec == o.evict_after_sec;  // max_rows and wire aside: a limit, a transport
 }
 
 }  // namespace shardps

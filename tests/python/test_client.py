@@ -33,6 +33,44 @@ def test_dense_round_trip_rows_and_ids(cluster_factory):
         assert flat[0] == 0.25
 
 
+def test_wire_dtype_and_compression_of_a_dense_table(cluster_factory):
+    c = cluster_factory(servers=2, consistency="async")
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        w = ps.create_table("w16", rows=100, cols=4, init="constant", value=1.0, optimizer="sgd", lr=1.0,
+                            wire_dtype="bf16")
+        assert w.wire_dtype == "bf16" and w.compress == "none"
+        g = np.full((100, 4), 1.0 / 3.0, np.float32)
+        ps.push(w, g)
+        # bf16(1/3) = 0.333984375: the server applied the rounded gradient in float32 ...
+        exact = ps.table("w16")
+        assert exact.wire_dtype == "bf16"  # the table's default
+        exact.wire_dtype = "f32"
+        np.testing.assert_array_equal(ps.pull(exact), np.full((100, 4), 0.666015625, np.float32))
+        # ... which a bf16 pull reads rounded (a tie: to the even 0.6640625).
+        np.testing.assert_array_equal(ps.pull(w), np.full((100, 4), 0.6640625, np.float32))
+        # Top-k with error feedback: 1 of each server's 200 values now, the rest later.
+        w.compress = "topk:0.005"
+        assert w.compress.startswith("topk:0.005")
+        exact.compress = "topk:0.005"
+        before = ps.pull(exact)
+        h = np.zeros((100, 4), np.float32)
+        h[3, 1], h[70, 2], h[71, 0] = 5.0, -2.0, 1.0
+        ps.push(exact, h)
+        moved = before - ps.pull(exact)
+        assert np.count_nonzero(moved) == 2 and moved[3, 1] == 5.0 and moved[70, 2] == -2.0
+        ps.push(exact, np.zeros((100, 4), np.float32))  # the residual: h[71, 0]
+        assert (before - ps.pull(exact))[71, 0] == 1.0
+        with pytest.raises(ValueError):
+            w.wire_dtype = "f64"
+        with pytest.raises(shardps.InvalidArgumentError):
+            w.compress = "topk:2"
+        with pytest.raises(ValueError):
+            ps.create_table("bad", rows=1, cols=1, compress="zip")
+        e = ps.create_table("e16", kind="sparse", cols=2)
+        with pytest.raises(shardps.InvalidArgumentError):
+            e.wire_dtype = "bf16"
+
+
 def test_sparse_round_trip(cluster_factory):
     c = cluster_factory(servers=3, consistency="async")
     with shardps.connect(c.endpoint) as ps:

@@ -33,6 +33,30 @@ enum class StalenessRule : uint8_t { kDefault = 0, kNone, kScaleLr, kDelayCompen
 // float32, bfloat16 (float32's range, 8 bits of mantissa) or IEEE half
 // (11 bits of mantissa, at most 65504). Optimizer state stays float32.
 enum class DType : uint8_t { kF32 = 0, kBF16, kF16 };
+// How a dense table's pushed gradients are compressed (docs/compression.md):
+// not at all, the top fraction of entries by magnitude, or one bit each
+// (sign and a scale), each with error feedback (what was not sent is added
+// to the next gradient).
+enum class Compression : uint8_t { kNone = 0, kTopK, kSign };
+// How a dense table's values travel between clients and servers
+// (docs/compression.md). The table's default for every client: a Table
+// handle's own spec.wire decides the requests made with it (set it on a
+// copy of the handle to read exact float32 values, say). Not part of the
+// table's shape (SameShape). Sparse tables: the defaults (their values
+// travel in their dtype, uncompressed).
+struct WireOptions {
+  // The number type of pulled values and pushed gradients on the wire
+  // (docs/performance.md, "16-bit transfer"): the servers keep float32
+  // values and optimizer state, a push in bf16/f16 applies its gradient
+  // rounded to that type (to nearest even), a pull reads the values
+  // rounded so.
+  DType dtype = DType::kF32;
+  // The compression of pushed gradients, with error feedback. kTopK sends
+  // ceil(topk_fraction x n) entries of each part of n values. A compressed
+  // push goes in float32 whatever `dtype` (pulls still use it).
+  Compression compress = Compression::kNone;
+  float topk_fraction = 0.01f;
+};
 // Bytes of one value of `d`.
 constexpr uint32_t DTypeBytes(DType d) { return d == DType::kF32 ? 4 : 2; }
 
@@ -86,6 +110,10 @@ struct SHARDPS_EXPORT TableSpec {
   uint32_t evict_after_clocks = 0;
   uint32_t evict_after_sec = 0;
 
+  // Dense tables: how pulled values and pushed gradients travel
+  // (WireOptions, docs/compression.md).
+  WireOptions wire;
+
   // OK, or InvalidArgument naming the first field that is wrong.
   Status Validate() const;
   // True when both describe the same table (ids aside).
@@ -98,6 +126,7 @@ SHARDPS_EXPORT std::string_view ToString(OptimizerKind k);
 SHARDPS_EXPORT std::string_view ToString(Consistency c);
 SHARDPS_EXPORT std::string_view ToString(StalenessRule r);
 SHARDPS_EXPORT std::string_view ToString(DType d);
+SHARDPS_EXPORT std::string_view ToString(Compression c);
 // Parse the names above ("dense", "sgd", "adam", "sync", "bounded", ...).
 SHARDPS_EXPORT Status Parse(std::string_view s, TableKind* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, InitKind* out);
@@ -105,5 +134,10 @@ SHARDPS_EXPORT Status Parse(std::string_view s, OptimizerKind* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, Consistency* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, StalenessRule* out);
 SHARDPS_EXPORT Status Parse(std::string_view s, DType* out);  // "f32", "bf16", "f16"
+SHARDPS_EXPORT Status Parse(std::string_view s, Compression* out);  // "none", "topk", "sign"
+// A compression as "none", "sign" or "topk:F" (F the fraction kept, in
+// (0, 1]); "topk" alone keeps *fraction as it is. InvalidArgument naming
+// what is wrong.
+SHARDPS_EXPORT Status ParseCompression(std::string_view s, Compression* out, float* fraction);
 
 }  // namespace shardps

@@ -46,6 +46,7 @@ _OPTIMIZERS = {"sgd": _ext.OptimizerKind.sgd, "momentum": _ext.OptimizerKind.mom
 _RULES = {"default": _ext.StalenessRule.default, "none": _ext.StalenessRule.none,
           "scale-lr": _ext.StalenessRule.scale_lr, "dc": _ext.StalenessRule.dc}
 _DTYPES = {"f32": _ext.DType.f32, "bf16": _ext.DType.bf16, "f16": _ext.DType.f16}
+_COMPRESSIONS = {"none": _ext.Compression.none, "topk": _ext.Compression.topk, "sign": _ext.Compression.sign}
 
 
 def _choice(what, value, table):
@@ -102,7 +103,7 @@ class Client:
                      optimizer="sgd", lr=0.01, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
                      initial_accumulator=0.0, max_rows=0, *, value=None, low=None, high=None, mean=None,
                      stddev=None, staleness_rule="default", dc_lambda=0.04, dtype="f32", admit_after=0,
-                     evict_after_clocks=0, evict_after_sec=0):
+                     evict_after_clocks=0, evict_after_sec=0, wire_dtype="f32", compress="none"):
         """Defines a table (every worker may call it with the same spec and
         gets the same table; another shape raises ConflictError) and returns
         it once every server holds it. Fields as in the C++ TableSpec;
@@ -114,7 +115,15 @@ class Client:
         float32), `admit_after` (an id gets a row at its k-th push; 0 or 1:
         at its first; at most 255), `evict_after_clocks` or `evict_after_sec`
         (rows not updated for that long are removed; 0: never; one of
-        them). Pushes and pulls still take float32 arrays."""
+        them). Pushes and pulls still take float32 arrays.
+        Dense tables: `wire_dtype` ("f32", "bf16", "f16") is the type
+        their pulled values and pushed gradients travel in (the servers keep
+        float32; a push applies its gradient rounded to that type): the
+        table's default, and this handle's (set `table.wire_dtype` on a
+        handle to change its own requests). `compress` ("none", "sign",
+        "topk:F"): pushed gradients compressed with error feedback
+        (docs/compression.md), the same way a default and per handle
+        (`table.compress`)."""
         s = _ext.TableSpec()
         s.name, s.rows, s.cols = name, int(rows), int(cols)
         s.kind = _choice("kind", kind, _KINDS)
@@ -134,8 +143,19 @@ class Client:
         s.admit_after = _count("admit_after", admit_after)
         s.evict_after_clocks = _count("evict_after_clocks", evict_after_clocks)
         s.evict_after_sec = _count("evict_after_sec", evict_after_sec)
+        s.wire_dtype = _choice("wire_dtype", wire_dtype, _DTYPES)
+        kind, _, fraction = str(compress).partition(":")
+        s.compress = _choice("compress", kind, _COMPRESSIONS)
+        if fraction:
+            try:
+                s.topk_fraction = float(fraction)
+            except ValueError:
+                raise ValueError(f"compress: the fraction of {compress!r} is not a number") from None
         s.validate()
-        return self._c.create_table(s)
+        t = self._c.create_table(s)
+        t.wire_dtype = wire_dtype  # this handle's requests, whatever the table's default
+        t.compress = compress
+        return t
 
     def table(self, name):
         """The table of that name (NotFoundError if there is none)."""

@@ -20,6 +20,8 @@ class Table:
     cols: int
     dense: bool
     dtype: str  # "f32", "bf16", "f16"
+    wire_dtype: str  # dense: this handle's pulls and pushes on the wire, "f32", "bf16", "f16"
+    compress: str  # dense: this handle's pushes' compression, "none", "sign", "topk:F"
 
 class Request:
     def wait(self, timeout: Optional[float] = None) -> Optional[npt.NDArray[np.float32]]: ...
@@ -52,7 +54,8 @@ class Client:
                      low: Optional[float] = None, high: Optional[float] = None, mean: Optional[float] = None,
                      stddev: Optional[float] = None, staleness_rule: str = "default", dc_lambda: float = 0.04,
                      dtype: str = "f32", admit_after: int = 0, evict_after_clocks: int = 0,
-                     evict_after_sec: int = 0) -> Table: ...
+                     evict_after_sec: int = 0, wire_dtype: str = "f32",
+                     compress: str = "none") -> Table: ...
     def table(self, name: str) -> Table: ...
     def push_async(self, table: TableRef, grads: F32, rows: Optional[Rows] = None,
                    ids: Optional[Ids] = None) -> Request: ...

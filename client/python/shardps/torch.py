@@ -82,10 +82,15 @@ class ShardedModel:
     the pushes (docs/consistency.md, "Predicted parameters"). The model
     then holds predicted values between iterations: evaluate inside
     `with sm.pulled():` (the values as pulled, no traffic), and
-    pull(predict=False) before saving it at the end."""
+    pull(predict=False) before saving it at the end. `wire_dtype`
+    ("f32", "bf16", "f16"): the type the parameters and gradients travel
+    in (the servers keep float32; docs/performance.md, "16-bit
+    transfer"). `compress` ("none", "sign", "topk:F"): the gradients'
+    compression with error feedback (docs/compression.md)."""
 
     def __init__(self, client, module, optimizer="sgd", lr=0.01, init="he", stddev=0.05, seed=1, prefix="",
-                 push_in_backward=True, prefetch=False, predict=0.0, **optimizer_args):
+                 push_in_backward=True, prefetch=False, predict=0.0, wire_dtype="f32", compress="none",
+                 **optimizer_args):
         if any(p.device.type != "cpu" for p in module.parameters()):
             raise ValueError("shardps.torch maps CPU parameters (move the model to the CPU, or copy to/from it)")
         if not 0 <= predict <= 8:
@@ -116,7 +121,7 @@ class ShardedModel:
             else:
                 how = {"init": init, "stddev": stddev}
             t = client.create_table(prefix + name, rows=rows, cols=cols, seed=seed, optimizer=optimizer, lr=lr,
-                                    **how, **optimizer_args)
+                                    wire_dtype=wire_dtype, compress=compress, **how, **optimizer_args)
             self.params.append(p)
             self.tables.append(t)
             self.views.append(p.data.numpy().reshape(rows, cols))  # the parameter's storage

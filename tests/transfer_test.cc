@@ -1,0 +1,226 @@
+// 16-bit transfer and gradient compression of dense tables
+// (TableSpec::wire, docs/compression.md) end to end, against real servers
+// on loopback: a push in
+// bf16 or f16 applies exactly the update of its float32 gradient rounded to
+// that type (the servers keep float32 values and optimizer state); a pull
+// in it reads the float32 values rounded to it, whole-range, PullView and
+// by row ids alike; under sync the held 16-bit pushes of a clock are summed
+// as their float32 values. A compressed push applies what it sent, and the
+// residual it kept arrives with the next pushes, to the last bit; under
+// sync every worker reads the same model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/half.h"
+#include "shardps/client.h"
+#include "tests/cluster.h"
+#include "tests/table_spec.h"
+
+namespace shardps {
+namespace {
+
+using testing::ClusterOptions;
+using testing::LocalCluster;
+
+float Round(DType d, float x) {
+  return d == DType::kBF16 ? Bf16BitsToFloat(FloatToBf16Bits(x)) : F16BitsToFloat(FloatToF16Bits(x));
+}
+
+class TransferTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& consistency, int workers) {
+    ClusterOptions o;
+    o.servers = 2;
+    o.workers = workers;
+    o.consistency = consistency;
+    ASSERT_TRUE(cluster_.Start(o).ok());
+    for (int r = 0; r < workers; ++r) {
+      w_.push_back(testing::ConnectClient(cluster_, ClientRole::kWorker, r));
+      ASSERT_TRUE(w_.back());
+    }
+  }
+  void TearDown() override {
+    if (HasFailure()) cluster_.DumpLogs();
+  }
+  Table Make(const TableSpec& spec, int rank = 0) {
+    Table t;
+    Status s = w_[rank]->CreateTable(spec, &t);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return t;
+  }
+  std::vector<float> PullAll(const Table& t, int rank = 0) {
+    std::vector<float> out(t.size());
+    Status s = w_[rank]->Pull(t, out).Wait();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return out;
+  }
+  // `t` as a handle that pulls exact float32 values.
+  static Table Exact(Table t) {
+    t.spec.wire.dtype = DType::kF32;
+    return t;
+  }
+  LocalCluster cluster_;
+  std::vector<std::unique_ptr<Client>> w_;
+};
+
+// Gradients across magnitudes: some under f16's normal range (subnormal
+// there), some that round differently in each type.
+std::vector<float> Gradients(size_t n, int salt) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float mag = std::ldexp(1.0f, static_cast<int>(i % 23) - 18);  // 2^-18 .. 2^4
+    g[i] = mag * (1.0f + 0.001953f * static_cast<float>((i * 7 + salt) % 97)) * ((i + salt) % 3 ? 1.0f : -1.0f);
+  }
+  return g;
+}
+
+TEST_F(TransferTest, A16BitPushAppliesItsGradientRoundedAndPullsReadTheValuesRounded) {
+  Start("async", 1);
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(ToString(d)));
+    const std::string n(ToString(d));
+    // Adam is not linear in the gradient: a gradient changed by anything
+    // but the rounding would show in the values.
+    const Table a = Make(testing::Dense("a" + n, 300, 3).Constant(0.25f).Adam(0.01f).Wire(d));
+    const Table b = Make(testing::Dense("b" + n, 300, 3).Constant(0.25f).Adam(0.01f));
+    EXPECT_EQ(a.spec.wire.dtype, d);
+    EXPECT_EQ(b.spec.wire.dtype, DType::kF32);
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<float> g = Gradients(a.size(), step);
+      std::vector<float> rounded(g.size());
+      for (size_t i = 0; i < g.size(); ++i) rounded[i] = Round(d, g[i]);
+      ASSERT_TRUE(w_[0]->Push(a, g).Wait().ok());
+      ASSERT_TRUE(w_[0]->Push(b, rounded).Wait().ok());
+    }
+    const std::vector<float> exact = PullAll(Exact(a)), want = PullAll(b);
+    ASSERT_EQ(0, std::memcmp(exact.data(), want.data(), exact.size() * sizeof(float)));
+    EXPECT_NE(exact[0], 0.25f);  // updated
+    // Pulls in the wire type: the values rounded, as a whole range, a
+    // PullView and a list of row ids (a row twice).
+    const std::vector<float> got = PullAll(a);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], Round(d, exact[i])) << i;
+    PulledRows view;
+    ASSERT_TRUE(w_[0]->PullView(a, &view).Wait().ok());
+    std::vector<float> viewed(a.size());
+    ASSERT_TRUE(view.CopyTo(viewed).ok());
+    EXPECT_EQ(viewed, got);
+    const std::vector<uint64_t> ids = {299, 0, 150, 0};
+    std::vector<float> rows(ids.size() * 3);
+    ASSERT_TRUE(w_[0]->Pull(a, ids, rows).Wait().ok());
+    for (size_t k = 0; k < ids.size(); ++k)
+      for (int j = 0; j < 3; ++j) EXPECT_EQ(rows[k * 3 + j], got[ids[k] * 3 + j]) << "id " << ids[k];
+    // A push by row ids in the wire type too.
+    std::vector<float> gk(ids.size() * 3, 0.3333f);
+    ASSERT_TRUE(w_[0]->Push(a, ids, gk).Wait().ok());
+    // Specials both ways (SGD at lr 1 from zeros: the values are minus the
+    // gradients): infinities, NaN, a float32 subnormal, the largest floats.
+    const Table c = Make(testing::Dense("c" + n, 1, 6).Sgd(1.0f).Rule(StalenessRule::kNone).Wire(d));
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> sg = {inf, -inf, std::nanf(""), 1e-40f, 3e38f, -6e4f};
+    ASSERT_TRUE(w_[0]->Push(c, sg).Wait().ok());
+    const std::vector<float> cv = PullAll(c), ce = PullAll(Exact(c));
+    EXPECT_EQ(cv[0], -inf);
+    EXPECT_EQ(cv[1], inf);
+    EXPECT_TRUE(std::isnan(cv[2]) && std::isnan(ce[2]));
+    for (int j : {3, 4, 5}) {
+      EXPECT_EQ(ce[j], -Round(d, sg[j])) << j;  // the gradient rounded, applied in float32
+      EXPECT_EQ(cv[j], Round(d, ce[j])) << j;   // read back rounded again
+    }
+  }
+  // f16 is IEEE half: a gradient past 65504 arrives as infinity.
+  EXPECT_TRUE(std::isinf(Round(DType::kF16, 70000.0f)));
+}
+
+TEST_F(TransferTest, UnderSyncAClocksHeld16BitPushesAreSummedAsTheirFloat32) {
+  Start("sync", 2);
+  const Table a0 = Make(testing::Dense("a", 200, 4).Constant(0.5f).Momentum(0.1f, 0.9f).Wire(DType::kBF16));
+  const Table b0 = Make(testing::Dense("b", 200, 4).Constant(0.5f).Momentum(0.1f, 0.9f));
+  const Table a1 = Make(testing::Dense("a", 200, 4).Constant(0.5f).Momentum(0.1f, 0.9f).Wire(DType::kBF16), 1);
+  const Table b1 = Make(testing::Dense("b", 200, 4).Constant(0.5f).Momentum(0.1f, 0.9f), 1);
+  for (int clock = 0; clock < 3; ++clock) {
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> g = Gradients(a0.size(), 10 * clock + r);
+      std::vector<float> rounded(g.size());
+      for (size_t i = 0; i < g.size(); ++i) rounded[i] = Round(DType::kBF16, g[i]);
+      ASSERT_TRUE(w_[r]->Push(r ? a1 : a0, g).Wait().ok());
+      ASSERT_TRUE(w_[r]->Push(r ? b1 : b0, rounded).Wait().ok());
+    }
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(w_[r]->ClockAsync().Wait().ok());
+  }
+  // Two gradients per clock: their sum is the same in either order.
+  const std::vector<float> exact = PullAll(Exact(a0)), want = PullAll(b0);
+  ASSERT_EQ(0, std::memcmp(exact.data(), want.data(), exact.size() * sizeof(float)));
+  // Both workers read the same model.
+  EXPECT_EQ(PullAll(a0, 0), PullAll(a1, 1));
+}
+
+
+// Top-k with error feedback, SGD at lr 1 from zeros: the values are minus
+// what was sent. One push sends each part's k largest entries exactly;
+// pushes of zero gradients then send the residual, k at a time, until the
+// whole gradient has arrived: nothing lost, nothing sent twice.
+TEST_F(TransferTest, TopKSendsTheLargestEntriesAndTheResidualArrivesLater) {
+  Start("async", 1);
+  // (No staleness rule: the pushes after the first pull would be stale.)
+  Table t = Make(testing::Dense("t", 300, 3).Sgd(1.0f).Rule(StalenessRule::kNone));
+  t.spec.wire.compress = Compression::kTopK;
+  t.spec.wire.topk_fraction = 0.05f;
+  std::vector<float> g(t.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((i * 7919) % 1000 + 1) * (i % 2 ? 1e-3f : -1e-3f);
+  ASSERT_TRUE(w_[0]->Push(t, g).Wait().ok());
+  std::vector<float> w = PullAll(t);
+  size_t sent = 0;
+  for (size_t i = 0; i < w.size(); ++i)
+    if (w[i] != 0.0f) {
+      ++sent;
+      ASSERT_EQ(w[i], -g[i]) << i;
+    }
+  // Two parts of 450 values (one per server), 23 entries each.
+  EXPECT_EQ(sent, 46u);
+  const std::vector<float> zeros(t.size(), 0.0f);
+  for (int push = 1; push < 20; ++push) ASSERT_TRUE(w_[0]->Push(t, zeros).Wait().ok());
+  w = PullAll(t);
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(w[i], -g[i]) << i;
+  // A pull is not compressed; a range of rows is, against its own residual.
+  ASSERT_TRUE(w_[0]->Push(t, RowRange{10, 20}, std::vector<float>(30, 1.0f)).Wait().ok());
+  // Server 0 counted the compressed bytes (what travelled): 20 pushes of
+  // 23 entries of 8 bytes and a header of 4, and the range's 2 entries.
+  // (The servers publish their series with each heartbeat: wait for one.)
+  const double want = 20.0 * (4 + 23 * 8) + (4 + 2 * 8);
+  double bytes = 0;
+  testing::WaitFor(
+      [&] {
+        bytes = testing::MetricValue(testing::ServerMetrics(cluster_), "shardps_push_bytes_total");
+        return bytes == want;
+      },
+      std::chrono::seconds(30));
+  EXPECT_EQ(bytes, want);
+}
+
+TEST_F(TransferTest, UnderSyncCompressedPushesKeepEveryWorkersModelEqual) {
+  Start("sync", 2);
+  for (Compression c : {Compression::kTopK, Compression::kSign}) {
+    SCOPED_TRACE(std::string(ToString(c)));
+    const std::string name = "c" + std::string(ToString(c));
+    Table a[2] = {Make(testing::Dense(name, 200, 4).Constant(0.5f).Momentum(0.1f, 0.9f), 0),
+                  Make(testing::Dense(name, 200, 4).Constant(0.5f).Momentum(0.1f, 0.9f), 1)};
+    for (Table& t : a) t.spec.wire.compress = c;
+    for (int clock = 0; clock < 4; ++clock) {
+      for (int r = 0; r < 2; ++r) ASSERT_TRUE(w_[r]->Push(a[r], Gradients(a[r].size(), 10 * clock + r)).Wait().ok());
+      for (int r = 0; r < 2; ++r) ASSERT_TRUE(w_[r]->ClockAsync().Wait().ok());
+    }
+    const std::vector<float> m0 = PullAll(a[0], 0), m1 = PullAll(a[1], 1);
+    ASSERT_EQ(m0, m1);
+    size_t moved = 0;
+    for (float v : m0) moved += v != 0.5f;
+    EXPECT_GT(moved, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace shardps
