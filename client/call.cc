@@ -66,11 +66,19 @@ zmq::message_t Borrow(const void* data, size_t size, const std::shared_ptr<Call>
 namespace {
 // `cols` values of `dtype` at `src` as float32 at `dst`.
 void ValuesToFloat(const uint8_t* src, DType dtype, size_t cols, float* dst) {
-  switch (dtype) {
-    case DType::kF32: std::memcpy(dst, src, cols * sizeof(float)); break;
-    case DType::kBF16: Bf16ToFloat(reinterpret_cast<const uint16_t*>(src), dst, cols); break;
-    case DType::kF16: F16ToFloat(reinterpret_cast<const uint16_t*>(src), dst, cols); break;
+  if (dtype == DType::kF32) return (void)std::memcpy(dst, src, cols * sizeof(float));
+  // A frame may start at any address: 16-bit values are read aligned.
+  std::vector<uint16_t> aligned;
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+  if (reinterpret_cast<uintptr_t>(src) % alignof(uint16_t)) {
+    aligned.resize(cols);
+    std::memcpy(aligned.data(), src, cols * sizeof(uint16_t));
+    h = aligned.data();
   }
+  if (dtype == DType::kBF16)
+    Bf16ToFloat(h, dst, cols);
+  else
+    F16ToFloat(h, dst, cols);
 }
 }  // namespace
 

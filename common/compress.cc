@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -30,8 +31,10 @@ void EncodeTopK(float* e, size_t n, size_t k, uint8_t* out) {
   // The k largest |e|, ties to the lower index; sent in index order.
   std::vector<uint32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0u);
+  // NaN counts as the largest (a strict weak order; and it is sent, not kept).
+  auto mag = [&](uint32_t i) { return std::isnan(e[i]) ? std::numeric_limits<float>::infinity() : std::fabs(e[i]); };
   auto larger = [&](uint32_t a, uint32_t b) {
-    const float fa = std::fabs(e[a]), fb = std::fabs(e[b]);
+    const float fa = mag(a), fb = mag(b);
     return fa > fb || (fa == fb && a < b);
   };
   if (k < n) std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), larger);

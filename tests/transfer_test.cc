@@ -186,6 +186,16 @@ TEST_F(TransferTest, TopKSendsTheLargestEntriesAndTheResidualArrivesLater) {
   for (int push = 1; push < 20; ++push) ASSERT_TRUE(w_[0]->Push(t, zeros).Wait().ok());
   w = PullAll(t);
   for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(w[i], -g[i]) << i;
+  // A handle's options are checked at each request: a bad one is refused,
+  // nothing is sent.
+  Table bad = t;
+  bad.spec.wire.topk_fraction = std::nanf("");
+  Status s = w_[0]->Push(bad, zeros).Wait();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  bad = t;
+  bad.spec.wire.dtype = static_cast<DType>(7);
+  s = w_[0]->Pull(bad, std::span<float>(w)).Wait();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
   // A pull is not compressed; a range of rows is, against its own residual.
   ASSERT_TRUE(w_[0]->Push(t, RowRange{10, 20}, std::vector<float>(30, 1.0f)).Wait().ok());
   // Server 0 counted the compressed bytes (what travelled): 20 pushes of

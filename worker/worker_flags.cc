@@ -117,12 +117,11 @@ Status MlpTableSpecs(const ModelFlags& m, const std::vector<int>& dims, std::vec
   SHARDPS_RETURN_IF_ERROR(Parse(m.optimizer, &opt));
   StalenessRule rule;
   SHARDPS_RETURN_IF_ERROR(Parse(m.staleness_rule, &rule));
-  DType wire;
-  SHARDPS_RETURN_IF_ERROR(Parse(m.wire_dtype, &wire));
-  Compression comp;
-  float fraction = 0.01f;
-  if (Status s = ParseCompression(m.compress, &comp, &fraction); !s.ok())
-    return Status::InvalidArgument("--compress: " + s.message());
+  WireOptions wire;
+  if (!m.wire_dtype.empty()) SHARDPS_RETURN_IF_ERROR(Parse(m.wire_dtype, &wire.dtype));
+  if (!m.compress.empty())
+    if (Status s = ParseCompression(m.compress, &wire.compress, &wire.topk_fraction); !s.ok())
+      return Status::InvalidArgument("--compress: " + s.message());
   const int L = static_cast<int>(dims.size()) - 1;
   w->assign(L, TableSpec());
   b->assign(L, TableSpec());
@@ -138,9 +137,7 @@ Status MlpTableSpecs(const ModelFlags& m, const std::vector<int>& dims, std::vec
     ws.lr = m.lr;
     ws.staleness_rule = rule;
     ws.dc_lambda = m.dc_lambda;
-    ws.wire.dtype = wire;
-    ws.wire.compress = comp;
-    ws.wire.topk_fraction = fraction;
+    ws.wire = wire;
     TableSpec& bs = (*b)[l];
     bs = ws;
     bs.name = m.model + ".b" + std::to_string(l);

@@ -38,8 +38,12 @@ struct ModelFlags {
   std::string staleness_rule = "default";
   float dc_lambda = 0.04f;
   uint64_t seed = 1;
-  std::string wire_dtype = "f32";  // the dense tables' pulls and pushes on the wire (TableSpec::wire_dtype)
-  std::string compress = "none";   // their pushes' compression: none, topk:F, sign (TableSpec::compress)
+  // The dense tables' pulls and pushes on the wire (TableSpec::wire.dtype)
+  // and their pushes' compression (none, topk:F, sign: wire.compress) for
+  // this worker's requests; "": the table's own (f32 and none unless the
+  // job file or the first definer said otherwise).
+  std::string wire_dtype;
+  std::string compress;
 };
 
 struct DataFlags {

@@ -125,6 +125,34 @@ TEST(WorkerFlags, TheDenseTablesArePerLayerWeightsAndBias) {
   EXPECT_FALSE(MlpTableSpecs(m, {784, 10}, &w, &b).ok());
 }
 
+// --wire-dtype and --compress: unset, the tables' defaults; set, on every
+// dense table (weights and biases); a malformed --compress is refused.
+TEST(WorkerFlags, WireTypeAndCompressionGoToEveryDenseTable) {
+  ModelFlags m;
+  std::vector<TableSpec> w, b;
+  ASSERT_TRUE(MlpTableSpecs(m, {784, 256, 10}, &w, &b).ok());
+  EXPECT_EQ(w[0].wire.dtype, DType::kF32);
+  EXPECT_EQ(b[1].wire.compress, Compression::kNone);
+  m.wire_dtype = "bf16";
+  m.compress = "topk:0.05";
+  ASSERT_TRUE(MlpTableSpecs(m, {784, 256, 10}, &w, &b).ok());
+  for (const auto* v : {&w, &b})
+    for (const TableSpec& t : *v) {
+      EXPECT_EQ(t.wire.dtype, DType::kBF16) << t.name;
+      EXPECT_EQ(t.wire.compress, Compression::kTopK) << t.name;
+      EXPECT_FLOAT_EQ(t.wire.topk_fraction, 0.05f) << t.name;
+    }
+  m.compress = "sign";
+  ASSERT_TRUE(MlpTableSpecs(m, {784, 10}, &w, &b).ok());
+  EXPECT_EQ(w[0].wire.compress, Compression::kSign);
+  for (const char* bad : {"topk:0", "topk:1.5", "sign:0.1", "zip", "topk:x"}) {
+    m.compress = bad;
+    const Status s = MlpTableSpecs(m, {784, 10}, &w, &b);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("--compress"), std::string::npos) << s.ToString();
+  }
+}
+
 TEST(WorkerFlags, DlrmOptionsAndTheirRefusals) {
   WorkerFlags f;
   f.model.model = "dlrm";

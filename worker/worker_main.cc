@@ -74,7 +74,11 @@ Status CreateMlpTables(Client& ps, const ModelFlags& m, const std::vector<int>& 
     // This worker's requests travel in its --wire-dtype, whatever the
     // table's default (set by whoever defined it first).
     for (auto* h : {&(*wt)[l], &(*bt)[l]}) {
-      h->spec.wire = ws[l].wire;
+      if (!m.wire_dtype.empty()) h->spec.wire.dtype = ws[l].wire.dtype;
+      if (!m.compress.empty()) {
+        h->spec.wire.compress = ws[l].wire.compress;
+        h->spec.wire.topk_fraction = ws[l].wire.topk_fraction;
+      }
     }
   }
   return Status::OK();
@@ -295,8 +299,13 @@ int main(int argc, char** argv) {
   app.add_flag("--static-shards", f.loop.static_shards, "bounded/async: train only this rank's shard, not batches claimed from the epoch's shared pool");
   app.add_option("--work-chunk", f.loop.work_chunk, "bounded/async: batches claimed from the pool at a time")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--staleness-rule", f.model.staleness_rule, "bounded/async: how the servers weigh a stale gradient: default (scale-lr), none, scale-lr, dc (delay compensation; makes --predict default to 0) (docs/consistency.md)")->capture_default_str();
-  app.add_option("--wire-dtype", f.model.wire_dtype, "softmax/mlp: the dense tables' pulled values and pushed gradients on the wire: f32, bf16, f16 (the servers keep float32; docs/performance.md, \"16-bit transfer\")")->check(CLI::IsMember({"f32", "bf16", "f16"}))->capture_default_str();
-  app.add_option("--compress", f.model.compress, "softmax/mlp: compress the dense tables' pushed gradients, with error feedback: none, topk:F (the fraction F of each part's entries largest in magnitude, e.g. topk:0.01), sign (one bit each and a scale) (docs/compression.md)")->capture_default_str();
+  app.add_option("--wire-dtype", f.model.wire_dtype, "softmax/mlp: this worker's pulled values and pushed gradients of the dense tables on the wire: f32, bf16, f16 (the servers keep float32; docs/compression.md); default: the tables' own (the job file's wire_dtype, else f32)")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--compress", f.model.compress, "softmax/mlp: compress this worker's pushed gradients of the dense tables, with error feedback: none, topk:F (the fraction F of each part's entries largest in magnitude, e.g. topk:0.01), sign (one bit each and a scale) (docs/compression.md); default: the tables' own (the job file's compress, else none)")->check([](const std::string& s) {
+    Compression c;
+    float fraction;
+    const Status st = ParseCompression(s, &c, &fraction);
+    return st.ok() ? std::string() : st.message();
+  });
   app.add_option("--dc-lambda", f.model.dc_lambda, "--staleness-rule dc: lambda of the delay compensation")->check(CLI::Range(0.0f, 1e6f))->capture_default_str();
   app.add_option("--fill-push", f.fill.fill_push, "bounded: a batch trained while held back is pushed at once, or with the next step's gradients (as steps of one push)")->check(CLI::IsMember({"at-once", "with-next"}))->capture_default_str();
   app.add_option("--max-fill", f.fill.max_fill, "bounded: batches per clock trained while the next parameters are held back (0: wait); each is its own optimizer step (--fill-params, --fill-push, --fill-when-held)")->check(CLI::Range(0, 63))->capture_default_str();

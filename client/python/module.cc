@@ -308,6 +308,15 @@ PYBIND11_MODULE(_shardps, m) {
   py::enum_<StalenessRule>(m, "StalenessRule")
       .value("default", StalenessRule::kDefault).value("none", StalenessRule::kNone)
       .value("scale_lr", StalenessRule::kScaleLr).value("dc", StalenessRule::kDelayCompensation);
+  m.def(
+      "parse_compression",
+      [](const std::string& s) {
+        Compression c;
+        float fraction = 0.01f;
+        Check(ParseCompression(s, &c, &fraction));
+        return py::make_tuple(c, fraction);
+      },
+      "\"none\", \"sign\" or \"topk:F\" as (Compression, fraction); InvalidArgumentError saying what is wrong");
   py::enum_<Compression>(m, "Compression")
       .value("none", Compression::kNone).value("topk", Compression::kTopK).value("sign", Compression::kSign);
   py::enum_<DType>(m, "DType").value("f32", DType::kF32).value("bf16", DType::kBF16).value("f16", DType::kF16);

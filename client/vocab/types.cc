@@ -97,6 +97,9 @@ Status TableSpec::Validate() const {
   if (kind == TableKind::kSparse && wire.compress != Compression::kNone)
     return bad("compress is for dense tables");
   if (!(wire.topk_fraction > 0 && wire.topk_fraction <= 1)) return bad("topk_fraction must be in (0, 1]");
+  if (wire.compress != Compression::kNone && staleness_rule == StalenessRule::kDelayCompensation)
+    return bad("compress and staleness_rule dc do not combine (the servers would compensate a residual computed on "
+               "older values)");
   if (admit_after > 255) return bad("admit_after must be at most 255");
   if (evict_after_clocks && evict_after_sec) return bad("evict_after_clocks and evict_after_sec: give one of them");
   return Status::OK();

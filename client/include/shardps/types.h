@@ -46,7 +46,7 @@ enum class Compression : uint8_t { kNone = 0, kTopK, kSign };
 // travel in their dtype, uncompressed).
 struct WireOptions {
   // The number type of pulled values and pushed gradients on the wire
-  // (docs/performance.md, "16-bit transfer"): the servers keep float32
+  // (docs/performance.md, "Bytes per step"): the servers keep float32
   // values and optimizer state, a push in bf16/f16 applies its gradient
   // rounded to that type (to nearest even), a pull reads the values
   // rounded so.

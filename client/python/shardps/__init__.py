@@ -46,7 +46,6 @@ _OPTIMIZERS = {"sgd": _ext.OptimizerKind.sgd, "momentum": _ext.OptimizerKind.mom
 _RULES = {"default": _ext.StalenessRule.default, "none": _ext.StalenessRule.none,
           "scale-lr": _ext.StalenessRule.scale_lr, "dc": _ext.StalenessRule.dc}
 _DTYPES = {"f32": _ext.DType.f32, "bf16": _ext.DType.bf16, "f16": _ext.DType.f16}
-_COMPRESSIONS = {"none": _ext.Compression.none, "topk": _ext.Compression.topk, "sign": _ext.Compression.sign}
 
 
 def _choice(what, value, table):
@@ -103,7 +102,7 @@ class Client:
                      optimizer="sgd", lr=0.01, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
                      initial_accumulator=0.0, max_rows=0, *, value=None, low=None, high=None, mean=None,
                      stddev=None, staleness_rule="default", dc_lambda=0.04, dtype="f32", admit_after=0,
-                     evict_after_clocks=0, evict_after_sec=0, wire_dtype="f32", compress="none"):
+                     evict_after_clocks=0, evict_after_sec=0, wire_dtype=None, compress=None):
         """Defines a table (every worker may call it with the same spec and
         gets the same table; another shape raises ConflictError) and returns
         it once every server holds it. Fields as in the C++ TableSpec;
@@ -123,7 +122,8 @@ class Client:
         handle to change its own requests). `compress` ("none", "sign",
         "topk:F"): pushed gradients compressed with error feedback
         (docs/compression.md), the same way a default and per handle
-        (`table.compress`)."""
+        (`table.compress`). None (the default): the table's own (f32 and
+        none for a new table, else what its definer or the job file set)."""
         s = _ext.TableSpec()
         s.name, s.rows, s.cols = name, int(rows), int(cols)
         s.kind = _choice("kind", kind, _KINDS)
@@ -143,18 +143,18 @@ class Client:
         s.admit_after = _count("admit_after", admit_after)
         s.evict_after_clocks = _count("evict_after_clocks", evict_after_clocks)
         s.evict_after_sec = _count("evict_after_sec", evict_after_sec)
-        s.wire_dtype = _choice("wire_dtype", wire_dtype, _DTYPES)
-        kind, _, fraction = str(compress).partition(":")
-        s.compress = _choice("compress", kind, _COMPRESSIONS)
-        if fraction:
-            try:
-                s.topk_fraction = float(fraction)
-            except ValueError:
-                raise ValueError(f"compress: the fraction of {compress!r} is not a number") from None
+        if wire_dtype is not None:
+            s.wire_dtype = _choice("wire_dtype", wire_dtype, _DTYPES)
+        if compress is not None:
+            s.compress, s.topk_fraction = _ext.parse_compression(str(compress))
         s.validate()
         t = self._c.create_table(s)
-        t.wire_dtype = wire_dtype  # this handle's requests, whatever the table's default
-        t.compress = compress
+        # This handle's requests, whatever the table's default (an existing
+        # table keeps its own).
+        if wire_dtype is not None:
+            t.wire_dtype = wire_dtype
+        if compress is not None:
+            t.compress = compress
         return t
 
     def table(self, name):

@@ -84,12 +84,13 @@ class ShardedModel:
     `with sm.pulled():` (the values as pulled, no traffic), and
     pull(predict=False) before saving it at the end. `wire_dtype`
     ("f32", "bf16", "f16"): the type the parameters and gradients travel
-    in (the servers keep float32; docs/performance.md, "16-bit
-    transfer"). `compress` ("none", "sign", "topk:F"): the gradients'
-    compression with error feedback (docs/compression.md)."""
+    in (the servers keep float32; docs/compression.md). `compress`
+    ("none", "sign", "topk:F"): the gradients'
+    compression with error feedback (docs/compression.md). None: the
+    tables' own (f32, none, unless the job file says otherwise)."""
 
     def __init__(self, client, module, optimizer="sgd", lr=0.01, init="he", stddev=0.05, seed=1, prefix="",
-                 push_in_backward=True, prefetch=False, predict=0.0, wire_dtype="f32", compress="none",
+                 push_in_backward=True, prefetch=False, predict=0.0, wire_dtype=None, compress=None,
                  **optimizer_args):
         if any(p.device.type != "cpu" for p in module.parameters()):
             raise ValueError("shardps.torch maps CPU parameters (move the model to the CPU, or copy to/from it)")
