@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <numeric>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,26 +28,55 @@ size_t EncodedBytes(Compression kind, size_t n, size_t k) {
 namespace {
 
 void EncodeTopK(float* e, size_t n, size_t k, uint8_t* out) {
-  // The k largest |e|, ties to the lower index; sent in index order.
-  std::vector<uint32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0u);
-  // NaN counts as the largest (a strict weak order; and it is sent, not kept).
-  auto mag = [&](uint32_t i) { return std::isnan(e[i]) ? std::numeric_limits<float>::infinity() : std::fabs(e[i]); };
-  auto larger = [&](uint32_t a, uint32_t b) {
-    const float fa = mag(a), fb = mag(b);
-    return fa > fb || (fa == fb && a < b);
-  };
-  if (k < n) std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), larger);
-  idx.resize(k);
-  std::sort(idx.begin(), idx.end());
+  // The k largest |e| (NaN counts as the largest: it is sent, not kept),
+  // ties to the lower index, sent in index order: the k-th largest
+  // magnitude by a selection over a contiguous copy of the magnitudes, then
+  // one pass in index order.
+  auto mag = [](float x) { return std::isnan(x) ? std::numeric_limits<float>::infinity() : std::fabs(x); };
+  thread_local std::vector<float> mags;
+  mags.resize(n);
+  for (size_t i = 0; i < n; ++i) mags[i] = mag(e[i]);
+  float kth = 0;
+  size_t ties = k;  // entries equal to the k-th largest that are sent
+  if (k > 0 && k < n) {
+    // A threshold under the k-th largest from a sample (aiming at twice k's
+    // share), the entries at or above it as candidates, and the exact k-th
+    // among them: a selection over a few thousand values instead of n. If
+    // fewer than k reach the threshold, the whole array is selected.
+    thread_local std::vector<float> sample, cand;
+    const size_t m = std::min<size_t>(n, 4096), stride = n / m;
+    sample.resize(m);
+    for (size_t i = 0; i < m; ++i) sample[i] = mags[i * stride];
+    const size_t at = std::min(m - 1, static_cast<size_t>(2.0 * static_cast<double>(k) * m / n) + 1);
+    std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(at), sample.end(),
+                     std::greater<float>());
+    const float low = sample[at];
+    cand.clear();
+    for (size_t i = 0; i < n; ++i)
+      if (mags[i] >= low) cand.push_back(mags[i]);
+    std::vector<float>& pool = cand.size() >= k ? cand : mags;
+    std::nth_element(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(k - 1), pool.end(), std::greater<float>());
+    kth = pool[k - 1];
+    size_t above = 0;
+    for (size_t i = 0; i < n; ++i) above += mag(e[i]) > kth;
+    ties = k - above;
+  } else if (k == n) {
+    kth = -1;  // every entry is above
+  }
   const uint32_t k32 = static_cast<uint32_t>(k);
   std::memcpy(out, &k32, 4);
   uint8_t* ip = out + 4;
   uint8_t* vp = out + 4 + 4 * k;
-  for (size_t j = 0; j < k; ++j) {
-    std::memcpy(ip + 4 * j, &idx[j], 4);
-    std::memcpy(vp + 4 * j, &e[idx[j]], 4);
-    e[idx[j]] = 0.0f;  // sent: nothing of it stays behind
+  size_t j = 0;
+  for (size_t i = 0; i < n && j < k; ++i) {
+    const float m = mag(e[i]);
+    if (m > kth || (m == kth && ties > 0 && ties--)) {
+      const uint32_t i32 = static_cast<uint32_t>(i);
+      std::memcpy(ip + 4 * j, &i32, 4);
+      std::memcpy(vp + 4 * j, &e[i], 4);
+      e[i] = 0.0f;  // sent: nothing of it stays behind
+      ++j;
+    }
   }
 }
 
@@ -57,13 +86,29 @@ void EncodeSign(float* e, size_t n, uint8_t* out) {
   const float scale = n ? static_cast<float>(sum / static_cast<double>(n)) : 0.0f;
   std::memcpy(out, &scale, 4);
   uint8_t* bits = out + 4;
-  std::memset(bits, 0, (n + 7) / 8);
-  for (size_t i = 0; i < n; ++i) {
-    const bool plus = !std::signbit(e[i]);
-    if (plus) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
-    e[i] -= plus ? scale : -scale;
+  // Bit i: e_i is not negative (+0 counts as plus); the residual keeps
+  // e_i - scale x sign(e_i). Branch-free, so the compiler vectorizes it.
+  for (size_t b = 0; b < (n + 7) / 8; ++b) {
+    uint32_t byte = 0;
+    const size_t first = 8 * b, count = std::min<size_t>(8, n - first);
+    for (size_t j = 0; j < count; ++j) {
+      uint32_t u;
+      std::memcpy(&u, &e[first + j], 4);
+      byte |= ((u >> 31) ^ 1u) << j;
+    }
+    bits[b] = static_cast<uint8_t>(byte);
   }
+  for (size_t i = 0; i < n; ++i) e[i] -= std::copysign(scale, e[i]);
 }
+
+// The 8 signs (+1/-1) of each byte value, bit j for the j-th value.
+struct SignTable {
+  float v[256][8];
+  SignTable() {
+    for (int b = 0; b < 256; ++b)
+      for (int j = 0; j < 8; ++j) v[b][j] = (b >> j) & 1 ? 1.0f : -1.0f;
+  }
+};
 
 }  // namespace
 
@@ -114,7 +159,13 @@ Status Decode(Compression kind, const void* frame, size_t bytes, size_t n, float
       float scale;
       std::memcpy(&scale, f, 4);
       const uint8_t* bits = f + 4;
-      for (size_t i = 0; i < n; ++i) out[i] = (bits[i / 8] >> (i % 8)) & 1 ? scale : -scale;
+      static const SignTable table;
+      size_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        const float* s = table.v[bits[i / 8]];
+        for (size_t j = 0; j < 8; ++j) out[i + j] = scale * s[j];
+      }
+      for (; i < n; ++i) out[i] = (bits[i / 8] >> (i % 8)) & 1 ? scale : -scale;
       return Status::OK();
     }
     case Compression::kNone: break;

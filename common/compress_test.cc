@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -46,6 +47,35 @@ TEST(Compress, TopKSendsTheLargestAndKeepsTheRestAsResidual) {
   std::vector<float> r2(4, 0.0f);
   const auto f2 = Encoded(Compression::kTopK, {1.0f, 2.0f, 1.0f, 1.0f}, &r2, 2);
   EXPECT_EQ(Decoded(Compression::kTopK, f2, 4), (std::vector<float>{1.0f, 2.0f, 0, 0}));
+}
+
+// The selection estimates its threshold from a sample: whatever the
+// values, it must send exactly the k entries a full sort would (largest
+// magnitude first, ties to the lower index) -- including when the sample
+// sees only large values and too few reach its threshold.
+TEST(Compress, TopKSendsWhatAFullSortWouldWhateverTheSampleSaw) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto check = [&](const std::vector<float>& g, size_t k) {
+    std::vector<uint32_t> order(g.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+    std::vector<float> want(g.size(), 0.0f);
+    for (size_t j = 0; j < k; ++j) want[order[j]] = g[order[j]];
+    std::vector<float> residual(g.size(), 0.0f);
+    EXPECT_EQ(Decoded(Compression::kTopK, Encoded(Compression::kTopK, g, &residual, k), g.size()), want) << k;
+  };
+  std::vector<float> g(10000);
+  for (float& x : g) x = normal(rng);
+  for (size_t k : {1, 100, 5000, 9999, 10000}) check(g, k);
+  // Large values exactly where the sample looks (every other entry), fewer than k.
+  for (size_t i = 0; i < g.size(); ++i) g[i] = i % 2 == 0 && i <= 8190 ? 1.0f : 0.5f;
+  check(g, 5000);
+  // Spikes the sample misses, and ties.
+  std::fill(g.begin(), g.end(), 0.25f);
+  for (size_t i = 1; i < g.size(); i += 97) g[i] = -3.0f;
+  check(g, 50);
+  check(g, 200);
 }
 
 TEST(Compress, SignSendsTheMeanMagnitudeWithEachSign) {
