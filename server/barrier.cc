@@ -8,7 +8,9 @@ void Barrier::Arrive(uint32_t rank, Waiter w) { arrived_[rank] = std::move(w); }
 
 std::vector<Waiter> Barrier::MaybeRelease(const std::vector<uint32_t>& live) {
   std::vector<Waiter> released;
-  if (arrived_.empty()) return released;
+  // Fewer arrivals than live workers: not yet (a scan of every live rank
+  // at each arrival made a barrier quadratic in the workers).
+  if (arrived_.empty() || arrived_.size() < live.size()) return released;
   for (uint32_t r : live)
     if (!arrived_.count(r)) return released;
   LOG_DEBUG << "barrier " << generation_ << " released";
