@@ -227,6 +227,17 @@ std::string PushRange(int rank, int64_t clock, uint32_t table, uint64_t b, uint6
   return Header(f);
 }
 
+// A push of rows [b, e) whose values are in `d` or compressed as `c`
+// (docs/compression.md).
+std::string PushRangeAs(int rank, uint64_t b, uint64_t e, uint64_t seq, wire::DType d, wire::Compression c) {
+  wire::Fields f = Fields(wire::MsgType::Push, 300 + seq, wire::Role::Worker, rank);
+  f.seq = seq;
+  f.row_begin = b;
+  f.row_end = e;
+  f.values = {d, c};
+  return Header(f);
+}
+
 std::string PullHeader(int rank, int64_t clock, uint32_t table, uint64_t keys, uint64_t b = 0, uint64_t e = 0,
                        wire::Role role = wire::Role::Worker) {
   wire::Fields f = Fields(wire::MsgType::Pull, 500 + static_cast<uint64_t>(clock), role, rank);
@@ -268,6 +279,32 @@ void ServerCorpus() {
         .Data({PushRange(0, 0, 2, 2, 8, 1, 2), Bytes(std::vector<float>(6, 1.0f))})
         .Data({PullHeader(0, 0, 2, 0, 0, 10)});
     Save("server", "async_push_pull", o.w.str());
+  }
+  // 16-bit values and compressed pushes of table 0 (4 columns): a bf16
+  // push and pull, an f16 push, a top-k push (2 of 40 values) and a sign
+  // push (40 bits and a scale).
+  {
+    ServerOps o(2);
+    wire::Fields pull16 = Fields(wire::MsgType::Pull, 600, wire::Role::Worker, 0);
+    pull16.row_end = 100;
+    pull16.values.dtype = wire::DType::BF16;
+    std::vector<uint8_t> topk(4 + 16);
+    const uint32_t k = 2, idx[2] = {3, 17};
+    const float val[2] = {0.5f, -1.0f};
+    std::memcpy(topk.data(), &k, 4);
+    std::memcpy(topk.data() + 4, idx, 8);
+    std::memcpy(topk.data() + 12, val, 8);
+    std::vector<uint8_t> sign(4 + 5, 0xa5);
+    const float scale = 0.125f;
+    std::memcpy(sign.data(), &scale, 4);
+    o.Data({PushRangeAs(0, 0, 10, 1, wire::DType::BF16, wire::Compression::None),
+            Bytes(std::vector<uint16_t>(40, 0x3f80))})
+        .Data({Header(pull16)})
+        .Data({PushRangeAs(0, 10, 20, 2, wire::DType::F16, wire::Compression::None),
+               Bytes(std::vector<uint16_t>(40, 0xbc00))})
+        .Data({PushRangeAs(1, 0, 10, 1, wire::DType::F32, wire::Compression::TopK), Bytes(topk)})
+        .Data({PushRangeAs(1, 20, 30, 2, wire::DType::F32, wire::Compression::Sign), Bytes(sign)});
+    Save("server", "wire_types", o.w.str());
   }
   // Sync, two workers: pushes held until both tick; a pull for the next
   // clock parked until then; a pull ahead refused; a push for a later clock.
