@@ -28,7 +28,9 @@ case "$mode" in
     # instrumented: their own allocations are not checked, only ours.
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:halt_on_error=1:detect_stack_use_after_return=0}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-    exclude=(-e embed_install -e python)
+    # The chaos test (four whole trainings with kills, the same recoveries
+    # as launch_local: four minutes here) runs in the plain suite only.
+    exclude=(-e embed_install -e python -e chaos)
     multiplier=3 ;;
   thread)
     dir=build-tsan
