@@ -50,6 +50,27 @@ optimizer = "adagrad"
   EXPECT_EQ(o.tables[1].kind, TableKind::kSparse);
   EXPECT_FLOAT_EQ(o.tables[1].init_b, 0.1f);
   EXPECT_TRUE(o.Validate().ok());
+  // The wire options: float32 and uncompressed unless the table says.
+  EXPECT_EQ(o.tables[0].wire.dtype, DType::kF32);
+  EXPECT_EQ(o.tables[0].wire.compress, Compression::kNone);
+}
+
+TEST(JobConfig, ADenseTablesWireOptionsAreItsClientsDefaults) {
+  CoordinatorOptions o;
+  Status s = ParseJobConfig(R"(
+[[table]]
+name = "w"
+rows = 100
+cols = 4
+wire_dtype = "bf16"
+compress = "topk"
+topk_fraction = 0.05
+)", "job.toml", &o);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(o.tables.size(), 1u);
+  EXPECT_EQ(o.tables[0].wire.dtype, DType::kBF16);
+  EXPECT_EQ(o.tables[0].wire.compress, Compression::kTopK);
+  EXPECT_FLOAT_EQ(o.tables[0].wire.topk_fraction, 0.05f);
 }
 
 TEST(JobConfig, ErrorsNameTheProblem) {
@@ -67,6 +88,11 @@ TEST(JobConfig, ErrorsNameTheProblem) {
       {"[[table]]\nname = \"w\"\nrows = 4\ndc_lambda = -1.0\n", "dc_lambda must be finite and >= 0"},
       {"[[table]]\nname = \"w\"\nrows = 4\ncols = \"x\"\n", "cols"},
       {"[job\n", "job.toml:"},
+      {"[[table]]\nname = \"w\"\nrows = 4\nwire_dtype = \"f8\"\n", "unknown dtype 'f8' (valid: f32, bf16, f16)"},
+      {"[[table]]\nname = \"w\"\nrows = 4\ncompress = \"zip\"\n", "unknown compression 'zip' (valid: none, topk, sign)"},
+      {"[[table]]\nname = \"w\"\nrows = 4\ncompress = \"topk\"\ntopk_fraction = 0.0\n", "topk_fraction must be in (0, 1]"},
+      {"[[table]]\nname = \"e\"\nkind = \"sparse\"\nwire_dtype = \"bf16\"\n", "wire_dtype is for dense tables"},
+      {"[[table]]\nname = \"w\"\nrows = 4\ncompress = \"sign\"\nstaleness_rule = \"dc\"\n", "do not combine"},
   };
   for (const auto& c : cases) {
     CoordinatorOptions o;
