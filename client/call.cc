@@ -94,28 +94,26 @@ Status PlaceValues(const Dest& d, std::vector<zmq::message_t>& frames, const std
     if (frames[i].size() % 2)
       return Status::BadMessage(peer + " answered a 16-bit pull with a frame of " + std::to_string(frames[i].size()) +
                                 " bytes");
-  if (d.view && d.dtype != DType::kF32) {
-    // PullView of 16-bit values: converted once, into a float32 frame kept.
-    zmq::message_t m(d.floats * sizeof(float));
-    auto* dst = static_cast<float*>(m.data());
+  // A 16-bit row range, widened frame after frame as it is placed (no
+  // more passes than float32's copy).
+  auto widen = [&](float* dst) {
     for (size_t i = 1; i < frames.size(); ++i) {
       const size_t n = frames[i].size() / 2;
       ValuesToFloat(static_cast<const uint8_t*>(frames[i].data()), d.dtype, n, dst);
       dst += n;
     }
+  };
+  if (d.view && d.dtype != DType::kF32) {
+    // PullView of 16-bit values: widened once, into a float32 frame kept.
+    zmq::message_t m(d.floats * sizeof(float));
+    widen(static_cast<float*>(m.data()));
     d.view->parts[d.view_offset].push_back(std::move(m));
   } else if (d.view) {
     // PullView: keep the frames, no copy.
     auto& kept = d.view->parts[d.view_offset];
     for (size_t i = 1; i < frames.size(); ++i) kept.push_back(std::move(frames[i]));
   } else if (d.positions.empty() && d.dtype != DType::kF32) {
-    // A 16-bit row range: converted as it is placed (no more passes than float32's copy).
-    float* dst = d.out;
-    for (size_t i = 1; i < frames.size(); ++i) {
-      const size_t n = frames[i].size() / 2;
-      ValuesToFloat(static_cast<const uint8_t*>(frames[i].data()), d.dtype, n, dst);
-      dst += n;
-    }
+    widen(d.out);
   } else if (d.positions.empty()) {
     // A row range may come as one frame per run of partitions, in order.
     auto* dst = reinterpret_cast<uint8_t*>(d.out);

@@ -217,29 +217,10 @@ Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock
   return MakeRequest(call);
 }
 
-namespace {
-// A handle's wire options (set on it by its caller, unchecked until now).
-Status CheckWire(const TableSpec& t) {
-  const WireOptions& w = t.wire;
-  const bool dense = t.kind == TableKind::kDense;
-  if (static_cast<int>(w.dtype) > 2 || static_cast<int>(w.compress) > 2 ||
-      !(w.topk_fraction > 0 && w.topk_fraction <= 1) ||
-      (!dense && (w.dtype != DType::kF32 || w.compress != Compression::kNone)))
-    return Status::InvalidArgument("table '" + t.name + "': the handle's wire options are not valid (dtype " +
-                                   std::to_string(static_cast<int>(w.dtype)) + ", compression " +
-                                   std::to_string(static_cast<int>(w.compress)) + ", topk_fraction " +
-                                   std::to_string(w.topk_fraction) + (dense ? "" : ", a sparse table") + ")");
-  if (w.compress != Compression::kNone && t.staleness_rule == StalenessRule::kDelayCompensation)
-    return Status::InvalidArgument("table '" + t.name + "': compression and delay compensation do not combine (the "
-                                   "servers would compensate a residual computed on older values)");
-  return Status::OK();
-}
-}  // namespace
-
 Request ClientImpl::RangeRequest(bool push, const Table& t, RowRange r, float* values, uint64_t floats,
                                  int64_t clock_ahead, std::shared_ptr<PulledFrames> view,
                                  std::span<const PushStep> steps) {
-  if (Status s = CheckWire(t.spec); !s.ok()) return MakeRequest(FailedCall(s));
+  if (Status s = t.spec.ValidateWire(); !s.ok()) return MakeRequest(FailedCall(s));
   Payload pl{push, t.spec.cols, WireType(t.spec), nullptr, values, {}, steps, std::move(view)};
   auto split = [&](const ShardMap& map, std::vector<Part>* parts) {
     return SplitRange(t.spec, map, r, floats, push, opts_.max_message_bytes, parts);
@@ -272,7 +253,7 @@ ClientImpl::Residual* ClientImpl::ResidualOf(const Table& t) {
 
 Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values,
                                 uint64_t floats, int64_t clock_ahead) {
-  if (Status s = CheckWire(t.spec); !s.ok()) return MakeRequest(FailedCall(s));
+  if (Status s = t.spec.ValidateWire(); !s.ok()) return MakeRequest(FailedCall(s));
   const uint32_t cols = t.spec.cols;
   if (floats != keys.size() * cols) {  // the split's message, before planning anything
     std::vector<Part> none;

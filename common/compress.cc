@@ -125,7 +125,7 @@ void Encode(Compression kind, const float* g, float* residual, size_t n, size_t 
   }
 }
 
-Status Decode(Compression kind, const void* frame, size_t bytes, size_t n, float* out) {
+Status Check(Compression kind, const void* frame, size_t bytes, size_t n) {
   const auto* f = static_cast<const uint8_t*>(frame);
   switch (kind) {
     case Compression::kTopK: {
@@ -139,23 +139,46 @@ Status Decode(Compression kind, const void* frame, size_t bytes, size_t n, float
       if (k > n)
         return Status::BadMessage("top-k frame of " + std::to_string(k) + " values for a part of " +
                                   std::to_string(n));
+      for (uint32_t j = 0; j < k; ++j) {
+        uint32_t i;
+        std::memcpy(&i, f + 4 + 4 * static_cast<size_t>(j), 4);
+        if (i >= n)
+          return Status::BadMessage("top-k index " + std::to_string(i) + " past the " + std::to_string(n) +
+                                    " values of the part");
+      }
+      return Status::OK();
+    }
+    case Compression::kSign:
+      if (bytes != 4 + (n + 7) / 8)
+        return Status::BadMessage("sign frame of " + std::to_string(bytes) + " bytes for " + std::to_string(n) +
+                                  " values (that is " + std::to_string(4 + (n + 7) / 8) + " bytes)");
+      return Status::OK();
+    case Compression::kNone: break;
+  }
+  if (bytes != n * sizeof(float))
+    return Status::BadMessage("values frame of " + std::to_string(bytes) + " bytes for " + std::to_string(n) +
+                              " float32 values");
+  return Status::OK();
+}
+
+Status Decode(Compression kind, const void* frame, size_t bytes, size_t n, float* out) {
+  SHARDPS_RETURN_IF_ERROR(Check(kind, frame, bytes, n));
+  const auto* f = static_cast<const uint8_t*>(frame);
+  switch (kind) {
+    case Compression::kTopK: {
+      uint32_t k;
+      std::memcpy(&k, f, 4);
       std::fill(out, out + n, 0.0f);
       for (uint32_t j = 0; j < k; ++j) {
         uint32_t i;
         float v;
         std::memcpy(&i, f + 4 + 4 * static_cast<size_t>(j), 4);
         std::memcpy(&v, f + 4 + 4 * static_cast<size_t>(k) + 4 * static_cast<size_t>(j), 4);
-        if (i >= n)
-          return Status::BadMessage("top-k index " + std::to_string(i) + " past the " + std::to_string(n) +
-                                    " values of the part");
         out[i] += v;
       }
       return Status::OK();
     }
     case Compression::kSign: {
-      if (bytes != 4 + (n + 7) / 8)
-        return Status::BadMessage("sign frame of " + std::to_string(bytes) + " bytes for " + std::to_string(n) +
-                                  " values (that is " + std::to_string(4 + (n + 7) / 8) + " bytes)");
       float scale;
       std::memcpy(&scale, f, 4);
       const uint8_t* bits = f + 4;
@@ -170,9 +193,6 @@ Status Decode(Compression kind, const void* frame, size_t bytes, size_t n, float
     }
     case Compression::kNone: break;
   }
-  if (bytes != n * sizeof(float))
-    return Status::BadMessage("values frame of " + std::to_string(bytes) + " bytes for " + std::to_string(n) +
-                              " float32 values");
   std::memcpy(out, frame, bytes);
   return Status::OK();
 }

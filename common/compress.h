@@ -35,9 +35,13 @@ size_t EncodedBytes(Compression kind, size_t n, size_t k);
 // e - decoded. Deterministic: the same inputs give the same bytes.
 void Encode(Compression kind, const float* g, float* residual, size_t n, size_t k, void* out);
 
+// OK for a frame of `bytes` bytes that Decode can read as n values;
+// BadMessage, saying what is wrong, for a frame of the wrong size or a
+// top-k index past n. Writes nothing (a push held for its clock is only
+// checked when it arrives).
+Status Check(Compression kind, const void* frame, size_t bytes, size_t n);
 // Reads a frame of `bytes` bytes as n float32 values into `out` (top-k:
-// zeros but at its indices; a repeated index adds). BadMessage, saying
-// what is wrong, for a frame of the wrong size or an index past n.
+// zeros but at its indices; a repeated index adds), after Check.
 Status Decode(Compression kind, const void* frame, size_t bytes, size_t n, float* out);
 
 }  // namespace shardps::compress

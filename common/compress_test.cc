@@ -130,6 +130,8 @@ TEST(Compress, BadFramesAreRefusedSayingWhatIsWrong) {
   Status s = Decode(Compression::kTopK, f.data(), f.size(), 8, out);
   EXPECT_EQ(s.code(), Code::kBadMessage);
   EXPECT_NE(s.message().find("top-k index 9 past the 8 values"), std::string::npos) << s.ToString();
+  EXPECT_EQ(Check(Compression::kTopK, f.data(), f.size(), 8).message(), s.message());  // what a held push gets
+  EXPECT_TRUE(Check(Compression::kTopK, f.data(), f.size(), 10).ok());
   s = Decode(Compression::kTopK, f.data(), f.size() - 1, 8, out);
   EXPECT_NE(s.message().find("announcing 2 values"), std::string::npos) << s.ToString();
   s = Decode(Compression::kTopK, f.data(), 3, 8, out);

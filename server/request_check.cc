@@ -128,14 +128,10 @@ Status RequestCheck::ReadPushValues(std::vector<zmq::message_t>& frames, uint32_
   const size_t first = frames.size() - steps;
   for (uint32_t j = 0; j < steps; ++j) {
     zmq::message_t& f = frames[first + j];
-    if (comp != Compression::kNone) {
-      step_scratch_[j].resize(n);
-      SHARDPS_RETURN_IF_ERROR(compress::Decode(comp, f.data(), f.size(), n, step_scratch_[j].data()));
-      values[j] = step_scratch_[j].data();
-    } else {
-      SHARDPS_RETURN_IF_ERROR(wire::CheckFrameSize("values", f.size(), n * DTypeBytes(type)));
-      values[j] = ValuesAsFloat(type, f, &step_scratch_[j]);
-    }
+    SHARDPS_RETURN_IF_ERROR(comp != Compression::kNone
+                                ? compress::Check(comp, f.data(), f.size(), n)
+                                : wire::CheckFrameSize("values", f.size(), n * DTypeBytes(type)));
+    if (values) values[j] = AsFloat(type, comp, f, n, &step_scratch_[j]);
   }
   return Status::OK();
 }
@@ -146,17 +142,18 @@ DType RequestCheck::ValueType(const ServerTable& t, const wire::Header& h) {
 
 const float* RequestCheck::PushValues(const ServerTable& t, const wire::Header& h, zmq::message_t& frame,
                                       std::vector<float>* scratch) {
-  const auto comp = static_cast<Compression>(h.compress());
-  if (comp == Compression::kNone) return ValuesAsFloat(ValueType(t, h), frame, scratch);
-  const uint64_t n = (h.row_end() - h.row_begin()) * t.spec().cols;
-  scratch->resize(n);
-  (void)compress::Decode(comp, frame.data(), frame.size(), n, scratch->data());  // checked on arrival
-  return scratch->data();
+  const uint64_t rows = h.key_count() > 0 ? h.key_count() : h.row_end() - h.row_begin();
+  return AsFloat(ValueType(t, h), static_cast<Compression>(h.compress()), frame, rows * t.spec().cols, scratch);
 }
 
-const float* RequestCheck::ValuesAsFloat(DType type, zmq::message_t& frame, std::vector<float>* scratch) {
+const float* RequestCheck::AsFloat(DType type, Compression comp, zmq::message_t& frame, uint64_t n,
+                                   std::vector<float>* scratch) {
+  if (comp != Compression::kNone) {
+    scratch->resize(n);
+    (void)compress::Decode(comp, frame.data(), frame.size(), n, scratch->data());  // checked on arrival
+    return scratch->data();
+  }
   if (type == DType::kF32) return wire::ArrayView<float>(frame, *scratch);
-  const size_t n = frame.size() / sizeof(uint16_t);
   scratch->resize(n);
   std::vector<uint16_t> aligned;
   const uint16_t* h = wire::ArrayView<uint16_t>(frame, aligned);

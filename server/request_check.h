@@ -33,7 +33,9 @@ class RequestCheck {
   // Validates push (`push`) or pull `h` with its frames (identity, header,
   // keys if by keys, values: one frame per step of a push). On OK, *t is its
   // table, *keys its keys (null for a row range) and, for a push, values[j]
-  // step j's gradients (`values`: kMaxPushSteps slots; unused for a pull).
+  // step j's gradients (`values`: kMaxPushSteps slots; unused for a pull;
+  // null for a push that is only checked now — one held for its clock —
+  // and read later with PushValues).
   // The pointers point into `frames` or this object's scratch.
   // `group`: the replica group addressed: every row or id must be of it
   // (WrongServer). `trusted`: a backup applying what its primary took —
@@ -46,11 +48,9 @@ class RequestCheck {
   // The number type of the values a request of `t` carries or asks for: a
   // sparse table's dtype; for a dense table, the header's (wire_dtype).
   static DType ValueType(const ServerTable& t, const wire::Header& h);
-  // A push's values frame (in `type`, ValueType) as float32: in place when
-  // it is float32 and aligned, else converted into *scratch.
-  static const float* ValuesAsFloat(DType type, zmq::message_t& frame, std::vector<float>* scratch);
-  // A checked push's values frame as float32, whatever its type or
-  // compression (decoded into *scratch; in place when it can be).
+  // A checked push's values frame of `t` as float32, whatever its type or
+  // compression (the header's): in place when it is float32 and aligned,
+  // else converted or decoded into *scratch.
   static const float* PushValues(const ServerTable& t, const wire::Header& h, zmq::message_t& frame,
                                  std::vector<float>* scratch);
 
@@ -58,8 +58,13 @@ class RequestCheck {
   // The values' type and compression the header names, checked against
   // the table and the request's kind.
   static Status CheckValueKind(const wire::Header& h, const TableSpec& spec, bool push, bool by_keys);
+  // A checked frame of n values, in `type` or compressed as `comp`, as
+  // float32 (PushValues).
+  static const float* AsFloat(DType type, Compression comp, zmq::message_t& frame, uint64_t n,
+                              std::vector<float>* scratch);
   // A push's `steps` value frames (the last ones), each of `n` values of
-  // `type` or compressed as `comp`, as float32 into `values`.
+  // `type` or compressed as `comp`: checked, and as float32 into `values`
+  // unless it is null.
   Status ReadPushValues(std::vector<zmq::message_t>& frames, uint32_t steps, uint64_t n, DType type,
                         Compression comp, const float** values);
   // Whether every row of [begin, end) (dense) or every key is of `group`.

@@ -13,9 +13,12 @@ void Server::Push(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>&
   ServerTable* t;
   const uint64_t* keys;
   const float* values[kMaxPushSteps];
-  Status s = check_.Check(h, frames, true, &t, &keys, values, sh.group, !sh.primary);
-  if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   const bool worker = h.role() == wire::Role::Worker;
+  // A worker's push under sync is held for its clock and read then
+  // (ApplyClock): only checked now, not converted twice.
+  const bool held = worker && sh.clocks.sync();
+  Status s = check_.Check(h, frames, true, &t, &keys, held ? nullptr : values, sh.group, !sh.primary);
+  if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   const int rank = h.rank();
   if (worker && !sh.clocks.IsLive(rank))
     return ReplyError(frames[0], h.request_id(),

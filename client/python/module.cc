@@ -360,12 +360,10 @@ PYBIND11_MODULE(_shardps, m) {
       .def_property(
           "wire_dtype", [](const Table& t) { return std::string(ToString(t.spec.wire.dtype)); },
           [](Table& t, const std::string& d) {
-            DType v;
-            Check(Parse(d, &v));
-            if (t.spec.kind != TableKind::kDense && v != DType::kF32)
-              Check(Status::InvalidArgument("wire_dtype is for dense tables; table '" + t.spec.name +
-                                            "' is sparse (its values travel in its dtype)"));
-            t.spec.wire.dtype = v;
+            TableSpec s = t.spec;
+            Check(Parse(d, &s.wire.dtype));
+            Check(s.ValidateWire());
+            t.spec = s;
           })
       // This handle's pushes' compression (dense tables, docs/compression.md):
       // "none", "sign" or "topk:F".
@@ -379,7 +377,7 @@ PYBIND11_MODULE(_shardps, m) {
           [](Table& t, const std::string& c) {
             TableSpec s = t.spec;
             Check(ParseCompression(c, &s.wire.compress, &s.wire.topk_fraction));
-            Check(s.Validate());
+            Check(s.ValidateWire());
             t.spec = s;
           })
       .def("__repr__", [](const Table& t) {

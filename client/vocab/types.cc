@@ -90,18 +90,23 @@ Status TableSpec::Validate() const {
   if (static_cast<int>(dtype) > 2) return bad("unknown dtype");
   if (kind == TableKind::kDense && (dtype != DType::kF32 || admit_after > 1 || evict_after_clocks || evict_after_sec))
     return bad("dtype, admit_after and evict_after_* are for sparse tables");
+  SHARDPS_RETURN_IF_ERROR(ValidateWire());
+  if (admit_after > 255) return bad("admit_after must be at most 255");
+  if (evict_after_clocks && evict_after_sec) return bad("evict_after_clocks and evict_after_sec: give one of them");
+  return Status::OK();
+}
+
+Status TableSpec::ValidateWire() const {
+  auto bad = [&](const std::string& what) { return Status::InvalidArgument("table '" + name + "': " + what); };
   if (static_cast<int>(wire.dtype) > 2) return bad("unknown wire_dtype");
   if (kind == TableKind::kSparse && wire.dtype != DType::kF32)
     return bad("wire_dtype is for dense tables (a sparse table's values travel in its dtype)");
   if (static_cast<int>(wire.compress) > 2) return bad("unknown compression");
-  if (kind == TableKind::kSparse && wire.compress != Compression::kNone)
-    return bad("compress is for dense tables");
+  if (kind == TableKind::kSparse && wire.compress != Compression::kNone) return bad("compress is for dense tables");
   if (!(wire.topk_fraction > 0 && wire.topk_fraction <= 1)) return bad("topk_fraction must be in (0, 1]");
   if (wire.compress != Compression::kNone && staleness_rule == StalenessRule::kDelayCompensation)
     return bad("compress and staleness_rule dc do not combine (the servers would compensate a residual computed on "
                "older values)");
-  if (admit_after > 255) return bad("admit_after must be at most 255");
-  if (evict_after_clocks && evict_after_sec) return bad("evict_after_clocks and evict_after_sec: give one of them");
   return Status::OK();
 }
 

@@ -116,6 +116,9 @@ struct SHARDPS_EXPORT TableSpec {
 
   // OK, or InvalidArgument naming the first field that is wrong.
   Status Validate() const;
+  // OK, or InvalidArgument naming what is wrong with `wire` for this table
+  // (part of Validate; the client checks a handle's own at each request).
+  Status ValidateWire() const;
   // True when both describe the same table (ids aside).
   bool SameShape(const TableSpec& other) const;
 };
