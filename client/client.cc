@@ -111,7 +111,9 @@ class ClientImpl {
   // A header-only message of this worker to every server, one call; `f`
   // gives the type and the fields of its own. `clocks`: the replies'
   // min_clock/max_clock are gathered (Join).
-  std::shared_ptr<Call> ToEveryServer(wire::Fields f, const char* op, bool clocks);
+  // `after_pushes`: each part leaves only once every push sent before it
+  // was answered (a synchronous tick, IoThread's Outgoing::after_pushes).
+  std::shared_ptr<Call> ToEveryServer(wire::Fields f, const char* op, bool clocks, bool after_pushes = false);
   Status JoinServers();
   // The row cache when a pull of `t` may use it: a worker's keys pull of a
   // sparse table under bounded staleness (s >= 1) with the cache on.
@@ -345,7 +347,7 @@ Request ClientImpl::PushSteps(const Table& t, RowRange rows, std::span<const Pus
                       steps);
 }
 
-std::shared_ptr<Call> ClientImpl::ToEveryServer(wire::Fields f, const char* op, bool clocks) {
+std::shared_ptr<Call> ClientImpl::ToEveryServer(wire::Fields f, const char* op, bool clocks, bool after_pushes) {
   // Every replica group, at the server serving it (each server's own
   // without replicas; a server that took a dead one's group over gets one
   // for each).
@@ -366,6 +368,7 @@ std::shared_ptr<Call> ClientImpl::ToEveryServer(wire::Fields f, const char* op, 
     o.call = call;
     o.timeout = opts_.request_timeout;
     o.dest.clocks = clocks;
+    o.after_pushes = after_pushes;
     io_.EnqueueRequest(std::move(o), f, {}, false, fbb);
   }
   return call;
@@ -377,7 +380,11 @@ Request ClientImpl::ClockAsync(bool trained) {
   f.type = wire::MsgType::Tick;
   f.clock = self_.clock.fetch_add(1);
   f.idle = !trained;
-  return MakeRequest(ToEveryServer(f, "clock tick", false));
+  // Sync: the tick leaves once every server holds this clock's pushes, so a
+  // worker that dies between its ticks to two servers left its gradient on
+  // every server, and the coordinator can have it counted on all of them
+  // (docs/fault-tolerance.md, "A worker dies between its ticks").
+  return MakeRequest(ToEveryServer(f, "clock tick", false, cache_.consistency() == Consistency::kSync));
 }
 
 // A worker (re)joining a running job starts at the clock the servers give

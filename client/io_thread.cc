@@ -35,6 +35,13 @@ struct IoLoop {
     int group = -1;       // a data request's replica group
     uint64_t order = 0;   // when it was first sent, among all (resent in this order)
     std::vector<zmq::message_t> frames;  // with replicas: the message, to send again after a fail-over
+    bool push = false;    // a worker's numbered push (a sync tick sent after it waits for its answer)
+  };
+  // A request waiting for the answers of the pushes sent before it
+  // (Outgoing::after_pushes): those with Pending::order <= after.
+  struct Deferred {
+    uint64_t after;
+    Outgoing o;
   };
 
   IoLoop(IoThread& t, std::optional<KeyFile> k) : io(t), opts(t.opts_), self(t.self_), key(std::move(k)) {}
@@ -53,6 +60,8 @@ struct IoLoop {
   // A heartbeat's answer carrying the cluster view (a fail-over).
   void OnClusterView(const wire::Header& h);
   void Send(Outgoing& o);
+  // Sends the deferred requests no earlier push is unanswered for, in order.
+  void SendDeferred();
   void OnReply(std::vector<zmq::message_t>& frames, int from);
   void Heartbeat();
   void ExpireRequests(Clock::time_point now);
@@ -73,6 +82,7 @@ struct IoLoop {
   std::shared_ptr<const ShardMap> map;  // routes data requests by replica group
   uint64_t sends = 0;                   // requests sent so far (Pending::order)
   std::unordered_map<uint64_t, Pending> pending;
+  std::deque<Deferred> deferred;
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<uint64_t> scratch;
   std::vector<zmq::message_t> frames;  // the message being received
@@ -141,6 +151,7 @@ void IoThread::EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::mes
       f.seq = ++seq_[numbering];
     // An observer's push has no number: sent again, it could apply twice.
     q.resendable = !numbered || self_.worker();
+    q.push = numbered && self_.worker();
     q.frames.push_back(wire::EncodeSimple(fbb, f));
     for (auto& m : extra) q.frames.push_back(std::move(m));
   });
@@ -202,6 +213,7 @@ void IoLoop::Run() {
     io.TakeQueued(&batch);
     RunQueued(batch, &stop);
     ReceiveAll();
+    SendDeferred();
     const auto now = Clock::now();
     if (now >= next_hb && self.worker()) {
       next_hb = now + opts.heartbeat_interval;
@@ -210,6 +222,7 @@ void IoLoop::Run() {
     if (now >= next_expiry) {
       next_expiry = now + Millis(100);
       ExpireRequests(now);
+      SendDeferred();
     }
   }
   Close();
@@ -223,11 +236,29 @@ void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
       ConnectServers(o.endpoints);
     } else if (o.kind == Outgoing::kMap) {
       ApplyMap(std::move(o.map));
+    } else if (o.after_pushes || !deferred.empty()) {
+      // Behind the pushes sent so far (and behind what waits already: the
+      // order requests were issued in is kept).
+      deferred.push_back({sends, std::move(o)});
+      if (!deferred.back().o.after_pushes) deferred.back().after = 0;
+      SendDeferred();
     } else {
       Send(o);
     }
   }
   batch.clear();
+}
+
+void IoLoop::SendDeferred() {
+  while (!deferred.empty()) {
+    const uint64_t after = deferred.front().after;
+    if (after > 0 &&
+        std::any_of(pending.begin(), pending.end(), [&](const auto& p) { return p.second.push && p.second.order <= after; }))
+      return;
+    Outgoing o = std::move(deferred.front().o);
+    deferred.pop_front();
+    Send(o);
+  }
 }
 
 void IoLoop::ReceiveAll() {
@@ -239,6 +270,8 @@ void IoLoop::ReceiveAll() {
 void IoLoop::Close() {
   for (auto& [id, p] : pending) p.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
   pending.clear();
+  for (auto& d : deferred) d.o.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
+  deferred.clear();
   servers.clear();
   coord.close();
   monitors.clear();
@@ -372,6 +405,7 @@ void IoLoop::Send(Outgoing& o) {
   Pending& p = pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
   p.group = o.group;
   p.order = ++sends;
+  p.push = o.push;
   if (o.group >= 0 && o.resendable && map && map->ReplicaStride() > 1)  // kept to be sent again after a fail-over
     for (auto& f : o.frames) p.frames.emplace_back().copy(f);
   Status st = SendMultipart(*s, o.frames);

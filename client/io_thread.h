@@ -62,6 +62,10 @@ struct Outgoing {
   int target = -1;  // server rank, or -1 for the coordinator
   int group = -1;   // a data request's replica group: sent to the server serving it when it goes out
   bool resendable = true;  // may be sent again to a group's new server (not an observer's unnumbered push)
+  bool push = false;       // a worker's numbered push
+  // Sent only once every push sent before it was answered (a synchronous
+  // tick: each server then holds the clock's pushes before any has the tick).
+  bool after_pushes = false;
   uint64_t request_id = 0;
   std::vector<zmq::message_t> frames;
   std::shared_ptr<Call> call;

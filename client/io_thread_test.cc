@@ -1,6 +1,7 @@
 // The I/O thread (io_thread.h) against peers of the test's own (ROUTER
 // sockets on loopback, test_peer.h): reply routing, push numbering,
-// timeouts, closing, heartbeats, a coordinator restart. No processes.
+// timeouts, closing, heartbeats, a coordinator restart, a synchronous tick
+// held behind the pushes before it. No processes.
 #include "client/io_thread.h"
 
 #include <gtest/gtest.h>
@@ -160,6 +161,60 @@ TEST_F(IoThreadTest, AWorkersPushesAreNumberedPerServerInSendOrder) {
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(seqs[0], (std::vector<uint64_t>{1, 2, 3, 0}));
   EXPECT_EQ(seqs[1], (std::vector<uint64_t>{1, 2}));
+}
+
+// A synchronous tick (after_pushes) leaves only once every push sent before
+// it was answered (here: one server's push is never answered and times
+// out), so a worker that dies between its ticks left its clock's pushes on
+// every server; what is issued after the tick waits behind it; a push sent
+// after the tick is not waited for.
+TEST_F(IoThreadTest, ASyncTickLeavesOnlyOnceEveryEarlierPushWasAnswered) {
+  TestPeer coord(Silent());
+  std::mutex mu;
+  std::shared_ptr<Call> push = NewCall(2, "push");
+  std::vector<std::string> order;  // what server 1 got, in order
+  int parts_left_at_tick = -1;
+  TestPeer s0([](const wire::Header& h, std::vector<zmq::message_t>&) {
+    if (h.type() == wire::MsgType::Push) return std::vector<zmq::message_t>{};  // never answered
+    return TestPeer::Reply(h);
+  });
+  TestPeer s1([&](const wire::Header& h, std::vector<zmq::message_t>&) {
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(wire::EnumNameMsgType(h.type()));
+    if (h.type() == wire::MsgType::Tick) {
+      std::lock_guard<std::mutex> pl(push->mu);
+      parts_left_at_tick = push->parts_left;
+    }
+    return TestPeer::Reply(h);
+  });
+  Start(coord);
+  io_->ConnectServers({s0.endpoint(), s1.endpoint()});
+  io_->EnqueueRequest(Item(0, push, 300ms), Fields(wire::MsgType::Push), {}, true, fbb_);
+  io_->EnqueueRequest(Item(1, push, 300ms), Fields(wire::MsgType::Push), {}, true, fbb_);
+  auto tick = NewCall(2, "clock tick");
+  for (int sv = 0; sv < 2; ++sv) {
+    Outgoing o = Item(sv, tick);
+    o.after_pushes = true;
+    io_->EnqueueRequest(std::move(o), Fields(wire::MsgType::Tick), {}, false, fbb_);
+  }
+  auto pull = NewCall(1, "pull");
+  io_->EnqueueRequest(Item(1, pull), Fields(wire::MsgType::Pull), {}, false, fbb_);
+  EXPECT_EQ(MakeRequest(push).Wait(10s).code(), Code::kTimeout);
+  ASSERT_TRUE(MakeRequest(tick).Wait(10s).ok());
+  ASSERT_TRUE(MakeRequest(pull).Wait(10s).ok());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(parts_left_at_tick, 0) << "the tick left before server 0's push was answered (or timed out)";
+    EXPECT_EQ(order, (std::vector<std::string>{"Push", "Tick", "Pull"}));
+  }
+  // A push issued after a tick does not hold that tick back.
+  auto later_push = NewCall(1, "push");
+  auto tick2 = NewCall(1, "clock tick");
+  Outgoing o = Item(1, tick2);
+  o.after_pushes = true;
+  io_->EnqueueRequest(std::move(o), Fields(wire::MsgType::Tick), {}, false, fbb_);
+  io_->EnqueueRequest(Item(0, later_push, 10s), Fields(wire::MsgType::Push), {}, true, fbb_);
+  ASSERT_TRUE(MakeRequest(tick2).Wait(5s).ok());
 }
 
 TEST_F(IoThreadTest, NumberingContinuesAcrossANewServerList) {

@@ -12,6 +12,16 @@
 
 namespace shardps {
 
+// A worker's last clock on a replica group, or (group kAllGroups) the one
+// the coordinator decided for every group (ClusterView::retired).
+struct WorkerFinal {
+  static constexpr uint32_t kAllGroups = 0xffffffffu;
+  uint32_t rank = 0;
+  uint32_t group = kAllGroups;
+  int64_t clock = 0;     // the clock after its last tick
+  bool trained = false;  // that tick said it trained a batch
+};
+
 struct ClusterView {
   Consistency consistency = Consistency::kAsync;
   uint32_t staleness = 0;  // bounded staleness only
@@ -28,6 +38,11 @@ struct ClusterView {
   std::string restore_from;            // snapshot directory to load at start
   int64_t snapshot_clock_base = 0;     // snapshots are labelled base + clock
   std::vector<uint32_t> dead_servers;  // declared dead: their groups are served by others (replicas)
+  // Sync: workers declared dead whose last clock is being found (still in
+  // live_workers: waited for, their requests refused), and those whose last
+  // clock was decided (every server takes their ticks up to it).
+  std::vector<uint32_t> retiring;
+  std::vector<WorkerFinal> retired;
 
   bool complete() const { return !map.owner.empty(); }
   uint32_t worker_ranks() const { return std::max(num_workers, max_workers); }

@@ -234,6 +234,10 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
     group_replicas = fbb.CreateVector(flat);
   }
   if (!c.dead_servers.empty()) dead = fbb.CreateVector(c.dead_servers);
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> retiring;
+  flatbuffers::Offset<flatbuffers::Vector<const wire::WorkerFinal*>> retired;
+  if (!c.retiring.empty()) retiring = fbb.CreateVector(c.retiring);
+  if (!c.retired.empty()) retired = BuildFinals(fbb, c.retired);
   ClusterInfoBuilder b(fbb);
   b.add_consistency(static_cast<wire::Consistency>(c.consistency));
   b.add_staleness(c.staleness);
@@ -257,7 +261,31 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
     b.add_group_replicas(group_replicas);
   }
   if (!c.dead_servers.empty()) b.add_dead_servers(dead);
+  if (!c.retiring.empty()) b.add_retiring(retiring);
+  if (!c.retired.empty()) b.add_retired(retired);
   return b.Finish();
+}
+
+flatbuffers::Offset<flatbuffers::Vector<const wire::WorkerFinal*>> BuildFinals(
+    flatbuffers::FlatBufferBuilder& fbb, const std::vector<shardps::WorkerFinal>& finals) {
+  std::vector<wire::WorkerFinal> v;
+  v.reserve(finals.size());
+  for (const auto& f : finals) v.emplace_back(f.rank, f.group, f.clock, f.trained);
+  return fbb.CreateVectorOfStructs(v);
+}
+
+Status DecodeFinals(const flatbuffers::Vector<const wire::WorkerFinal*>* in, uint32_t worker_ranks,
+                    std::vector<shardps::WorkerFinal>* out) {
+  out->clear();
+  if (!in) return Status::OK();
+  for (const auto* f : *in) {
+    if (f->rank() >= worker_ranks)
+      return Status::BadMessage("a worker's last clock names rank " + std::to_string(f->rank()) + " of " +
+                                std::to_string(worker_ranks));
+    if (f->clock() < 0) return Status::BadMessage("worker " + std::to_string(f->rank()) + "'s last clock is negative");
+    out->push_back({f->rank(), f->group(), f->clock(), f->trained()});
+  }
+  return Status::OK();
 }
 
 namespace {
@@ -359,6 +387,12 @@ Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
       if (d >= c.num_servers) return Status::BadMessage("cluster info names dead server " + std::to_string(d));
       c.dead_servers.push_back(d);
     }
+  if (in->retiring())
+    for (uint32_t r : *in->retiring()) {
+      if (r >= c.worker_ranks()) return Status::BadMessage("cluster info names retiring worker " + std::to_string(r));
+      c.retiring.push_back(r);
+    }
+  if (Status s = DecodeFinals(in->retired(), c.worker_ranks(), &c.retired); !s.ok()) return s;
   *out = std::move(c);
   return Status::OK();
 }

@@ -97,6 +97,12 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
 // Decoders check what the verifier cannot: ranges, lengths, enum values.
 Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out);
 Status DecodeCluster(const ClusterInfo* in, ClusterView* out);
+// Workers' last clocks (ClusterView::retired, RetireReport::finals); each
+// rank below `worker_ranks`.
+flatbuffers::Offset<flatbuffers::Vector<const wire::WorkerFinal*>> BuildFinals(
+    flatbuffers::FlatBufferBuilder& fbb, const std::vector<shardps::WorkerFinal>& finals);
+Status DecodeFinals(const flatbuffers::Vector<const wire::WorkerFinal*>* in, uint32_t worker_ranks,
+                    std::vector<shardps::WorkerFinal>* out);
 
 // Expected byte sizes of the key and value frames a header announces.
 // Returns SizeMismatch/OutOfRange/TooLarge naming the problem.

@@ -252,6 +252,14 @@ ClusterView Coordinator::View(bool published) const {
   v.tables = tables_.tables();
   v.membership_version = members_.version();
   v.live_workers = members_.LiveWorkers();
+  // A retiring worker is still waited for (until its last clock is decided).
+  for (const auto& [rank, r] : retiring_) {
+    v.retiring.push_back(rank);
+    auto at = std::lower_bound(v.live_workers.begin(), v.live_workers.end(), rank);
+    if (at == v.live_workers.end() || *at != rank) v.live_workers.insert(at, rank);
+  }
+  for (const auto& [rank, f] : retired_)
+    if (!std::binary_search(v.live_workers.begin(), v.live_workers.end(), rank)) v.retired.push_back(f);
   v.snapshot_root = opts_.snapshot_dir;
   v.snapshot_every_clocks = opts_.snapshot_every_clocks;
   v.restore_from = snaps_.restore_dir();
@@ -341,9 +349,16 @@ void Coordinator::RegisterServer(const std::string& from, const wire::Header& h,
 void Coordinator::RegisterWorker(const std::string& from, const wire::Header& h, const Registration& r) {
   int rank = -1;
   Membership::Join how;
+  // A retirement under way settles first, with the reports it has: the
+  // servers must see the old process gone before a new one takes a rank.
+  if (!retiring_.empty()) {
+    for (auto& [w, ret] : retiring_) ret.deadline = Clock::now();
+    FinishRetirements(Clock::now());
+  }
   if (Status s = members_.RegisterWorker(from, r, stop_.stopping, Clock::now(), &rank, &how); !s.ok())
     return ReplyError(from, h.request_id(), s);
   if (how != Membership::Join::kAgain) work_.ForgetClaim(static_cast<uint32_t>(rank));
+  retired_.erase(static_cast<uint32_t>(rank));  // a new process: what its predecessor left is settled
   if (how == Membership::Join::kJoinedRunning) MembershipChanged();
   ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
 }
@@ -382,6 +397,7 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
 void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
   const int rank = members_.ServerRankOf(from);
   if (rank < 0) return;
+  if (!retiring_.empty()) OnRetireAck(static_cast<uint32_t>(rank), h);
   const TableDirectory::Answers a = tables_.Ack(static_cast<uint32_t>(rank), h.request_id());
   for (const auto& w : a.clusters) ReplyCluster(w.routing_id, w.request_id, 0);
   for (const auto& [w, table] : a.tables) ReplyTableSpec(w, table);
@@ -437,9 +453,13 @@ void Coordinator::HandleLeave(const std::string& from, const wire::Header& h) {
 void Coordinator::CheckTimeouts() {
   const auto now = Clock::now();
   bool changed = false;
+  const bool retire = RetiresWorkers();
   for (uint32_t r = 0; r < members_.worker_ranks(); ++r)
     if (members_.ExpireWorker(r, now, start_)) {
-      work_.ForgetWorkOf(r, true, members_.CountedClock(r));
+      if (retire)
+        StartRetirement(r, next_update_id_);  // (the update MembershipChanged sends below)
+      else
+        work_.ForgetWorkOf(r, true, members_.CountedClock(r));
       changed = true;
     }
   for (uint32_t r : members_.ExpireServers(now))
@@ -452,6 +472,7 @@ void Coordinator::CheckTimeouts() {
     dirty_ = true;
     MembershipChanged();
   }
+  if (!retiring_.empty()) FinishRetirements(now);
   metrics_.Publish(members_);
   MaybeFinishStop();
 }

@@ -36,7 +36,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -131,6 +133,22 @@ class Coordinator {
   void CheckTimeouts();
   void CheckSnapshotTimers();
 
+  // Sync, with more than one replica group (coordinator_retire.cc): a
+  // worker declared dead is retired in two cluster updates. The first
+  // names it retiring (still waited for; the servers refuse its requests
+  // from then on and report, in their acks, the clock it reached on each
+  // group); once every answering server reported (or the ack timeout
+  // passed), the second says it is gone at the furthest clock reported, and
+  // a server that saw fewer of its ticks takes the missing ones (their
+  // pushes are there: a synchronous tick leaves the client only once every
+  // push of its clock was answered). So a worker that dies between its
+  // ticks to two servers counts for the same clocks on every server, and
+  // its work from that clock on goes to the others.
+  bool RetiresWorkers() const;
+  void StartRetirement(uint32_t rank, uint64_t update);
+  void OnRetireAck(uint32_t server, const wire::Header& h);
+  void FinishRetirements(Clock::time_point now);
+
   // The live workers changed: a new membership version to every server,
   // and a barrier they were all that was missing for is released.
   void MembershipChanged();
@@ -221,6 +239,16 @@ class Coordinator {
     std::vector<Waiter> waiters;
   };
   StopState stop_;
+
+  // Workers being retired, and the last clock decided for each retired one.
+  struct Retirement {
+    uint64_t update = 0;          // the first cluster update naming it retiring
+    std::set<uint32_t> awaiting;  // servers that have not reported yet
+    Clock::time_point deadline;
+    WorkerFinal last;             // the furthest clock reported (clock -1: none yet)
+  };
+  std::map<uint32_t, Retirement> retiring_;  // by worker rank
+  std::map<uint32_t, WorkerFinal> retired_;  // by worker rank: the last clock decided for its last process
 
   std::unique_ptr<StateStore> store_;  // null: no --state-dir
   bool dirty_ = false;

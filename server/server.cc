@@ -199,7 +199,19 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
       ack.request_id = id;
       ack.role = wire::Role::Server;
       ack.rank = static_cast<int32_t>(rank_);
-      coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
+      if (v.retiring.empty()) {
+        coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
+        return;
+      }
+      // Workers being retired: where each is on every group served here
+      // (their requests are refused from now on, so this is final).
+      std::vector<WorkerFinal> finals;
+      for (Shard* sh : Primaries())
+        for (uint32_t r : v.retiring)
+          if (r < sh->clocks.ranks()) finals.push_back(sh->clocks.Final(r, sh->group));
+      fbb_.Clear();
+      auto body = wire::CreateRetireReport(fbb_, wire::BuildFinals(fbb_, finals));
+      coord_.send(wire::Encode(fbb_, ack, wire::Body::RetireReport, body.Union()), zmq::send_flags::dontwait);
       return;
     }
     case wire::MsgType::ClockQuery:

@@ -201,7 +201,7 @@ void Server::Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> 
 void Server::ApplyMembership(Shard& sh) {
   input_.shard = &sh;  // pulls it releases follow from it: they wait for its place in the stream
   input_.fseq = sh.sent + 1;
-  sh.clocks.SetMembership(view_.worker_ranks(), view_.live_workers);
+  sh.clocks.SetMembership(view_.worker_ranks(), view_.live_workers, view_.retiring, view_.retired);
   Advance(sh);
   input_.shard = nullptr;
   // Forwarded when it changed (every cluster update brings the live workers).
@@ -215,6 +215,8 @@ void Server::ApplyMembership(Shard& sh) {
     live.max_workers = view_.max_workers;
     live.membership_version = view_.membership_version;
     live.live_workers = view_.live_workers;
+    live.retiring = view_.retiring;
+    live.retired = view_.retired;
     Forward(sh, wire::RepKind::Membership, {}, &live);
   }
   ReleaseHeld(sh);
@@ -283,7 +285,7 @@ void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::
         return;
       }
       input_.shard = &sh;
-      sh.clocks.SetMembership(live.worker_ranks(), live.live_workers);
+      sh.clocks.SetMembership(live.worker_ranks(), live.live_workers, live.retiring, live.retired);
       Advance(sh);
       input_.shard = nullptr;
       return;

@@ -14,16 +14,33 @@ uint64_t FramesBytes(const std::vector<zmq::message_t>& frames) {
   return b;
 }
 
-void WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live) {
+void WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live,
+                                 const std::vector<uint32_t>& retiring, const std::vector<WorkerFinal>& retired) {
   if (clocks_.size() < worker_ranks) {
     clocks_.resize(worker_ranks, 0);
     live_.resize(worker_ranks, 0);
     joining_.resize(worker_ranks, 0);
+    retiring_.resize(worker_ranks, 0);
+    last_trained_.resize(worker_ranks, 0);
     last_seq_.resize(worker_ranks, 0);
   }
   std::vector<uint8_t> now_live(clocks_.size(), 0);
   for (uint32_t r : live)
     if (r < now_live.size()) now_live[r] = 1;
+  // A retiring worker gone with its last clock decided: the ticks other
+  // servers took and this one did not, taken here too.
+  for (const WorkerFinal& f : retired) {
+    const uint32_t r = f.rank;
+    if (r >= clocks_.size() || !retiring_[r] || now_live[r]) continue;  // not retiring here: nothing to settle
+    if (f.clock > clocks_[r]) {
+      LOG_WARN << "worker " << r << " died between its ticks: its ticks of clocks " << clocks_[r] << ".." << f.clock - 1
+               << " reached other servers, so they count here too";
+      for (int64_t c = clocks_[r]; c < f.clock; ++c)
+        if (sync() && f.trained && c >= applied_clock_) ++trained_[c];
+      clocks_[r] = f.clock;
+      last_trained_[r] = f.trained;
+    }
+  }
   for (size_t r = 0; r < live_.size(); ++r) {
     if (live_[r] && !now_live[r]) {
       // Gone: its pushes for clocks it never finished do not count.
@@ -45,6 +62,14 @@ void WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32
       LOG_INFO << "worker " << r << " is joining";
     }
   }
+  std::vector<uint8_t> now_retiring(clocks_.size(), 0);
+  for (uint32_t r : retiring)
+    if (r < now_retiring.size() && now_live[r]) now_retiring[r] = 1;
+  for (size_t r = 0; r < retiring_.size(); ++r)
+    if (now_retiring[r] && !retiring_[r])
+      LOG_INFO << "worker " << r << " was declared dead: its requests are refused; at clock " << clocks_[r]
+               << " here until its last clock is decided";
+  retiring_ = std::move(now_retiring);
   live_ = std::move(now_live);
   membership_known_ = true;
 }
@@ -80,6 +105,7 @@ Status WorkerClocks::Tick(bool worker, int rank, int64_t clock, bool idle) {
                                    " is at clock " + std::to_string(clocks_[rank]) + ": a tick was lost");
   if (clock == clocks_[rank]) {
     clocks_[rank]++;
+    last_trained_[rank] = !idle;
     if (sync() && !idle && clock >= applied_clock_) ++trained_[clock];
   }
   return Status::OK();

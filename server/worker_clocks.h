@@ -31,6 +31,7 @@
 
 #include <zmq.hpp>
 
+#include "common/cluster.h"
 #include "common/net.h"
 #include "shardps/status.h"
 #include "shardps/types.h"
@@ -92,9 +93,27 @@ class WorkerClocks {
   // A worker gone has its held pushes for clocks it never finished dropped;
   // one live again after the first membership is joining (waited for by
   // nobody until it Joins; its push sequence starts again). Logs both.
-  void SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live);
+  //
+  // Sync, a worker declared dead (docs/fault-tolerance.md, "A worker dies
+  // between its ticks"): first `retiring` (still live: waited for, but its
+  // requests refused from now on, so its clock here is final), then gone
+  // with its last clock decided over every server in `retired`: a worker
+  // that was retiring here takes the ticks it is missing up to that clock
+  // (their pushes are here: a synchronous tick leaves only once every push
+  // of its clock was answered) before its unfinished pushes are dropped.
+  void SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live,
+                     const std::vector<uint32_t>& retiring = {}, const std::vector<WorkerFinal>& retired = {});
 
-  bool IsLive(int rank) const { return rank >= 0 && static_cast<size_t>(rank) < live_.size() && live_[rank]; }
+  // Live and not retiring: its requests are taken.
+  bool IsLive(int rank) const {
+    return rank >= 0 && static_cast<size_t>(rank) < live_.size() && live_[rank] && !retiring_[rank];
+  }
+  bool IsRetiring(int rank) const { return rank >= 0 && static_cast<size_t>(rank) < live_.size() && retiring_[rank]; }
+  // Where worker `rank` is here: the clock after its last tick, and whether
+  // that tick said it trained a batch (REQUIRES rank < ranks()).
+  WorkerFinal Final(uint32_t rank, uint32_t group) const {
+    return {rank, group, clocks_[rank], last_trained_[rank] != 0};
+  }
   bool any_live() const;
   size_t ranks() const { return clocks_.size(); }
   int64_t clock(int rank) const { return clocks_[rank]; }  // REQUIRES rank < ranks()
@@ -168,6 +187,8 @@ class WorkerClocks {
   // Live again after the first membership (a restarted or new worker) and
   // not yet Joined: its clock is unknown, so it is waited for by nobody.
   std::vector<uint8_t> joining_;  // per worker rank
+  std::vector<uint8_t> retiring_;  // per worker rank: declared dead, its last clock not decided yet
+  std::vector<uint8_t> last_trained_;  // per worker rank: its last tick said it trained a batch
   bool membership_known_ = false; // a first live set was applied
   std::vector<uint64_t> last_seq_;  // per worker rank: push dedup
   int64_t applied_clock_ = 0;                          // sync: clocks < this are applied

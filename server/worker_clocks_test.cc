@@ -95,6 +95,47 @@ TEST(WorkerClocks, ADeadWorkerStopsBeingWaitedForAndItsUnfinishedPushesAreDroppe
   EXPECT_EQ(w.Tick(true, 1, 1, false).code(), Code::kUnavailable);
 }
 
+// A worker declared dead under sync is first retiring: still waited for,
+// its requests refused, its clock here final (and reported); then retired
+// at the clock the coordinator decided: the ticks this server missed are
+// taken (counted as trained, as the tick another server saw said), so its
+// push of that clock is applied; a server that never saw it retiring (a
+// restarted one) takes nothing; a retired worker's later clocks are not
+// its to take.
+TEST(WorkerClocks, ARetiredWorkerTakesTheTicksOtherServersSawUpToItsDecidedClock) {
+  WorkerClocks w = Job(Consistency::kSync, 2);
+  Hold(w, 0, 0);
+  Hold(w, 1, 0);
+  Hold(w, 1, 1);  // ahead: a clock it never finished anywhere
+  TickOk(w, 0, 0);
+  w.SetMembership(2, {0, 1}, {1});
+  EXPECT_TRUE(w.IsRetiring(1));
+  EXPECT_FALSE(w.IsLive(1));
+  EXPECT_EQ(w.Tick(true, 1, 0, false).code(), Code::kUnavailable);  // refused from now on
+  EXPECT_EQ(w.CompleteBelow(), 0);                                   // still waited for
+  const WorkerFinal here = w.Final(1, 7);
+  EXPECT_EQ(here.clock, 0);
+  EXPECT_EQ(here.group, 7u);
+  // Another server saw its tick of clock 0 (trained): decided at clock 1.
+  w.SetMembership(2, {0}, {}, {{1, WorkerFinal::kAllGroups, 1, true}});
+  EXPECT_FALSE(w.IsRetiring(1));
+  EXPECT_EQ(w.clock(1), 1);
+  ASSERT_EQ(w.CompleteBelow(), 1);
+  WorkerClocks::CompleteClock c;
+  w.TakeClock(1, &c);
+  EXPECT_EQ(c.pushes.size(), 2u);  // both workers' pushes of clock 0
+  EXPECT_EQ(c.Divisor(0), 2u);
+  EXPECT_EQ(w.held_pushes(), 0u);  // its push of clock 1 was dropped
+  // The same decision again (every later view carries it): nothing more.
+  w.SetMembership(2, {0}, {}, {{1, WorkerFinal::kAllGroups, 3, true}});
+  EXPECT_EQ(w.clock(1), 1);
+
+  // A server that never saw it retiring ignores the decision.
+  WorkerClocks fresh = Job(Consistency::kSync, 2);
+  fresh.SetMembership(2, {0}, {}, {{1, WorkerFinal::kAllGroups, 1, true}});
+  EXPECT_EQ(fresh.clock(1), 0);
+}
+
 TEST(WorkerClocks, TheStepIsTheMeanOverWorkersThatTrainedElseOverThoseThatPushed) {
   WorkerClocks w = Job(Consistency::kSync, 3);
   Hold(w, 0, 0, 0);

@@ -3,10 +3,13 @@
 // per-clock work pool that lets sync workers share an epoch exactly once,
 // a dead worker's batch handed to another, a worker rank that rejoins at
 // the running clock, and a push retried after its reply was lost applied
-// once. (Killing and restarting whole worker processes: tests/launch.)
+// once, and a worker that dies between its ticks to two servers counted
+// the same on both. (Killing and restarting whole worker processes:
+// tests/launch.)
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,6 +200,90 @@ TEST_F(FaultTest, ASyncStepIsTheMeanOverTheWorkersThatTrained) {
   ASSERT_TRUE(w0->Pull(t, k0, out).Wait().ok());
   for (float v : out) EXPECT_FLOAT_EQ(v, -3.0f);
 }
+
+// Sync: a worker that dies between its ticks to two servers counts for the
+// same clocks on both. Worker 1 pushes its gradient of clock 0 to both
+// servers, ticks server 0 only, and vanishes: once it is declared dead the
+// coordinator asks both servers where it is, decides it finished clock 0
+// (server 0 saw that tick), and server 1 takes the tick it missed, so both
+// apply the mean of both workers' gradients (without it, server 1 would
+// apply worker 0's alone). Its batch of clock 0 is not handed to anyone.
+void BetweenTicks(LocalCluster& cluster_, int replicas) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  o.partitions = 2;  // row 0 on server 0, row 1 on server 1
+  o.heartbeat_timeout_ms = 1000;
+  if (replicas > 1) o.coordinator_args = {"--replicas", std::to_string(replicas)};
+  ASSERT_TRUE(cluster_.Start(o).ok());
+  testing::RawPeer coord(cluster_.coordinator()), s0(cluster_.ServerEndpoint(0)), s1(cluster_.ServerEndpoint(1));
+  testing::RawWorker w1(1);
+  ASSERT_TRUE(w1.Register(coord).ok());
+  auto w0 = testing::ConnectClient(cluster_, ClientRole::kWorker, 0);
+  ASSERT_TRUE(w0);
+  Table t;
+  ASSERT_TRUE(w0->CreateTable(testing::Dense("w", 2, 1).Sgd(1.0f), &t).ok());
+  WorkRange a = Claim(*w0, 1, 100, 10), b;
+  ASSERT_TRUE(w1.Claim(coord, 1, 100, 10, &b).ok());
+  EXPECT_EQ(b.begin, 10u);
+  // Worker 1: its gradient (3) on both servers, its tick on server 0 only.
+  const float three = 3.0f;
+  wire::Fields f;
+  f.type = wire::MsgType::Push;
+  f.table = t.id;
+  f.row_begin = 0;
+  f.row_end = 1;
+  f.seq = 1;
+  f.group = 0;  // (with replicas a request names its group: group g's primary is server g)
+  ASSERT_TRUE(w1.Send(s0, f, testing::Frames(zmq::message_t(&three, sizeof three))).ok());
+  f.row_begin = 1;
+  f.row_end = 2;
+  f.group = 1;
+  ASSERT_TRUE(w1.Send(s1, f, testing::Frames(zmq::message_t(&three, sizeof three))).ok());
+  wire::Fields tick;
+  tick.type = wire::MsgType::Tick;
+  tick.group = 0;
+  ASSERT_TRUE(w1.Send(s0, tick).ok());
+  // Worker 0: its gradient (1) and its ticks; its pull of clock 1 waits
+  // for worker 1 to be declared dead and retired.
+  std::vector<float> g0 = {1, 1}, out(2);
+  ASSERT_TRUE(w0->Push(t, g0).Wait().ok());
+  ASSERT_TRUE(w0->Clock().ok());
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], -2.0f) << "server 0: the mean of both gradients";
+  EXPECT_FLOAT_EQ(out[1], -2.0f) << "server 1 must count worker 1's clock 0 as server 0 did";
+  EXPECT_NE(cluster_.Log("coordinator").find("worker 1 retired at clock 1"), std::string::npos);
+  EXPECT_NE(cluster_.Log("server1").find("worker 1 died between its ticks"), std::string::npos);
+  if (replicas > 1)  // server 0's copy of group 1, from its primary's stream
+    EXPECT_NE(cluster_.Log("server0").find("worker 1 died between its ticks"), std::string::npos);
+  // Its push is refused now, here as on every server.
+  f.seq = 2;
+  EXPECT_EQ(w1.Send(s1, f, testing::Frames(zmq::message_t(&three, sizeof three))).code(), Code::kUnavailable);
+  // Clock 1: worker 0 alone; the pool goes on after worker 1's batch of
+  // clock 0, which it trained and both servers counted.
+  WorkRange c = Claim(*w0, 1, 100, 10);
+  EXPECT_EQ(c.begin, 20u);
+  ASSERT_TRUE(w0->Push(t, g0).Wait().ok());
+  ASSERT_TRUE(w0->Clock().ok());
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], -3.0f);
+  EXPECT_FLOAT_EQ(out[1], -3.0f);
+  if (replicas < 2) return;
+  // The backups settled it the same way: server 1's copy of group 0 (the
+  // primary killed) serves it now, with the same values.
+  cluster_.KillServer(0, SIGKILL);
+  ASSERT_TRUE(w0->Push(t, g0).Wait().ok());
+  ASSERT_TRUE(w0->Clock().ok());
+  ASSERT_TRUE(w0->Pull(t, out).Wait().ok());
+  EXPECT_FLOAT_EQ(out[0], -4.0f);
+  EXPECT_FLOAT_EQ(out[1], -4.0f);
+}
+
+TEST_F(FaultTest, AWorkerKilledBetweenItsTicksToTwoServersCountsTheSameOnBoth) { BetweenTicks(cluster_, 1); }
+
+// The same with two copies of every group: the backups learn the decision
+// in their primaries' streams, and a fail-over keeps it.
+TEST_F(FaultTest, AWorkerKilledBetweenItsTicksCountsTheSameOnEveryCopy) { BetweenTicks(cluster_, 2); }
 
 // The server applies a worker's push once per sequence number: a push sent
 // again after its reply was lost is answered OK and not applied twice.
