@@ -192,6 +192,8 @@ void Coordinator::RollBackTo(const std::string& dir, const snapshot::Manifest& m
   Apply(e);
   members_.RollBack();
   work_.Clear();
+  retiring_.clear();  // every worker starts again from the snapshot: nothing of theirs to settle
+  retired_.clear();
   for (const auto& w : barrier_.Cancel())
     ReplyError(w.routing_id, w.request_id, Status::Unavailable("the job was rolled back"));
   for (const auto& w : tables_.RollBack())

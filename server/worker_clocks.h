@@ -111,6 +111,9 @@ class WorkerClocks {
   bool IsRetiring(int rank) const { return rank >= 0 && static_cast<size_t>(rank) < live_.size() && retiring_[rank]; }
   // Where worker `rank` is here: the clock after its last tick, and whether
   // that tick said it trained a batch (REQUIRES rank < ranks()).
+  // The most ticks a retired worker may be missing here (a trainer is at
+  // most one ahead on another server; more is a decision to refuse).
+  static constexpr int64_t kMaxRetireGap = 64;
   WorkerFinal Final(uint32_t rank, uint32_t group) const {
     return {rank, group, clocks_[rank], last_trained_[rank] != 0};
   }

@@ -100,8 +100,8 @@ TEST(WorkerClocks, ADeadWorkerStopsBeingWaitedForAndItsUnfinishedPushesAreDroppe
 // at the clock the coordinator decided: the ticks this server missed are
 // taken (counted as trained, as the tick another server saw said), so its
 // push of that clock is applied; a server that never saw it retiring (a
-// restarted one) takes nothing; a retired worker's later clocks are not
-// its to take.
+// restarted one) takes nothing, nor does one told a clock far past its
+// own (no report can say that).
 TEST(WorkerClocks, ARetiredWorkerTakesTheTicksOtherServersSawUpToItsDecidedClock) {
   WorkerClocks w = Job(Consistency::kSync, 2);
   Hold(w, 0, 0);
@@ -134,6 +134,14 @@ TEST(WorkerClocks, ARetiredWorkerTakesTheTicksOtherServersSawUpToItsDecidedClock
   WorkerClocks fresh = Job(Consistency::kSync, 2);
   fresh.SetMembership(2, {0}, {}, {{1, WorkerFinal::kAllGroups, 1, true}});
   EXPECT_EQ(fresh.clock(1), 0);
+
+  // A decision far past where it is here is refused (it could not have come
+  // from any server's report): the worker is dropped as gone.
+  WorkerClocks far = Job(Consistency::kSync, 2);
+  far.SetMembership(2, {0, 1}, {1});
+  far.SetMembership(2, {0}, {}, {{1, WorkerFinal::kAllGroups, int64_t{1} << 40, true}});
+  EXPECT_EQ(far.clock(1), 0);
+  EXPECT_FALSE(far.IsRetiring(1));
 }
 
 TEST(WorkerClocks, TheStepIsTheMeanOverWorkersThatTrainedElseOverThoseThatPushed) {
