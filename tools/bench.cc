@@ -350,6 +350,9 @@ int main(int argc, char** argv) {
   bool dense_only = false;
   app.add_option("--sizes-kb", sizes_kb, "dense sizes to measure, in KiB")->delimiter(',')->check(CLI::Range(1, 1 << 18))->capture_default_str();
   app.add_flag("--dense-only", dense_only, "skip the sparse, small-push and optimizer figures");
+  bool small_only = false;
+  app.add_flag("--small-only", small_only, "only the small-request figures (1 KB pushes: blocking, 16 and 64 in flight; raw ZeroMQ's round trip)")
+      ->excludes("--dense-only");
   app.add_option("--window-mb", window_mb, "MiB in flight per stream (at least 2 messages, at most 64)")->check(CLI::Range(1, 4096))->capture_default_str();
   std::string server_cpus;
   app.add_option("--server-cpus", server_cpus, "pin the receivers, the server and the raw ZeroMQ sink alike, to these CPUs (shardps-server --cpus)");
@@ -444,6 +447,7 @@ int main(int argc, char** argv) {
   std::printf("%-8s | %9s %9s %9s %9s %9s | %9s %9s | %6s %6s %6s\n", "", "", "", "GB/s", "", "", "", "", "", "",
               "raw");
   int ids = 0;
+  if (small_only) sizes_kb = {"1"};
   // Each size is measured `rounds` times, raw and shardps one after the
   // other; the figures are medians, and each ratio is the median of the
   // per-round ratios (this machine's throughput drifts between runs).
@@ -475,8 +479,9 @@ int main(int argc, char** argv) {
                 100 * median(push_ratio), 100 * median(pull_ratio), 100 * median(copy_ratio));
   }
   if (dense_only) return 0;
-  std::printf("\nsparse, 1000 random ids per request, 16 in flight:\n");
+  if (!small_only) std::printf("\nsparse, 1000 random ids per request, 16 in flight:\n");
   for (uint32_t cols : {16u, 64u}) {
+    if (small_only) break;
     double push = SparseRate(*client, true, cols, seconds), pull = SparseRate(*client, false, cols, seconds);
     std::printf("  width %2u: push %.2f M keys/s (%.2f GB/s), pull %.2f M keys/s (%.2f GB/s)\n", cols, push / 1e6,
                 push * cols * 4 / 1e9, pull / 1e6, pull * cols * 4 / 1e9);
@@ -486,8 +491,8 @@ int main(int argc, char** argv) {
   std::printf("\nsmall 1 KB pushes: blocking %.0f /s; 16 in flight %.0f /s (%.1fx); 64 in flight %.0f /s (%.1fx)\n",
               blocking, p16, p16 / blocking, p64, p64 / blocking);
   double apply = 0, copy = 0;
-  ApplyVsMemcpy(seconds, &apply, &copy);
-  std::printf("optimizer apply (SGD, 64 MiB): %.2f GB/s of gradient; memcpy %.2f GB/s (%.0f%%)\n", apply, copy,
+  if (!small_only) ApplyVsMemcpy(seconds, &apply, &copy);
+  if (!small_only) std::printf("optimizer apply (SGD, 64 MiB): %.2f GB/s of gradient; memcpy %.2f GB/s (%.0f%%)\n", apply, copy,
               100 * apply / copy);
   (void)client->Close();
   std::string rm = "rm -rf '" + dir + "'";
