@@ -18,10 +18,6 @@ Status CoordinatorOptions::Validate() const {
   if (replicas == 0 || replicas > num_servers)
     return Status::InvalidArgument("replicas must be in [1, servers], got " + std::to_string(replicas) + " with " +
                                    std::to_string(num_servers) + " servers");
-  if (replicas > 2)
-    return Status::InvalidArgument("replicas = " + std::to_string(replicas) +
-                                   ": at most 2 for now (with more, the backups left after a fail-over are not yet "
-                                   "brought back in step with the new primary; docs/fault-tolerance.md)");
   if (consistency == Consistency::kSync && staleness != 0)
     return Status::InvalidArgument("staleness applies to 'bounded' consistency only (sync is 0)");
   if (heartbeat_timeout.count() <= 0) return Status::InvalidArgument("heartbeat timeout must be > 0");

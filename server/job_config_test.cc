@@ -118,8 +118,10 @@ TEST(JobConfig, ValidateRejectsDuplicateTablesAndBadShapes) {
   o.staleness = 3;
   EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
   o.staleness = 0;
-  o.replicas = 3;  // at most 2 for now
+  o.replicas = 9;  // more copies than servers
   EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
+  o.replicas = 3;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate().ToString();
   o.replicas = 2;
   o.tables[0].kind = TableKind::kSparse;
   o.tables[0].rows = 0;

@@ -147,7 +147,11 @@ class Server {
   // A Replicate from a primary: applied to the backup shard, acknowledged.
   void HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames);
   void ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
-  // Acknowledgements from the backups (the peer sockets): held replies go.
+  // A backup's acknowledgement upstream of what it and every copy after it
+  // applied (when that moved).
+  void AckUpstream(Shard& sh);
+  // Acknowledgements from the fed copies (the peer sockets): held replies
+  // go; a backup acknowledges on upstream.
   void ReceiveAcks();
   void ReleaseHeld(Shard& sh);
   zmq::socket_t& Peer(uint32_t server);

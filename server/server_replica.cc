@@ -3,6 +3,8 @@
 // backups (every input that changes the group's state, in the order taken),
 // a backup applying it, and a backup taking its group over when the map
 // makes it the primary.
+#include <algorithm>
+
 #include "common/log.h"
 #include "common/security.h"
 #include "common/wire.h"
@@ -31,6 +33,38 @@ wire::Fields StreamFields(Shard& sh, uint32_t rank, wire::RepKind kind) {
   f.fseq = f.request_id = ++sh.sent;
   f.rep = kind;
   return f;
+}
+
+// The copy after / before `server` in group g's chain (the map's order,
+// primary first); ShardMap::kNone when there is none.
+uint32_t NextCopy(const ShardMap& m, uint32_t g, uint32_t server, int step) {
+  if (g >= m.replicas.size()) return ShardMap::kNone;
+  const auto& r = m.replicas[g];
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i] == server) {
+      const auto j = static_cast<std::ptrdiff_t>(i) + step;
+      return j >= 0 && static_cast<size_t>(j) < r.size() ? r[static_cast<size_t>(j)] : ShardMap::kNone;
+    }
+  return ShardMap::kNone;
+}
+
+// The routing id of a server's stream connections: the receiver knows who
+// feeds it (each copy takes the stream from the one before it).
+const std::string kStreamIdPrefix = std::string("\x01stream-");
+
+std::string StreamId(uint32_t rank) { return kStreamIdPrefix + std::to_string(rank); }
+
+// The server a stream message came from: its connection's routing id, else
+// the rank its header names.
+int32_t StreamSender(const zmq::message_t& routing_id, const wire::Header& h) {
+  const std::string_view id = routing_id.to_string_view();
+  if (id.substr(0, kStreamIdPrefix.size()) != kStreamIdPrefix) return h.rank();
+  int32_t r = 0;
+  for (char c : id.substr(kStreamIdPrefix.size())) {
+    if (c < '0' || c > '9' || r > 1000000) return -1;
+    r = r * 10 + (c - '0');
+  }
+  return r;
 }
 
 }  // namespace
@@ -72,14 +106,44 @@ void Server::PlaceShards() {
       sh->cut.SkipTo(every ? at / every * every : at);
       LOG_WARN << "taking over group " << g << " (shard map v" << m.version << "): " << sh->applied
                << " inputs applied from its primary, applied clock " << sh->clocks.applied_clock();
+      // Its inputs continue the stream's numbering (the copies after it
+      // have a prefix of what it applied); the hello came with the stream.
+      sh->sent = sh->applied;
+      sh->hello_sent = true;
+      sh->upstream_id.clear();
     }
-    if (sh->primary) {
-      sh->backups = m.Backups(g);
-      for (uint32_t b : sh->backups) fed.insert(b);
-      if (!sh->backups.empty() && !sh->hello_sent) SendHello(*sh);
-      std::erase_if(sh->acked, [&](const auto& a) { return !m.Holds(a.first, g); });
+    // Every copy feeds the next one in the map's order: the primary its
+    // first backup, that one the next, and so on (a chain).
+    const uint32_t next = NextCopy(m, g, rank_, 1);
+    std::vector<uint32_t> feeds;
+    if (next != ShardMap::kNone) feeds.push_back(next);
+    const bool new_next = !sh->backups.empty() && feeds != sh->backups;  // it fed another before
+    if (new_next && next != ShardMap::kNone) {
+      // What the copy it fed acknowledged, every copy after it had: the
+      // new one too (it was after it).
+      uint64_t& a = sh->acked[next];
+      a = std::max(a, sh->acked[sh->backups[0]]);
+    }
+    sh->backups = feeds;
+    sh->keep = next != ShardMap::kNone && NextCopy(m, g, next, 1) != ShardMap::kNone;
+    if (next != ShardMap::kNone) fed.insert(next);
+    std::erase_if(sh->acked, [&](const auto& a) { return !m.Holds(a.first, g); });
+    if (sh->primary && !sh->backups.empty() && !sh->hello_sent) SendHello(*sh);
+    if (new_next && next != ShardMap::kNone && !sh->kept.empty()) {
+      // The copy it fed died: what that one had not acknowledged goes to
+      // the next (which skips what it has).
+      LOG_WARN << "group " << g << ": " << sh->kept.size() << " unacknowledged input(s) sent again to server " << next;
+      for (auto& k : sh->kept) {
+        std::vector<zmq::message_t> out;
+        for (auto& f : k.frames) out.push_back(Share(f));
+        if (Status s = SendMultipart(Peer(next), out); !s.ok()) LOG_WARN << "stream to server " << next << ": " << s.ToString();
+      }
+    }
+    if (next == ShardMap::kNone) sh->kept.clear();
+    if (sh->primary)
       ReleaseHeld(*sh);  // a dead backup is waited for no more
-    }
+    else
+      AckUpstream(*sh);  // the last copy now: it acknowledges what it applied
   }
   // Streams to servers no longer fed (dead) are closed: nothing queues for them.
   std::erase_if(peers_, [&](const auto& p) { return !fed.count(p.first); });
@@ -154,6 +218,7 @@ zmq::socket_t& Server::Peer(uint32_t server) {
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::sndhwm, 0);  // held back by the replies it holds, not dropped
   s.set(zmq::sockopt::rcvhwm, 0);
+  s.set(zmq::sockopt::routing_id, StreamId(rank_));  // the receiver knows who feeds it
   if (opts_.security.enabled) MakeCurveClient(s, opts_.security.key);
   try {
     if (server < view_.servers.size() && !view_.servers[server].empty()) s.connect(view_.servers[server]);
@@ -173,6 +238,11 @@ void Server::SendHello(Shard& sh) {
   for (uint32_t b : sh.backups) {
     std::vector<zmq::message_t> out;
     out.push_back(wire::EncodeSimple(fbb_, f));
+    if (sh.keep) {
+      Shard::Kept k{f.fseq, {}};
+      k.frames.push_back(Share(out[0]));
+      sh.kept.push_back(std::move(k));
+    }
     if (Status s = SendMultipart(Peer(b), out); !s.ok()) LOG_WARN << "stream to server " << b << ": " << s.ToString();
   }
 }
@@ -193,6 +263,11 @@ void Server::Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> 
     out.push_back(std::move(header));
     const bool last = i + 1 == sh.backups.size();
     for (auto& m : payload) out.push_back(last ? std::move(m) : Share(m));
+    if (sh.keep) {
+      Shard::Kept k{f.fseq, {}};
+      for (auto& m : out) k.frames.push_back(Share(m));
+      sh.kept.push_back(std::move(k));
+    }
     if (Status s = SendMultipart(Peer(sh.backups[i]), out); !s.ok())
       LOG_WARN << "stream to server " << sh.backups[i] << ": " << s.ToString();
   }
@@ -245,32 +320,72 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
     (void)SendMultipart(data_, out);
   };
   if (!sh) return refuse("server " + std::to_string(rank_) + " holds no copy of group " + std::to_string(g));
-  if (view_.map.Primary(g) != static_cast<uint32_t>(h.rank()) && !sh->primary)
-    return refuse("server " + std::to_string(h.rank()) + " is not the primary of group " + std::to_string(g) +
-                  " in shard map v" + std::to_string(view_.map.version));
   if (sh->primary)
     return refuse("server " + std::to_string(rank_) + " is the primary of group " + std::to_string(g) +
                   " in shard map v" + std::to_string(view_.map.version) + ": the sender was declared dead");
-  if (h.fseq() != sh->applied + 1)
-    return refuse("input " + std::to_string(h.fseq()) + " of group " + std::to_string(g) + " after input " +
+  const int32_t sender = StreamSender(frames[0], h);
+  const uint32_t feeder = NextCopy(view_.map, g, rank_, -1);
+  const bool dead = std::find(view_.dead_servers.begin(), view_.dead_servers.end(),
+                              static_cast<uint32_t>(sender)) != view_.dead_servers.end();
+  if (sender >= 0 && static_cast<uint32_t>(sender) != feeder && !dead && early_replicates_.size() < 65536) {
+    // A live server that feeds this copy in a map this server does not
+    // hold yet (the one between them died, and the coordinator's update is
+    // on its way here): kept until it does.
+    early_replicates_.push_back(std::move(frames));
+    return;
+  }
+  if (sender < 0 || static_cast<uint32_t>(sender) != feeder)
+    return refuse("server " + std::to_string(sender) + " does not feed this copy of group " + std::to_string(g) +
+                  " in shard map v" + std::to_string(view_.map.version) + " (server " + std::to_string(feeder) +
+                  " does)");
+  const uint64_t fseq = h.fseq();
+  sh->upstream_id = frames[0].to_string();
+  if (fseq <= sh->applied) {
+    // Sent again by a copy that now feeds this one (the one between died):
+    // applied already.
+    sh->acked_up = 0;  // (acknowledged again to the new sender)
+    AckUpstream(*sh);
+    return;
+  }
+  if (fseq != sh->applied + 1)
+    return refuse("input " + std::to_string(fseq) + " of group " + std::to_string(g) + " after input " +
                   std::to_string(sh->applied) + ": the stream lost inputs");
-  // What the acknowledgement needs, read now: applying may parse other
-  // headers into the scratch `h` may lie in.
-  // Acknowledged as it is taken, then applied: the primary need not wait
-  // for this copy's optimizer step (it applies the same inputs in this
-  // order whatever comes; a backup that dies has nothing to offer anyway).
+  // On down the chain first (as a primary does with a tick: the copies
+  // apply it side by side), as it came.
+  if (!sh->backups.empty()) {
+    std::vector<zmq::message_t> out;
+    for (size_t i = 1; i < frames.size(); ++i) out.push_back(Share(frames[i]));
+    if (sh->keep) {
+      Shard::Kept k{fseq, {}};
+      for (auto& m : out) k.frames.push_back(Share(m));
+      sh->kept.push_back(std::move(k));
+    }
+    if (Status s = SendMultipart(Peer(sh->backups[0]), out); !s.ok())
+      LOG_WARN << "stream to server " << sh->backups[0] << ": " << s.ToString();
+    sh->sent = fseq;
+  }
+  // Acknowledged as it is taken (the last copy; the others once every copy
+  // after them has it), then applied: the primary need not wait for the
+  // optimizer steps (the copies apply the same inputs in this order
+  // whatever comes; a copy that dies has nothing to offer anyway).
+  sh->applied = fseq;
+  AckUpstream(*sh);
+  ApplyReplicated(*sh, h, frames);
+}
+
+void Server::AckUpstream(Shard& sh) {
+  const uint64_t a = sh.Ackable();
+  if (sh.primary || sh.upstream_id.empty() || a <= sh.acked_up) return;
+  sh.acked_up = a;
   wire::Fields ack;
-  ack.request_id = h.request_id();
-  ack.group = h.group();
-  ack.fseq = h.fseq();
+  ack.group = static_cast<int32_t>(sh.group);
+  ack.fseq = a;
   ack.role = wire::Role::Server;
   ack.rank = static_cast<int32_t>(rank_);
   std::vector<zmq::message_t> out;
-  out.emplace_back(frames[0].data(), frames[0].size());
+  out.emplace_back(sh.upstream_id.data(), sh.upstream_id.size());
   out.push_back(wire::EncodeSimple(fbb_, ack));
   if (Status s = SendMultipart(data_, out); !s.ok()) LOG_WARN << "acknowledgement dropped: " << s.ToString();
-  sh->applied = ack.fseq;
-  ApplyReplicated(*sh, h, frames);
 }
 
 void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
@@ -337,10 +452,14 @@ void Server::ReceiveAcks() {
         shutdown_ = true;
         return;
       }
-      if (!sh || !sh->primary) continue;
+      if (!sh) continue;
       uint64_t& a = sh->acked[server];
       a = std::max(a, h->fseq());
-      ReleaseHeld(*sh);
+      while (!sh->kept.empty() && sh->kept.front().fseq <= a) sh->kept.pop_front();
+      if (sh->primary)
+        ReleaseHeld(*sh);
+      else
+        AckUpstream(*sh);  // every copy after this one has it now
     }
 }
 

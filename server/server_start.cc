@@ -19,6 +19,9 @@ ServerStart::~ServerStart() { zmq_socket_monitor(coord_.handle(), nullptr, 0); }
 Status ServerStart::Open(std::unique_ptr<ZapHandler>* zap, std::string* endpoint) {
   try {
     data_.set(zmq::sockopt::router_mandatory, 1);
+    // A replica stream's connection (a fixed routing id per server) that
+    // comes again takes over from the old one rather than being ignored.
+    data_.set(zmq::sockopt::router_handover, 1);
     data_.set(zmq::sockopt::linger, 0);
     // Outgoing: at most this many replies queued per client. A client that
     // stops reading has further replies dropped (logged; it times out)

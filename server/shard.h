@@ -27,6 +27,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <zmq.hpp>
@@ -53,15 +54,27 @@ class Shard {
   // base version stays valid across a fail-over.
   uint64_t version_tag;
 
-  // ---- The stream, primary side.
+  // ---- The stream, sending side: the primary, and with three or more
+  // copies each backup but the last (a chain: each copy feeds the next in
+  // the map's order, and acknowledges an input upstream once every copy
+  // after it has it).
   // A reply held until every backup applied input `fseq`.
   struct HeldReply {
     uint64_t fseq;
     std::vector<zmq::message_t> frames;  // routing id first
   };
-  std::vector<uint32_t> backups;       // the servers it feeds (the shard map's)
-  uint64_t sent = 0;                   // fseq of the last input forwarded
-  std::map<uint32_t, uint64_t> acked;  // backup -> the last fseq it applied
+  std::vector<uint32_t> backups;       // the server it feeds: the next copy in the map's order (none: the last)
+  uint64_t sent = 0;                   // fseq of the last input forwarded (a backup's: as it came)
+  std::map<uint32_t, uint64_t> acked;  // fed server -> the last fseq it and every copy after it applied
+  // Inputs forwarded and not yet acknowledged, kept while a copy after the
+  // fed one exists: if the fed one dies, they go again to the next (which
+  // skips those it has).
+  struct Kept {
+    uint64_t fseq;
+    std::vector<zmq::message_t> frames;  // header and payload, as forwarded
+  };
+  bool keep = false;
+  std::deque<Kept> kept;
   std::deque<HeldReply> held;          // in the order made
   bool hello_sent = false;             // the stream's first message (the version tag) went out
   uint64_t membership_sent = 0;        // the membership version last forwarded
@@ -84,7 +97,16 @@ class Shard {
   }
 
   // ---- The stream, backup side.
-  uint64_t applied = 0;  // fseq of the last input applied from the primary
+  uint64_t applied = 0;     // fseq of the last input applied from the primary
+  std::string upstream_id;  // the routing id the stream comes from (acknowledgements go there)
+  uint64_t acked_up = 0;    // the last fseq acknowledged upstream
+  // What may be acknowledged upstream: what this copy applied, and (when
+  // it feeds another) what every copy after it has.
+  uint64_t Ackable() const {
+    if (backups.empty()) return applied;
+    auto it = acked.find(backups[0]);
+    return std::min(applied, it == acked.end() ? 0 : it->second);
+  }
 };
 
 }  // namespace shardps
