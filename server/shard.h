@@ -7,14 +7,18 @@
 //
 // A primary serves the group's requests. With backups, every input that
 // changes the group's state (a push, a tick, a join, a live-worker change,
-// a pull kept for delay compensation) is forwarded to each backup, in the
+// a pull kept for delay compensation) is forwarded down the chain of its
+// copies (the primary feeds its first backup, each backup the next), in the
 // order the primary took it, numbered 1, 2, ... (fseq); a backup applies
 // the same inputs in the same order with the same code, so its rows and
 // optimizer state stay bit for bit the primary's. A reply that follows
 // from an input (its acknowledgement, a pull answered after it) leaves
-// only once every backup has applied that input, so nothing a worker was
-// told can be lost with the primary. A backup sends nothing to workers;
-// when its primary dies, the coordinator's new map makes it the primary.
+// only once every backup has applied that input (a backup acknowledges
+// upstream what it and every copy after it applied), so nothing a worker
+// was told can be lost with the primary. A backup sends nothing to
+// workers; when its primary dies, the coordinator's new map makes it the
+// primary, and when the copy it feeds dies it feeds the next one, sending
+// again what that one may lack.
 //
 // With one copy per group a server holds one Shard, its own group, and no
 // stream exists: requests are handled exactly as without replication.

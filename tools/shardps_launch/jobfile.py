@@ -35,7 +35,7 @@ def parse_args(argv):
     ap.add_argument("--consistency", choices=["sync", "bounded", "async"])
     ap.add_argument("--staleness", type=int)
     ap.add_argument("--replicas", type=int, help="copies of each group of partitions on different servers ([job] "
-                    "replicas; 2: a dead server's partitions are served by their backups, no rollback)")
+                    "replicas; 2 or more: a dead server's partitions are served by their backups, no rollback)")
     ap.add_argument("--snapshot-dir", dest="snapshot_dir")
     ap.add_argument("--snapshot-every-clocks", dest="snapshot_every_clocks", type=int)
     ap.add_argument("--snapshot-every-sec", dest="snapshot_every_sec", type=int)
