@@ -133,6 +133,10 @@ class Server {
   // The shards for the map of view_: one per group held, each a primary or
   // a backup as the map says (a backup whose primary died takes over).
   void PlaceShards();
+  // Group sh's place in its chain of copies as map `m` says: the copy it
+  // feeds (returned; kNone: the last), what that one is sent again when it
+  // changed, the primary's first message.
+  uint32_t PlaceInChain(Shard& sh, const ShardMap& m);
   // A data request for shard `sh` (a primary's): handled, and when it
   // changed the group's state and the group has backups, forwarded to them
   // in the order taken (its replies held until they applied it).

@@ -112,34 +112,7 @@ void Server::PlaceShards() {
       sh->hello_sent = true;
       sh->upstream_id.clear();
     }
-    // Every copy feeds the next one in the map's order: the primary its
-    // first backup, that one the next, and so on (a chain).
-    const uint32_t next = NextCopy(m, g, rank_, 1);
-    std::vector<uint32_t> feeds;
-    if (next != ShardMap::kNone) feeds.push_back(next);
-    const bool new_next = !sh->backups.empty() && feeds != sh->backups;  // it fed another before
-    if (new_next && next != ShardMap::kNone) {
-      // What the copy it fed acknowledged, every copy after it had: the
-      // new one too (it was after it).
-      uint64_t& a = sh->acked[next];
-      a = std::max(a, sh->acked[sh->backups[0]]);
-    }
-    sh->backups = feeds;
-    sh->keep = next != ShardMap::kNone && NextCopy(m, g, next, 1) != ShardMap::kNone;
-    if (next != ShardMap::kNone) fed.insert(next);
-    std::erase_if(sh->acked, [&](const auto& a) { return !m.Holds(a.first, g); });
-    if (sh->primary && !sh->backups.empty() && !sh->hello_sent) SendHello(*sh);
-    if (new_next && next != ShardMap::kNone && !sh->kept.empty()) {
-      // The copy it fed died: what that one had not acknowledged goes to
-      // the next (which skips what it has).
-      LOG_WARN << "group " << g << ": " << sh->kept.size() << " unacknowledged input(s) sent again to server " << next;
-      for (auto& k : sh->kept) {
-        std::vector<zmq::message_t> out;
-        for (auto& f : k.frames) out.push_back(Share(f));
-        if (Status s = SendMultipart(Peer(next), out); !s.ok()) LOG_WARN << "stream to server " << next << ": " << s.ToString();
-      }
-    }
-    if (next == ShardMap::kNone) sh->kept.clear();
+    if (const uint32_t next = PlaceInChain(*sh, m); next != ShardMap::kNone) fed.insert(next);
     if (sh->primary)
       ReleaseHeld(*sh);  // a dead backup is waited for no more
     else
@@ -151,6 +124,37 @@ void Server::PlaceShards() {
   std::deque<std::vector<zmq::message_t>> early;
   early.swap(early_replicates_);
   for (auto& frames : early) HandleData(frames);
+}
+
+uint32_t Server::PlaceInChain(Shard& sh, const ShardMap& m) {
+  // Every copy feeds the next one in the map's order: the primary its
+  // first backup, that one the next, and so on (a chain).
+  const uint32_t next = NextCopy(m, sh.group, rank_, 1);
+  std::vector<uint32_t> feeds;
+  if (next != ShardMap::kNone) feeds.push_back(next);
+  const bool new_next = !sh.backups.empty() && feeds != sh.backups;  // it fed another before
+  if (new_next && next != ShardMap::kNone) {
+    // What the copy it fed acknowledged, every copy after it had: the
+    // new one too (it was after it).
+    uint64_t& a = sh.acked[next];
+    a = std::max(a, sh.acked[sh.backups[0]]);
+  }
+  sh.backups = feeds;
+  sh.keep = next != ShardMap::kNone && NextCopy(m, sh.group, next, 1) != ShardMap::kNone;
+  std::erase_if(sh.acked, [&](const auto& a) { return !m.Holds(a.first, sh.group); });
+  if (sh.primary && !sh.backups.empty() && !sh.hello_sent) SendHello(sh);
+  if (new_next && next != ShardMap::kNone && !sh.kept.empty()) {
+    // The copy it fed died: what that one had not acknowledged goes to
+    // the next (which skips what it has).
+    LOG_WARN << "group " << sh.group << ": " << sh.kept.size() << " unacknowledged input(s) sent again to server " << next;
+    for (auto& k : sh.kept) {
+      std::vector<zmq::message_t> out;
+      for (auto& f : k.frames) out.push_back(Share(f));
+      if (Status s = SendMultipart(Peer(next), out); !s.ok()) LOG_WARN << "stream to server " << next << ": " << s.ToString();
+    }
+  }
+  if (next == ShardMap::kNone) sh.kept.clear();
+  return next;
 }
 
 void Server::HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
