@@ -37,11 +37,14 @@ struct IoLoop {
     std::vector<zmq::message_t> frames;  // with replicas: the message, to send again after a fail-over
     bool push = false;    // a worker's numbered push (a sync tick sent after it waits for its answer)
   };
-  // A request waiting for the answers of the pushes sent before it
-  // (Outgoing::after_pushes): those with Pending::order <= after.
+  // A request waiting behind a synchronous tick, or that tick waiting for
+  // the answers of the pushes sent before it (Outgoing::after_pushes):
+  // those with Pending::order <= after, `after` taken once everything
+  // queued before it was sent (armed).
   struct Deferred {
-    uint64_t after;
     Outgoing o;
+    bool armed = false;
+    uint64_t after = 0;
   };
 
   IoLoop(IoThread& t, std::optional<KeyFile> k) : io(t), opts(t.opts_), self(t.self_), key(std::move(k)) {}
@@ -239,8 +242,7 @@ void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
     } else if (o.after_pushes || !deferred.empty()) {
       // Behind the pushes sent so far (and behind what waits already: the
       // order requests were issued in is kept).
-      deferred.push_back({sends, std::move(o)});
-      if (!deferred.back().o.after_pushes) deferred.back().after = 0;
+      deferred.push_back({std::move(o)});
       SendDeferred();
     } else {
       Send(o);
@@ -251,7 +253,13 @@ void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
 
 void IoLoop::SendDeferred() {
   while (!deferred.empty()) {
-    const uint64_t after = deferred.front().after;
+    Deferred& d = deferred.front();
+    if (d.o.after_pushes && !d.armed) {
+      // Every push queued before it went out: it waits for those sent so far.
+      d.armed = true;
+      d.after = sends;
+    }
+    const uint64_t after = d.after;
     if (after > 0 &&
         std::any_of(pending.begin(), pending.end(), [&](const auto& p) { return p.second.push && p.second.order <= after; }))
       return;

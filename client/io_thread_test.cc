@@ -174,6 +174,8 @@ TEST_F(IoThreadTest, ASyncTickLeavesOnlyOnceEveryEarlierPushWasAnswered) {
   std::shared_ptr<Call> push = NewCall(2, "push");
   std::vector<std::string> order;  // what server 1 got, in order
   int parts_left_at_tick = -1;
+  std::shared_ptr<Call> watch;  // (later) the push whose parts are counted at each tick
+  std::vector<int> watched_at_ticks;
   TestPeer s0([](const wire::Header& h, std::vector<zmq::message_t>&) {
     if (h.type() == wire::MsgType::Push) return std::vector<zmq::message_t>{};  // never answered
     return TestPeer::Reply(h);
@@ -184,6 +186,10 @@ TEST_F(IoThreadTest, ASyncTickLeavesOnlyOnceEveryEarlierPushWasAnswered) {
     if (h.type() == wire::MsgType::Tick) {
       std::lock_guard<std::mutex> pl(push->mu);
       parts_left_at_tick = push->parts_left;
+      if (watch) {
+        std::lock_guard<std::mutex> wl(watch->mu);
+        watched_at_ticks.push_back(watch->parts_left);
+      }
     }
     return TestPeer::Reply(h);
   });
@@ -213,8 +219,29 @@ TEST_F(IoThreadTest, ASyncTickLeavesOnlyOnceEveryEarlierPushWasAnswered) {
   Outgoing o = Item(1, tick2);
   o.after_pushes = true;
   io_->EnqueueRequest(std::move(o), Fields(wire::MsgType::Tick), {}, false, fbb_);
-  io_->EnqueueRequest(Item(0, later_push, 10s), Fields(wire::MsgType::Push), {}, true, fbb_);
+  io_->EnqueueRequest(Item(0, later_push, 1s), Fields(wire::MsgType::Push), {}, true, fbb_);
   ASSERT_TRUE(MakeRequest(tick2).Wait(5s).ok());
+  EXPECT_EQ(MakeRequest(later_push).Wait(10s).code(), Code::kTimeout);  // (server 0 answers no push)
+  // Pipelined: push A, tick 0, push B, tick 1, all queued at once (server
+  // 0 never answers a push): tick 1 waits for B too, sent after tick 0.
+  auto pa = NewCall(1, "push"), pb = NewCall(1, "push"), t0 = NewCall(1, "clock tick"), t1 = NewCall(1, "clock tick");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    watch = pb;
+    watched_at_ticks.clear();
+  }
+  io_->EnqueueRequest(Item(0, pa, 300ms), Fields(wire::MsgType::Push), {}, true, fbb_);
+  for (auto* t : {&t0, &t1}) {
+    Outgoing o = Item(1, *t);
+    o.after_pushes = true;
+    io_->EnqueueRequest(std::move(o), Fields(wire::MsgType::Tick), {}, false, fbb_);
+    if (t == &t0) io_->EnqueueRequest(Item(0, pb, 300ms), Fields(wire::MsgType::Push), {}, true, fbb_);
+  }
+  Status st1 = MakeRequest(t1).Wait(10s);
+  ASSERT_TRUE(st1.ok()) << st1.ToString();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(watched_at_ticks.size(), 2u);
+  EXPECT_EQ(watched_at_ticks[1], 0) << "tick 1 left before push B (queued before it) was answered";
 }
 
 TEST_F(IoThreadTest, NumberingContinuesAcrossANewServerList) {

@@ -282,7 +282,8 @@ Status DecodeFinals(const flatbuffers::Vector<const wire::WorkerFinal*>* in, uin
     if (f->rank() >= worker_ranks)
       return Status::BadMessage("a worker's last clock names rank " + std::to_string(f->rank()) + " of " +
                                 std::to_string(worker_ranks));
-    if (f->clock() < 0) return Status::BadMessage("worker " + std::to_string(f->rank()) + "'s last clock is negative");
+    if (f->clock() < -1)  // (-1: it has not joined there)
+      return Status::BadMessage("worker " + std::to_string(f->rank()) + "'s last clock is " + std::to_string(f->clock()));
     out->push_back({f->rank(), f->group(), f->clock(), f->trained()});
   }
   return Status::OK();

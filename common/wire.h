@@ -98,7 +98,7 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
 Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out);
 Status DecodeCluster(const ClusterInfo* in, ClusterView* out);
 // Workers' last clocks (ClusterView::retired, RetireReport::finals); each
-// rank below `worker_ranks`.
+// rank below `worker_ranks`, each clock -1 (not joined there) or more.
 flatbuffers::Offset<flatbuffers::Vector<const wire::WorkerFinal*>> BuildFinals(
     flatbuffers::FlatBufferBuilder& fbb, const std::vector<shardps::WorkerFinal>& finals);
 Status DecodeFinals(const flatbuffers::Vector<const wire::WorkerFinal*>* in, uint32_t worker_ranks,

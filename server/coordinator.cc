@@ -349,12 +349,13 @@ void Coordinator::RegisterServer(const std::string& from, const wire::Header& h,
 void Coordinator::RegisterWorker(const std::string& from, const wire::Header& h, const Registration& r) {
   int rank = -1;
   Membership::Join how;
-  // A retirement under way settles first, with the reports it has: the
-  // servers must see the old process gone before a new one takes a rank.
-  if (!retiring_.empty()) {
-    for (auto& [w, ret] : retiring_) ret.deadline = Clock::now();
-    FinishRetirements(Clock::now());
-  }
+  // While a worker is retiring (its last clock being decided, a few
+  // milliseconds) a registration that could take its rank waits: the
+  // servers must see the old process gone before a new one has the rank.
+  if (!retiring_.empty() && (r.requested_rank < 0 || retiring_.count(static_cast<uint32_t>(r.requested_rank))))
+    return ReplyError(from, h.request_id(),
+                      Status::NotReady("worker " + std::to_string(retiring_.begin()->first) +
+                                       " is being retired (its last clock decided over the servers)"));
   if (Status s = members_.RegisterWorker(from, r, stop_.stopping, Clock::now(), &rank, &how); !s.ok())
     return ReplyError(from, h.request_id(), s);
   if (how != Membership::Join::kAgain) work_.ForgetClaim(static_cast<uint32_t>(rank));
@@ -520,6 +521,11 @@ void Coordinator::Resume(DurableState d) {
   tables_.SetTables(std::move(d.tables));
   members_.Restore(d.servers, d.workers, d.membership_version, Clock::now());
   work_.Restore(std::move(d.work));
+  // A worker that died while it was being retired (this coordinator
+  // stopped before its last clock was decided) still has its work: handed
+  // back whole (at least once; settled ones have none left).
+  for (uint32_t r = 0; r < members_.worker_ranks(); ++r)
+    if (members_.workers()[r].state == WorkerState::kDead) work_.ForgetWorkOf(r, true, -1);
   snaps_.SetRestorePoint(std::move(d.restore_dir), d.clock_base);
   SnapshotScheduler::History history;
   history.taken = d.snapshots_taken;

@@ -148,6 +148,10 @@ class Coordinator {
   void StartRetirement(uint32_t rank, uint64_t update);
   void OnRetireAck(uint32_t server, const wire::Header& h);
   void FinishRetirements(Clock::time_point now);
+  // A fail-over under way of a retirement: the groups moved are reported
+  // by their new primaries (every answering server is asked again, from
+  // cluster update `update` on).
+  void RetireAgain(uint64_t update);
 
   // The live workers changed: a new membership version to every server,
   // and a barrier they were all that was missing for is released.
@@ -242,8 +246,9 @@ class Coordinator {
 
   // Workers being retired, and the last clock decided for each retired one.
   struct Retirement {
-    uint64_t update = 0;          // the first cluster update naming it retiring
-    std::set<uint32_t> awaiting;  // servers that have not reported yet
+    // Servers that have not reported yet, each with the first cluster
+    // update whose ack counts (one that names the worker retiring).
+    std::map<uint32_t, uint64_t> awaiting;
     Clock::time_point deadline;
     WorkerFinal last;             // the furthest clock reported (clock -1: none yet)
   };

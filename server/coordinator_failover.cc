@@ -65,6 +65,7 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
   snaps_.AbortAll(Status::Unavailable("server " + std::to_string(rank) + " died while the snapshot was taken"), &e);
   Apply(e);
   BroadcastUpdate(update);
+  if (!retiring_.empty()) RetireAgain(update);
   dirty_ = true;
   return Status::OK();
 }

@@ -19,8 +19,8 @@ bool Coordinator::RetiresWorkers() const {
 
 void Coordinator::StartRetirement(uint32_t rank, uint64_t update) {
   Retirement& r = retiring_[rank];
-  r.update = update;
-  r.awaiting = members_.AnsweringServers();
+  r.awaiting.clear();
+  for (uint32_t s : members_.AnsweringServers()) r.awaiting[s] = update;
   r.deadline = Clock::now() + opts_.ack_timeout;
   r.last = {rank, WorkerFinal::kAllGroups, -1, false};
   LOG_INFO << "worker " << rank << " is retiring: asking " << r.awaiting.size()
@@ -36,12 +36,21 @@ void Coordinator::OnRetireAck(uint32_t server, const wire::Header& h) {
     }
   }
   for (auto& [rank, r] : retiring_) {
-    if (h.request_id() < r.update || !r.awaiting.count(server)) continue;  // an update from before it was retiring
+    auto it = r.awaiting.find(server);
+    if (it == r.awaiting.end() || h.request_id() < it->second) continue;  // an update from before it was retiring
     for (const WorkerFinal& f : finals)
       if (f.rank == rank && f.clock > r.last.clock) r.last = {rank, WorkerFinal::kAllGroups, f.clock, f.trained};
-    r.awaiting.erase(server);
+    r.awaiting.erase(it);
   }
   FinishRetirements(Clock::now());
+}
+
+void Coordinator::RetireAgain(uint64_t update) {
+  for (auto& [rank, r] : retiring_) {
+    for (uint32_t s : members_.AnsweringServers()) r.awaiting[s] = update;
+    r.deadline = Clock::now() + opts_.ack_timeout;
+    LOG_INFO << "worker " << rank << " is retiring across a fail-over: the servers are asked again";
+  }
 }
 
 void Coordinator::FinishRetirements(Clock::time_point now) {
@@ -49,7 +58,8 @@ void Coordinator::FinishRetirements(Clock::time_point now) {
   for (auto it = retiring_.begin(); it != retiring_.end();) {
     Retirement& r = it->second;
     // A server that stopped answering (dead, failed over) is not waited for.
-    std::erase_if(r.awaiting, [&](uint32_t s) { return !members_.AnsweringServers().count(s); });
+    const std::set<uint32_t> answering = members_.AnsweringServers();
+    std::erase_if(r.awaiting, [&](const auto& a) { return !answering.count(a.first); });
     if (!r.awaiting.empty() && now < r.deadline) {
       ++it;
       continue;

@@ -17,6 +17,9 @@ void Server::Pull(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>&
   Status s = check_.Check(h, frames, false, &t, &keys, &values, sh.group, !sh.primary);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   const bool worker = h.role() == wire::Role::Worker;
+  if (worker && sh.clocks.IsRetiring(h.rank()))  // declared dead: not served as a live worker, nor as an observer
+    return ReplyError(frames[0], h.request_id(),
+                      Status::Unavailable("worker " + std::to_string(h.rank()) + " was declared dead"));
   if (worker && sh.clocks.consistency() != Consistency::kAsync && sh.clocks.IsLive(h.rank())) {
     bool park;
     int64_t need;

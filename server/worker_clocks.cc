@@ -31,12 +31,12 @@ void WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32
   // servers took and this one did not, taken here too.
   for (const WorkerFinal& f : retired) {
     const uint32_t r = f.rank;
-    if (r >= clocks_.size() || !retiring_[r] || now_live[r]) continue;  // not retiring here: nothing to settle
+    if (r >= clocks_.size() || !retiring_[r] || joining_[r] || now_live[r]) continue;  // nothing to settle here
     if (f.clock > clocks_[r] + kMaxRetireGap) {
-      // No worker gets that far ahead of itself (its pulls wait for its own
-      // ticks everywhere): a decision this server cannot have come from.
-      LOG_ERROR << "worker " << r << "'s last clock " << f.clock << " is decided far past its clock here ("
-                << clocks_[r] << "): not taken; it is dropped as gone";
+      // No trainer gets that far ahead of itself (its pulls wait for its
+      // own ticks everywhere): not taken, it is dropped as gone.
+      LOG_ERROR << "worker " << r << "'s last clock " << f.clock << " is decided past its clock here ("
+                << clocks_[r] << ") by more than " << kMaxRetireGap << ": not taken; it is dropped as gone";
     } else if (f.clock > clocks_[r]) {
       LOG_WARN << "worker " << r << " died between its ticks: its ticks of clocks " << clocks_[r] << ".." << f.clock - 1
                << " reached other servers, so they count here too";

@@ -111,11 +111,14 @@ class WorkerClocks {
   bool IsRetiring(int rank) const { return rank >= 0 && static_cast<size_t>(rank) < live_.size() && retiring_[rank]; }
   // Where worker `rank` is here: the clock after its last tick, and whether
   // that tick said it trained a batch (REQUIRES rank < ranks()).
-  // The most ticks a retired worker may be missing here (a trainer is at
-  // most one ahead on another server; more is a decision to refuse).
-  static constexpr int64_t kMaxRetireGap = 64;
+  // A worker that has not joined here yet (a new process) reports clock
+  // -1: it never pushed here.
+  // The most ticks a retired worker may be missing here: one (a worker
+  // ticks clock c + 1 only after its pulls of c + 1, which wait for its
+  // tick of c everywhere); a decision further away is not taken.
+  static constexpr int64_t kMaxRetireGap = 1;
   WorkerFinal Final(uint32_t rank, uint32_t group) const {
-    return {rank, group, clocks_[rank], last_trained_[rank] != 0};
+    return {rank, group, joining_[rank] ? -1 : clocks_[rank], last_trained_[rank] != 0};
   }
   bool any_live() const;
   size_t ranks() const { return clocks_.size(); }

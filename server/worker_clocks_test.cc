@@ -139,9 +139,19 @@ TEST(WorkerClocks, ARetiredWorkerTakesTheTicksOtherServersSawUpToItsDecidedClock
   // from any server's report): the worker is dropped as gone.
   WorkerClocks far = Job(Consistency::kSync, 2);
   far.SetMembership(2, {0, 1}, {1});
-  far.SetMembership(2, {0}, {}, {{1, WorkerFinal::kAllGroups, int64_t{1} << 40, true}});
+  far.SetMembership(2, {0}, {}, {{1, WorkerFinal::kAllGroups, 2, true}});  // two ticks missing: none is taken
   EXPECT_EQ(far.clock(1), 0);
   EXPECT_FALSE(far.IsRetiring(1));
+
+  // A new process for a rank, not joined here yet, reports no clock, and
+  // takes no tick here when it is retired.
+  WorkerClocks again = Job(Consistency::kSync, 2);
+  again.SetMembership(2, {0});
+  again.SetMembership(2, {0, 1});  // live again: joining
+  again.SetMembership(2, {0, 1}, {1});
+  EXPECT_EQ(again.Final(1, 0).clock, -1);
+  again.SetMembership(2, {0}, {}, {{1, WorkerFinal::kAllGroups, 1, true}});
+  EXPECT_EQ(again.clock(1), 0);
 }
 
 TEST(WorkerClocks, TheStepIsTheMeanOverWorkersThatTrainedElseOverThoseThatPushed) {
