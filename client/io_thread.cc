@@ -239,9 +239,10 @@ void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
       ConnectServers(o.endpoints);
     } else if (o.kind == Outgoing::kMap) {
       ApplyMap(std::move(o.map));
-    } else if (o.after_pushes || !deferred.empty()) {
-      // Behind the pushes sent so far (and behind what waits already: the
-      // order requests were issued in is kept).
+    } else if (o.after_pushes || (!deferred.empty() && o.target >= 0)) {
+      // Behind the pushes sent so far (and a server's request behind what
+      // waits already: the order requests were issued in is kept; the
+      // coordinator's do not wait).
       deferred.push_back({std::move(o)});
       SendDeferred();
     } else {
