@@ -132,6 +132,17 @@ void RunThreeCopies(LocalCluster& c, const std::vector<int>& kills, std::vector<
   for (auto& t : workers) t.join();
 }
 
+// The dense values and sparse rows of two runs are equal bit for bit.
+void ExpectSameModel(const std::vector<float>& w0, const std::vector<float>& e0, const std::vector<float>& w1,
+                     const std::vector<float>& e1) {
+  ASSERT_EQ(w0.size(), w1.size());
+  ASSERT_EQ(e0.size(), e1.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < w0.size(); ++i) differ += std::memcmp(&w0[i], &w1[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << "of " << w0.size() << " dense values";
+  EXPECT_EQ(std::memcmp(e0.data(), e1.data(), e0.size() * sizeof(float)), 0) << "sparse rows differ";
+}
+
 class ReplicaTest : public ::testing::Test {
  protected:
   void TearDown() override {
@@ -149,11 +160,7 @@ TEST_F(ReplicaTest, SyncKillOfAServerEndsWithTheModelOfTheJobWithoutIt) {
   ASSERT_FALSE(HasFailure());
   RunSync(b_, 1, &w1, &e1);
   ASSERT_FALSE(HasFailure());
-  ASSERT_EQ(w0.size(), w1.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < w0.size(); ++i) differ += std::memcmp(&w0[i], &w1[i], sizeof(float)) != 0;
-  EXPECT_EQ(differ, 0u) << "of " << w0.size() << " dense values";
-  EXPECT_EQ(std::memcmp(e0.data(), e1.data(), e0.size() * sizeof(float)), 0) << "sparse rows differ";
+  ExpectSameModel(w0, e0, w1, e1);
   // The coordinator failed server 1 over; server 0 took its group; nothing restarted.
   const std::string coord = b_.Log("coordinator"), s0 = b_.Log("server0");
   EXPECT_NE(coord.find("server 1 silent for more than"), std::string::npos) << coord;
@@ -193,11 +200,7 @@ TEST_F(ReplicaTest, ThreeCopiesSurviveTwoServerKillsWithTheModelOfTheJobWithoutT
   ASSERT_FALSE(HasFailure());
   RunThreeCopies(b_, {1, 2}, &w1, &e1);
   ASSERT_FALSE(HasFailure());
-  ASSERT_EQ(w0.size(), w1.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < w0.size(); ++i) differ += std::memcmp(&w0[i], &w1[i], sizeof(float)) != 0;
-  EXPECT_EQ(differ, 0u) << "of " << w0.size() << " dense values";
-  EXPECT_EQ(std::memcmp(e0.data(), e1.data(), e0.size() * sizeof(float)), 0) << "sparse rows differ";
+  ExpectSameModel(w0, e0, w1, e1);
   const std::string coord = b_.Log("coordinator"), s0 = b_.Log("server0");
   EXPECT_NE(coord.find("group 1 -> server 2"), std::string::npos) << coord;
   EXPECT_NE(s0.find("taking over group 2"), std::string::npos) << s0;
