@@ -190,6 +190,10 @@ class Server {
   std::vector<std::unique_ptr<Shard>> shards_;  // by group: the groups this server holds a copy of (else null)
   std::map<uint32_t, zmq::socket_t> peers_;     // server rank -> a DEALER to its data endpoint (the stream)
   std::deque<std::vector<zmq::message_t>> early_replicates_;  // came before the map that makes this a backup
+  uint64_t early_bytes_ = 0;  // their bytes (kept at most the held-bytes limit, and 65536 of them)
+  // Keeps a stream message until this server holds the map that explains
+  // it; false (nothing kept) past the limits.
+  bool KeepEarly(std::vector<zmq::message_t>& frames);
   // The input being handled (HandleInput, or a backup applying one): its
   // shard, whether it changed the group's state, and whether it was refused.
   struct Input {

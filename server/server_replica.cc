@@ -123,6 +123,7 @@ void Server::PlaceShards() {
   // Replicates that came before this server knew its copies.
   std::deque<std::vector<zmq::message_t>> early;
   early.swap(early_replicates_);
+  early_bytes_ = 0;
   for (auto& frames : early) HandleData(frames);
 }
 
@@ -304,10 +305,9 @@ void Server::ApplyMembership(Shard& sh) {
 void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   const uint32_t g = h.group() >= 0 ? static_cast<uint32_t>(h.group()) : UINT32_MAX;
   Shard* sh = g < shards_.size() ? shards_[g].get() : nullptr;
-  if (!sh && !view_.complete() && early_replicates_.size() < 65536) {
+  if (!sh && !view_.complete() && KeepEarly(frames)) {
     // Before this server holds the map that makes it a backup of g: kept
     // until it does (the primary waits for the acknowledgement meanwhile).
-    early_replicates_.push_back(std::move(frames));
     return;
   }
   auto refuse = [&](const std::string& why) {
@@ -331,11 +331,10 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
   const uint32_t feeder = NextCopy(view_.map, g, rank_, -1);
   const bool dead = std::find(view_.dead_servers.begin(), view_.dead_servers.end(),
                               static_cast<uint32_t>(sender)) != view_.dead_servers.end();
-  if (sender >= 0 && static_cast<uint32_t>(sender) != feeder && !dead && early_replicates_.size() < 65536) {
+  if (sender >= 0 && static_cast<uint32_t>(sender) != feeder && !dead && KeepEarly(frames)) {
     // A live server that feeds this copy in a map this server does not
     // hold yet (the one between them died, and the coordinator's update is
     // on its way here): kept until it does.
-    early_replicates_.push_back(std::move(frames));
     return;
   }
   if (sender < 0 || static_cast<uint32_t>(sender) != feeder)
@@ -375,6 +374,18 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
   sh->applied = fseq;
   AckUpstream(*sh);
   ApplyReplicated(*sh, h, frames);
+}
+
+bool Server::KeepEarly(std::vector<zmq::message_t>& frames) {
+  const uint64_t bytes = FramesBytes(frames);
+  if (early_replicates_.size() >= 65536 || early_bytes_ + bytes > opts_.held_bytes) {
+    LOG_ERROR << "a stream message that came before its shard map is refused: " << early_replicates_.size()
+              << " messages, " << early_bytes_ << " bytes wait already (the held-bytes limit)";
+    return false;
+  }
+  early_bytes_ += bytes;
+  early_replicates_.push_back(std::move(frames));
+  return true;
 }
 
 void Server::AckUpstream(Shard& sh) {
