@@ -144,6 +144,10 @@ class Server {
   // The stream's first message (the version tag), then each next input to
   // every backup.
   void SendHello(Shard& sh);
+  // Input `fseq` (its frames, header first) to the copy sh feeds, a share
+  // of it kept while a copy after that one exists (Shard::keep).
+  void Feed(Shard& sh, uint64_t fseq, std::vector<zmq::message_t> out);
+  void SendToNext(Shard& sh, std::vector<zmq::message_t>& out);
   void Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> payload,
                const ClusterView* membership = nullptr);
   // The live workers of view_ into a primary's clocks, forwarded.

@@ -130,36 +130,30 @@ void Server::PlaceShards() {
 uint32_t Server::PlaceInChain(Shard& sh, const ShardMap& m) {
   // Every copy feeds the next one in the map's order: the primary its
   // first backup, that one the next, and so on (a chain).
+  // (ShardMap::kNone and Shard::kNoCopy are the same "none".)
   const uint32_t next = NextCopy(m, sh.group, rank_, 1);
-  std::vector<uint32_t> feeds;
-  if (next != ShardMap::kNone) feeds.push_back(next);
-  const bool new_next = !sh.backups.empty() && feeds != sh.backups;  // it fed another before
-  if (new_next && next != ShardMap::kNone) {
-    // What the copy it fed acknowledged, every copy after it had: the
-    // new one too (it was after it).
-    uint64_t& a = sh.acked[next];
-    a = std::max(a, sh.acked[sh.backups[0]]);
-  }
-  sh.backups = feeds;
-  sh.keep = next != ShardMap::kNone && NextCopy(m, sh.group, next, 1) != ShardMap::kNone;
-  std::erase_if(sh.acked, [&](const auto& a) { return !m.Holds(a.first, sh.group); });
-  if (sh.primary && !sh.backups.empty() && !sh.hello_sent) SendHello(sh);
-  if (new_next && next != ShardMap::kNone && !sh.kept.empty()) {
-    // The copy it fed died: what that one had not acknowledged goes to
-    // the next (which skips what it has).
+  // The copy it fed died (the map only loses copies): the next one had
+  // what that one acknowledged (sh.next_acked carries over) and gets again
+  // what it did not, skipping what it has.
+  const bool replaced = sh.feeds() && next != sh.next && next != Shard::kNoCopy;
+  if (!sh.feeds()) sh.next_acked = 0;  // a first copy to feed: it has nothing yet
+  sh.next = next;
+  sh.keep = sh.feeds() && NextCopy(m, sh.group, next, 1) != ShardMap::kNone;
+  if (!sh.feeds()) sh.kept.clear();
+  if (sh.primary && sh.feeds() && !sh.hello_sent) SendHello(sh);
+  if (replaced && !sh.kept.empty()) {
     LOG_WARN << "group " << sh.group << ": " << sh.kept.size() << " unacknowledged input(s) sent again to server " << next;
     for (auto& k : sh.kept) {
       std::vector<zmq::message_t> out;
       for (auto& f : k.frames) out.push_back(Share(f));
-      if (Status s = SendMultipart(Peer(next), out); !s.ok()) LOG_WARN << "stream to server " << next << ": " << s.ToString();
+      SendToNext(sh, out);
     }
   }
-  if (next == ShardMap::kNone) sh.kept.clear();
   return next;
 }
 
 void Server::HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
-  const bool stream = !sh.backups.empty();
+  const bool stream = sh.feeds();
   std::vector<zmq::message_t> copy;  // header and payload, taken before a handler moves the frames
   if (stream)
     for (size_t i = 1; i < frames.size(); ++i) copy.push_back(Share(frames[i]));
@@ -205,7 +199,7 @@ void Server::HandleInput(Shard& sh, const wire::Header& h, std::vector<zmq::mess
 void Server::Send(std::vector<zmq::message_t>&& frames) {
   if (Shard* sh = input_.shard) {
     if (!sh->primary) return;  // a backup answers nobody: its primary did
-    if (!sh->backups.empty()) {
+    if (sh->feeds()) {
       // Follows from the input being handled (input_.fseq, its place in the
       // stream) and everything before it.
       sh->held.push_back({input_.fseq, std::move(frames)});
@@ -240,42 +234,37 @@ void Server::SendHello(Shard& sh) {
   sh.hello_sent = true;
   wire::Fields f = StreamFields(sh, rank_, wire::RepKind::Hello);
   f.table_version = sh.version_tag;
-  for (uint32_t b : sh.backups) {
-    std::vector<zmq::message_t> out;
-    out.push_back(wire::EncodeSimple(fbb_, f));
-    if (sh.keep) {
-      Shard::Kept k{f.fseq, {}};
-      k.frames.push_back(Share(out[0]));
-      sh.kept.push_back(std::move(k));
-    }
-    if (Status s = SendMultipart(Peer(b), out); !s.ok()) LOG_WARN << "stream to server " << b << ": " << s.ToString();
+  std::vector<zmq::message_t> out;
+  out.push_back(wire::EncodeSimple(fbb_, f));
+  Feed(sh, f.fseq, std::move(out));
+}
+
+void Server::Feed(Shard& sh, uint64_t fseq, std::vector<zmq::message_t> out) {
+  if (sh.keep) {
+    Shard::Kept k{fseq, {}};
+    for (auto& m : out) k.frames.push_back(Share(m));
+    sh.kept.push_back(std::move(k));
   }
+  SendToNext(sh, out);
+}
+
+void Server::SendToNext(Shard& sh, std::vector<zmq::message_t>& out) {
+  if (Status s = SendMultipart(Peer(sh.next), out); !s.ok()) LOG_WARN << "stream to server " << sh.next << ": " << s.ToString();
 }
 
 void Server::Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> payload,
                      const ClusterView* membership) {
   const wire::Fields f = StreamFields(sh, rank_, kind);
-  for (size_t i = 0; i < sh.backups.size(); ++i) {
-    fbb_.Clear();
-    zmq::message_t header;
-    if (membership) {
-      auto body = wire::BuildCluster(fbb_, *membership);
-      header = wire::Encode(fbb_, f, wire::Body::ClusterInfo, body.Union());
-    } else {
-      header = wire::Encode(fbb_, f);
-    }
-    std::vector<zmq::message_t> out;
-    out.push_back(std::move(header));
-    const bool last = i + 1 == sh.backups.size();
-    for (auto& m : payload) out.push_back(last ? std::move(m) : Share(m));
-    if (sh.keep) {
-      Shard::Kept k{f.fseq, {}};
-      for (auto& m : out) k.frames.push_back(Share(m));
-      sh.kept.push_back(std::move(k));
-    }
-    if (Status s = SendMultipart(Peer(sh.backups[i]), out); !s.ok())
-      LOG_WARN << "stream to server " << sh.backups[i] << ": " << s.ToString();
+  fbb_.Clear();
+  std::vector<zmq::message_t> out;
+  if (membership) {
+    auto body = wire::BuildCluster(fbb_, *membership);
+    out.push_back(wire::Encode(fbb_, f, wire::Body::ClusterInfo, body.Union()));
+  } else {
+    out.push_back(wire::Encode(fbb_, f));
   }
+  for (auto& m : payload) out.push_back(std::move(m));
+  Feed(sh, f.fseq, std::move(out));
 }
 
 void Server::ApplyMembership(Shard& sh) {
@@ -287,7 +276,7 @@ void Server::ApplyMembership(Shard& sh) {
   // Forwarded when it changed (every cluster update brings the live workers).
   const bool changed = view_.membership_version != sh.membership_sent;
   sh.membership_sent = view_.membership_version;
-  if (!sh.backups.empty() && changed) {
+  if (sh.feeds() && changed) {
     ClusterView live;  // what a backup's clocks need of the view
     live.consistency = view_.consistency;
     live.num_servers = view_.num_servers;
@@ -355,16 +344,10 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
                   std::to_string(sh->applied) + ": the stream lost inputs");
   // On down the chain first (as a primary does with a tick: the copies
   // apply it side by side), as it came.
-  if (!sh->backups.empty()) {
+  if (sh->feeds()) {
     std::vector<zmq::message_t> out;
     for (size_t i = 1; i < frames.size(); ++i) out.push_back(Share(frames[i]));
-    if (sh->keep) {
-      Shard::Kept k{fseq, {}};
-      for (auto& m : out) k.frames.push_back(Share(m));
-      sh->kept.push_back(std::move(k));
-    }
-    if (Status s = SendMultipart(Peer(sh->backups[0]), out); !s.ok())
-      LOG_WARN << "stream to server " << sh->backups[0] << ": " << s.ToString();
+    Feed(*sh, fseq, std::move(out));
     sh->sent = fseq;
   }
   // Acknowledged as it is taken (the last copy; the others once every copy
@@ -467,10 +450,9 @@ void Server::ReceiveAcks() {
         shutdown_ = true;
         return;
       }
-      if (!sh) continue;
-      uint64_t& a = sh->acked[server];
-      a = std::max(a, h->fseq());
-      while (!sh->kept.empty() && sh->kept.front().fseq <= a) sh->kept.pop_front();
+      if (!sh || server != sh->next) continue;  // (a late one from a copy no longer fed)
+      sh->next_acked = std::max(sh->next_acked, h->fseq());
+      while (!sh->kept.empty() && sh->kept.front().fseq <= sh->next_acked) sh->kept.pop_front();
       if (sh->primary)
         ReleaseHeld(*sh);
       else

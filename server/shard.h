@@ -29,7 +29,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,9 +66,13 @@ class Shard {
     uint64_t fseq;
     std::vector<zmq::message_t> frames;  // routing id first
   };
-  std::vector<uint32_t> backups;       // the server it feeds: the next copy in the map's order (none: the last)
+  static constexpr uint32_t kNoCopy = 0xffffffffu;
+  uint32_t next = kNoCopy;             // the copy it feeds: the next in the map's order (kNoCopy: it is the last)
+  bool feeds() const { return next != kNoCopy; }
   uint64_t sent = 0;                   // fseq of the last input forwarded (a backup's: as it came)
-  std::map<uint32_t, uint64_t> acked;  // fed server -> the last fseq it and every copy after it applied
+  // The last fseq `next` and every copy after it applied. When `next`
+  // dies the value carries over to the copy after it (which had it too).
+  uint64_t next_acked = 0;
   // Inputs forwarded and not yet acknowledged, kept while a copy after the
   // fed one exists: if the fed one dies, they go again to the next (which
   // skips those it has).
@@ -83,14 +86,7 @@ class Shard {
   bool hello_sent = false;             // the stream's first message (the version tag) went out
   uint64_t membership_sent = 0;        // the membership version last forwarded
   // The last fseq every backup applied (sent when there is none).
-  uint64_t AckedByAll() const {
-    uint64_t a = sent;
-    for (uint32_t b : backups) {
-      auto it = acked.find(b);
-      a = std::min(a, it == acked.end() ? 0 : it->second);
-    }
-    return a;
-  }
+  uint64_t AckedByAll() const { return feeds() ? std::min(sent, next_acked) : sent; }
   // Moves the replies every backup is far enough for into *out.
   void TakeReleasable(std::vector<std::vector<zmq::message_t>>* out) {
     const uint64_t all = AckedByAll();
@@ -106,11 +102,7 @@ class Shard {
   uint64_t acked_up = 0;    // the last fseq acknowledged upstream
   // What may be acknowledged upstream: what this copy applied, and (when
   // it feeds another) what every copy after it has.
-  uint64_t Ackable() const {
-    if (backups.empty()) return applied;
-    auto it = acked.find(backups[0]);
-    return std::min(applied, it == acked.end() ? 0 : it->second);
-  }
+  uint64_t Ackable() const { return feeds() ? std::min(applied, next_acked) : applied; }
 };
 
 }  // namespace shardps
