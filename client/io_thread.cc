@@ -324,7 +324,27 @@ void IoLoop::FailPending(int target, const Status& s) {
 }
 
 void IoLoop::ConnectServers(const std::vector<std::string>& eps) {
-  // A new server list (first time, or a server moved): reconnect all.
+  if (!servers.empty() && eps.size() == servers.size()) {
+    // A server replaced (a new process under a dead one's rank): only its
+    // socket is made again; the others keep what is in flight on them.
+    for (size_t r = 0; r < eps.size(); ++r) {
+      if (eps[r] == endpoints[r] || eps[r].empty()) continue;
+      std::erase_if(monitors, [&](const Monitor& m) { return m.target == static_cast<int>(r); });
+      refused.erase(static_cast<int>(r));
+      zmq::socket_t s(ctx, zmq::socket_type::dealer);
+      s.set(zmq::sockopt::linger, 0);
+      s.set(zmq::sockopt::sndhwm, 0);
+      s.set(zmq::sockopt::rcvhwm, 0);
+      Secure(s, static_cast<int>(r));
+      s.connect(eps[r]);
+      servers[r].close();
+      servers[r] = std::move(s);
+      LOG_INFO << "server " << r << " is at " << eps[r] << " now (was " << (endpoints[r].empty() ? "none" : endpoints[r]) << ")";
+      endpoints[r] = eps[r];
+    }
+    return;
+  }
+  // A new server list (first time, or another number of servers): reconnect all.
   servers.clear();
   std::erase_if(monitors, [](const Monitor& m) { return m.target >= 0; });
   std::erase_if(refused, [](const auto& r) { return r.first >= 0; });
@@ -391,6 +411,7 @@ void IoLoop::OnClusterView(const wire::Header& h) {
     LOG_ERROR << "bad cluster view from the coordinator: " << s.ToString();
     return;
   }
+  if (!servers.empty() && v.servers.size() == servers.size() && v.servers != endpoints) ConnectServers(v.servers);
   if (!ApplyMap(std::make_shared<const ShardMap>(v.map))) return;
   if (io.on_cluster_) io.on_cluster_(std::move(v));
 }

@@ -48,7 +48,7 @@ uint32_t ShardMap::ReplicaStride() const {
   return static_cast<uint32_t>(n);
 }
 
-bool ShardMap::Holds(uint32_t server, uint32_t g) const {
+bool ShardMap::IsCopy(uint32_t server, uint32_t g) const {
   if (replicas.empty()) return g == server;
   return g < replicas.size() && std::find(replicas[g].begin(), replicas[g].end(), server) != replicas[g].end();
 }
@@ -72,6 +72,36 @@ std::vector<uint32_t> ShardMap::Backups(uint32_t g) const {
   return {replicas[g].begin() + 1, replicas[g].end()};
 }
 
+uint32_t ShardMap::Feeder(uint32_t g, uint32_t server) const {
+  if (g >= replicas.size() || replicas[g].empty()) return kNone;
+  const auto& r = replicas[g];
+  if (Joining(g) == server) return r.back();
+  for (size_t i = 1; i < r.size(); ++i)
+    if (r[i] == server) return r[i - 1];
+  return kNone;
+}
+
+ShardMap ShardMap::WithJoining(uint32_t g, uint32_t server) const {
+  ShardMap m = *this;
+  m.version = version + 1;
+  if (m.joining.size() < m.replicas.size()) m.joining.resize(m.replicas.size(), kNone);
+  m.joining[g] = server;
+  return m;
+}
+
+ShardMap ShardMap::WithCopy(uint32_t g, uint32_t server) const {
+  ShardMap m = *this;
+  m.version = version + 1;
+  if (g < m.joining.size() && m.joining[g] == server) m.joining[g] = kNone;
+  if (std::none_of(m.joining.begin(), m.joining.end(), [](uint32_t s) { return s != kNone; })) m.joining.clear();
+  if (g < m.replicas.size() && !IsCopy(server, g)) {
+    if (!m.replicas[g].empty() && m.replicas[g][0] == kNone) m.replicas[g].clear();
+    m.replicas[g].push_back(server);
+  }
+  for (uint32_t p = 0; p < m.owner.size(); ++p) m.owner[p] = m.replicas[m.GroupOf(p)][0];
+  return m;
+}
+
 ShardMap ShardMap::Without(uint32_t server, std::vector<uint32_t>* lost) const {
   ShardMap m = *this;
   m.version = version + 1;
@@ -88,7 +118,11 @@ ShardMap ShardMap::Without(uint32_t server, std::vector<uint32_t>* lost) const {
       r.push_back(kNone);
       if (had && lost) lost->push_back(g);
     }
+    if (r[0] == kNone && g < m.joining.size()) m.joining[g] = kNone;  // nothing to fill it from
   }
+  for (auto& j : m.joining)
+    if (j == server) j = kNone;
+  if (std::none_of(m.joining.begin(), m.joining.end(), [](uint32_t s) { return s != kNone; })) m.joining.clear();
   for (uint32_t p = 0; p < m.owner.size(); ++p) m.owner[p] = m.replicas[m.group[p]][0];
   return m;
 }

@@ -58,6 +58,13 @@ struct ShardMap {
   std::vector<uint32_t> owner;                  // partition -> server serving it (its group's primary)
   std::vector<uint32_t> group;                  // partition -> replica group
   std::vector<std::vector<uint32_t>> replicas;  // group -> servers holding it, primary first
+  // Re-replication (docs/fault-tolerance.md, "Re-replication and drains"):
+  // group -> the server being filled with a copy of it (kNone: none; empty:
+  // none anywhere). The last copy of replicas[g] feeds it the group's state,
+  // then every input, without waiting for it; once filled it is appended
+  // to replicas[g] (WithCopy). It serves nothing and never becomes the
+  // primary before that.
+  std::vector<uint32_t> joining;
 
   uint32_t partitions() const { return static_cast<uint32_t>(owner.size()); }
   uint32_t groups() const { return static_cast<uint32_t>(replicas.size()); }
@@ -87,11 +94,30 @@ struct ShardMap {
   }
   // Group g's live backups, in order.
   std::vector<uint32_t> Backups(uint32_t g) const;
-  // Whether `server` holds a copy of group g.
-  bool Holds(uint32_t server, uint32_t g) const;
+  // Whether `server` holds a copy of group g (a full one, or one being filled).
+  bool Holds(uint32_t server, uint32_t g) const { return IsCopy(server, g) || Joining(g) == server; }
+  // Whether `server` holds a full copy of group g (it is in replicas[g]).
+  bool IsCopy(uint32_t server, uint32_t g) const;
+  // The server being filled with a copy of group g (kNone: none).
+  uint32_t Joining(uint32_t g) const { return g < joining.size() ? joining[g] : kNone; }
+  // Full copies of group g.
+  uint32_t Copies(uint32_t g) const {
+    if (replicas.empty()) return 1;
+    return g < replicas.size() && !replicas[g].empty() && replicas[g][0] != kNone
+               ? static_cast<uint32_t>(replicas[g].size()) : 0;
+  }
+  // The copy that feeds `server`'s copy of group g: the one before it in
+  // the chain, or for a copy being filled the last full copy (kNone: none,
+  // it is the primary).
+  uint32_t Feeder(uint32_t g, uint32_t server) const;
+  // The map with `server` being filled with group g / with that copy full
+  // (appended to the chain, its fill over); version+1 each.
+  ShardMap WithJoining(uint32_t g, uint32_t server) const;
+  ShardMap WithCopy(uint32_t g, uint32_t server) const;
   // The map with `server` gone: it leaves every replica list, each group it
   // was primary of is served by its first backup, owner follows; version+1.
-  // Groups left with no copy are listed in *lost (their primary kNone).
+  // Groups left with no copy are listed in *lost (their primary kNone); a
+  // fill into `server` is over, one from it goes on from the new last copy.
   ShardMap Without(uint32_t server, std::vector<uint32_t>* lost) const;
 };
 

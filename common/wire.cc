@@ -238,6 +238,8 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   flatbuffers::Offset<flatbuffers::Vector<const wire::WorkerFinal*>> retired;
   if (!c.retiring.empty()) retiring = fbb.CreateVector(c.retiring);
   if (!c.retired.empty()) retired = BuildFinals(fbb, c.retired);
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> joining;
+  if (!c.map.joining.empty()) joining = fbb.CreateVector(c.map.joining);
   ClusterInfoBuilder b(fbb);
   b.add_consistency(static_cast<wire::Consistency>(c.consistency));
   b.add_staleness(c.staleness);
@@ -263,6 +265,7 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   if (!c.dead_servers.empty()) b.add_dead_servers(dead);
   if (!c.retiring.empty()) b.add_retiring(retiring);
   if (!c.retired.empty()) b.add_retired(retired);
+  if (!c.map.joining.empty()) b.add_group_joining(joining);
   return b.Finish();
 }
 
@@ -394,6 +397,19 @@ Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
       c.retiring.push_back(r);
     }
   if (Status s = DecodeFinals(in->retired(), c.worker_ranks(), &c.retired); !s.ok()) return s;
+  if (in->group_joining()) {
+    if (in->group_joining()->size() != c.map.groups())
+      return Status::BadMessage("cluster info names servers being filled for " +
+                                std::to_string(in->group_joining()->size()) + " groups of " +
+                                std::to_string(c.map.groups()));
+    for (uint32_t g = 0; g < c.map.groups(); ++g) {
+      const uint32_t s = in->group_joining()->Get(g);
+      if (s != ShardMap::kNone && (s >= c.num_servers || c.map.IsCopy(s, g) || c.map.Copies(g) == 0))
+        return Status::BadMessage("cluster info fills group " + std::to_string(g) + " into server " +
+                                  std::to_string(s) + ", which cannot take it");
+      c.map.joining.push_back(s);
+    }
+  }
   *out = std::move(c);
   return Status::OK();
 }

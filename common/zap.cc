@@ -191,7 +191,9 @@ unsigned Allowed(MsgType type, wire::Role declared) {
     case MsgType::Stop:
     case MsgType::Rollback:
     case MsgType::DeclareDead:
+    case MsgType::DrainServer:
     case MsgType::SnapshotNow: return kA;
+    case MsgType::Filled:  // a server's copy of a group is filled (to the coordinator)
     case MsgType::SnapshotDone:
     case MsgType::Replicate:  // a primary's input for its backups (server to server)
     case MsgType::Reply: return kS;  // servers answering the coordinator, or a primary

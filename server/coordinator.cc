@@ -18,6 +18,7 @@ Membership::Options MembershipOptions(const CoordinatorOptions& o) {
   m.max_workers = o.max_workers;
   m.heartbeat_timeout = o.heartbeat_timeout;
   m.join_timeout = o.join_timeout;
+  m.replace_dead = o.replicas >= 2;
   return m;
 }
 
@@ -131,6 +132,8 @@ const Coordinator::Route Coordinator::kRoutes[] = {
     {wire::MsgType::SnapshotNow, &Coordinator::HandleSnapshotNow, false},
     {wire::MsgType::Rollback, &Coordinator::HandleRollback, true},
     {wire::MsgType::DeclareDead, &Coordinator::HandleDeclareDead, true},
+    {wire::MsgType::Filled, &Coordinator::HandleFilled, true},
+    {wire::MsgType::DrainServer, &Coordinator::HandleDrainServer, true},
     {wire::MsgType::Shutdown, &Coordinator::HandleShutdown, false},
 };
 
@@ -340,9 +343,18 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
 
 void Coordinator::RegisterServer(const std::string& from, const wire::Header& h, const Registration& r) {
   int rank = -1;
-  if (Status s = members_.RegisterServer(from, r, Clock::now(), &rank); !s.ok())
+  bool replaced = false;
+  if (Status s = members_.RegisterServer(from, r, Clock::now(), &rank, &replaced); !s.ok())
     return ReplyError(from, h.request_id(), s);
   ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
+  if (replaced && tables_.complete()) {
+    // A replacement of a dead server: the groups short of copies are
+    // filled into it (the live servers learn its endpoint with the map).
+    metrics_.Replaced();
+    ShardMap next = tables_.map();
+    if (!PlanFills(&next)) next.version = tables_.map().version + 1;
+    ChangeMapTo(std::move(next));
+  }
   MaybeCompleteMap();
 }
 
@@ -398,6 +410,7 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
 void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
   const int rank = members_.ServerRankOf(from);
   if (rank < 0) return;
+  if (!drain_acks_.empty() && OnDrainAck(static_cast<uint32_t>(rank), h.request_id())) return;
   if (!retiring_.empty()) OnRetireAck(static_cast<uint32_t>(rank), h);
   const TableDirectory::Answers a = tables_.Ack(static_cast<uint32_t>(rank), h.request_id());
   for (const auto& w : a.clusters) ReplyCluster(w.routing_id, w.request_id, 0);

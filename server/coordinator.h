@@ -122,6 +122,7 @@ class Coordinator {
   // Server h.rank() is dead (shardps-ctl declare-dead: the launcher saw its
   // process end): FailOver now rather than at the heartbeat deadline.
   void HandleDeclareDead(const std::string& from, const wire::Header& h);
+  // (HandleFilled, HandleDrainServer: below, with re-replication.)
   void HandleShutdown(const std::string& from, const wire::Header& h);
 
   void RegisterServer(const std::string& from, const wire::Header& h, const Registration& r);
@@ -167,6 +168,26 @@ class Coordinator {
   // cannot go on without a rollback (one copy per group; a group lost
   // every copy), in which case nothing changes.
   Status FailOver(uint32_t rank, const std::string& why);
+  // Re-replication and drains (coordinator_fill.cc). A new map sent to
+  // every live server, told to clients once they all hold it.
+  void ChangeMapTo(ShardMap next);
+  // Names in *m a server to be filled with each group that has fewer
+  // copies than [job] replicas (not counting servers being drained) and
+  // no fill under way; true (and m's version the next) when it named any.
+  bool PlanFills(ShardMap* m);
+  // The live server to fill with a copy of group g (kNone: none can take
+  // it): not holding it, not draining, within its memory budget, on another
+  // host than its copies first, then the one holding the fewest groups.
+  uint32_t FillTarget(const ShardMap& m, uint32_t g) const;
+  bool FitsBudget(const ShardMap& m, uint32_t server, uint32_t g) const;
+  uint32_t CopiesKept(const ShardMap& m, uint32_t g) const;  // full copies not on a draining server
+  void HandleFilled(const std::string& from, const wire::Header& h);
+  void HandleDrainServer(const std::string& from, const wire::Header& h);
+  // Each draining server whose groups all have their copies elsewhere is
+  // told to take no more requests; on its acknowledgement (OnDrainAck: true
+  // when `request_id` was that) its groups fail over and it exits.
+  void MaybeDrain();
+  bool OnDrainAck(uint32_t server, uint64_t request_id);
   // A message from a server declared dead: told to shut down (it is fenced
   // off; its partitions are served by others). True when it was one.
   bool FenceDeadServer(const std::string& from, const wire::Header& h);
@@ -254,6 +275,13 @@ class Coordinator {
   };
   std::map<uint32_t, Retirement> retiring_;  // by worker rank
   std::map<uint32_t, WorkerFinal> retired_;  // by worker rank: the last clock decided for its last process
+
+  // Drains under way (not saved: a resumed coordinator forgets them), the
+  // Drain message each drained server is to acknowledge, and the fills that
+  // failed (group, server), not tried again.
+  std::set<uint32_t> draining_;
+  std::map<uint32_t, uint64_t> drain_acks_;
+  std::set<std::pair<uint32_t, uint32_t>> fill_failed_;
 
   std::unique_ptr<StateStore> store_;  // null: no --state-dir
   bool dirty_ = false;

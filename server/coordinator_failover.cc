@@ -46,6 +46,12 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
   ShardMap next = tables_.map().Without(rank, &lost);
   if (!lost.empty()) return lost_every_copy();
   members_.DeclareServerDead(rank);
+  draining_.erase(rank);
+  drain_acks_.erase(rank);
+  // Its groups are filled into live servers that hold no copy of them
+  // (re-replication), where there are such servers.
+  PlanFills(&next);
+  next.version = tables_.map().version + 1;
   std::string moved;
   for (uint32_t g = 0; g < next.groups(); ++g)
     if (tables_.map().Primary(g) == rank) moved += (moved.empty() ? "" : ", ") + std::string("group ") +

@@ -26,6 +26,21 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry* m, uint32_t worker_ran
   failovers_ = &m->GetCounter("shardps_failovers_total",
                               "Servers declared dead whose groups went to their backups (replicas), no rollback");
   dead_servers_ = &m->GetGauge("shardps_dead_servers", "Servers declared dead (their groups served by backups)");
+  fills_ = &m->GetCounter("shardps_replica_fills_total",
+                          "Copies of replica groups filled into a server while the job ran (re-replication, drains)");
+  drains_ = &m->GetCounter("shardps_drained_servers_total", "Servers drained: their groups moved to others, then exited");
+}
+
+void CoordinatorMetrics::Filled() {
+  if (fills_) fills_->Inc();
+}
+
+void CoordinatorMetrics::Drained() {
+  if (drains_) drains_->Inc();
+}
+
+void CoordinatorMetrics::Replaced() {
+  if (dead_servers_) dead_servers_->Add(-1);
 }
 
 void CoordinatorMetrics::FailedOver() {

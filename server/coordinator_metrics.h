@@ -36,6 +36,9 @@ class CoordinatorMetrics {
   void SnapshotCompleted(double ms);
   void SnapshotFailed();
   void FailedOver();  // a dead server's groups went to their backups
+  void Filled();      // a server holds a full copy of a group it was filled with
+  void Drained();     // a drained server left the job (its groups held by others)
+  void Replaced();    // a new server took a dead one's rank
 
  private:
   // Not owned: the registry's series. Set on Run()'s thread, read by the
@@ -58,6 +61,8 @@ class CoordinatorMetrics {
   };
   std::vector<WorkerSeries> worker_stats_;
   metrics::Counter* snapshots_ = nullptr;
+  metrics::Counter* fills_ = nullptr;
+  metrics::Counter* drains_ = nullptr;
   metrics::Counter* snapshot_failures_ = nullptr;
   metrics::Histogram* snapshot_seconds_ = nullptr;
   metrics::Counter* failovers_ = nullptr;

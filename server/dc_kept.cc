@@ -1,5 +1,6 @@
 #include "server/dc_kept.h"
 
+#include "server/byte_codec.h"
 #include "server/table.h"
 
 namespace shardps {
@@ -29,6 +30,46 @@ const float* DcKept::Compensate(int rank, uint32_t table, const ServerTable& t, 
     return grad_.data();
   }
   return nullptr;
+}
+
+void DcKept::Save(std::string* out) const {
+  ByteWriter w(out);
+  w.Put<uint64_t>(kept_.size());
+  for (const auto& [key, ring] : kept_) {
+    w.Put<int32_t>(std::get<0>(key));
+    w.Put<uint32_t>(std::get<1>(key));
+    w.Put<uint64_t>(std::get<2>(key));
+    w.Put<uint64_t>(ring.next);
+    for (const Slot& slot : ring.slots) {
+      w.Put<uint8_t>(slot.used);
+      w.Put(slot.version);
+      w.Put(slot.end);
+      w.PutArray(slot.w);
+    }
+  }
+}
+
+Status DcKept::Load(std::string_view in) {
+  ByteReader r(in, "delay compensation's kept pulls");
+  std::map<std::tuple<int, uint32_t, uint64_t>, Ring> kept;
+  uint64_t n = 0;
+  if (r.Get(&n))
+    for (uint64_t i = 0; i < n && i < (1u << 24); ++i) {
+      int32_t rank = 0;
+      uint32_t table = 0;
+      uint64_t begin = 0, next = 0;
+      if (!r.Get(&rank) || !r.Get(&table) || !r.Get(&begin) || !r.Get(&next)) break;
+      Ring& ring = kept[{rank, table, begin}];
+      ring.next = next;
+      for (Slot& slot : ring.slots) {
+        uint8_t used = 0;
+        if (!r.Get(&used) || !r.Get(&slot.version) || !r.Get(&slot.end) || !r.GetArray(&slot.w, 1ull << 32)) break;
+        slot.used = used != 0;
+      }
+    }
+  if (Status s = r.Finish(); !s.ok()) return s;
+  kept_ = std::move(kept);
+  return Status::OK();
 }
 
 }  // namespace shardps

@@ -10,8 +10,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
+
+#include "shardps/status.h"
 
 namespace shardps {
 
@@ -32,6 +36,11 @@ class DcKept {
   // result lives here until the next call.
   const float* Compensate(int rank, uint32_t table, const ServerTable& t, uint64_t begin, uint64_t end,
                           uint64_t base, const float* g);
+
+  // A fill (re-replication): every kept pull appended to *out; Load
+  // replaces them with what Save wrote (BadMessage, nothing changed, if not).
+  void Save(std::string* out) const;
+  Status Load(std::string_view in);
 
  private:
   struct Slot {

@@ -19,7 +19,9 @@ Membership::Membership(const Options& o) : opts_(o) {
 }
 
 Status Membership::RegisterServer(const std::string& from, const Registration& req, Clock::time_point now,
-                                  int* out) {
+                                  int* out, bool* replaced) {
+  if (replaced) *replaced = false;
+  if (IsDeadServer(from)) return Status::Conflict("this server was declared dead: it does not come back in this job");
   if (req.endpoint.empty()) return Status::InvalidArgument("a server must give its endpoint");
   int rank = req.requested_rank;
   for (uint32_t r = 0; r < servers_.size() && rank < 0; ++r)  // its Register sent again
@@ -33,10 +35,19 @@ Status Membership::RegisterServer(const std::string& from, const Registration& r
     return Status::InvalidArgument("server rank " + std::to_string(rank) + " but the job has " +
                                    std::to_string(servers_.size()) + " servers");
   ServerSlot& slot = servers_[rank];
-  if (slot.dead)
+  if (slot.dead && !opts_.replace_dead)
     return Status::Conflict("server rank " + std::to_string(rank) +
                             " was declared dead and its partitions failed over to their backups; it does not "
                             "come back in this job");
+  if (slot.dead) {
+    // A replacement: a new server under the dead one's rank (filled with
+    // copies by the coordinator); the dead one stays fenced off.
+    if (!slot.routing_id.empty()) fenced_.push_back(slot.routing_id);
+    slot.dead = false;
+    slot.registered = false;
+    if (replaced) *replaced = true;
+    LOG_WARN << "server " << rank << " was declared dead: a new server at " << req.endpoint << " replaces it";
+  }
   if (slot.registered && slot.alive && slot.routing_id != from)
     return Status::Conflict("server rank " + std::to_string(rank) + " is held by a live server at " + slot.endpoint);
   const bool rejoin = slot.registered;
@@ -198,7 +209,8 @@ bool Membership::DeclareServerDead(uint32_t rank) {
 
 bool Membership::IsDeadServer(const std::string& routing_id) const {
   return std::any_of(servers_.begin(), servers_.end(),
-                     [&](const ServerSlot& s) { return s.dead && s.routing_id == routing_id; });
+                     [&](const ServerSlot& s) { return s.dead && s.routing_id == routing_id; }) ||
+         std::find(fenced_.begin(), fenced_.end(), routing_id) != fenced_.end();
 }
 
 std::vector<uint32_t> Membership::DeadServers() const {

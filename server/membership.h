@@ -106,6 +106,10 @@ class Membership {
     uint32_t max_workers = 0;  // ranks [num_workers, max_workers) start vacant (elastic)
     Millis heartbeat_timeout{5000};
     Millis join_timeout{120000};
+    // Replicas: a server may take the rank of one declared dead (a
+    // replacement, filled with copies while the job runs); the dead one's
+    // connection stays fenced off.
+    bool replace_dead = false;
   };
   // How a worker's Register was taken.
   enum class Join {
@@ -127,7 +131,9 @@ class Membership {
   // (registered, alive; a re-registration keeps its rank); else the error
   // to answer with (no endpoint, every rank taken, a rank outside the job,
   // one held by a live server).
-  Status RegisterServer(const std::string& from, const Registration& r, Clock::time_point now, int* rank);
+  // With Options::replace_dead, a dead rank is taken too (*replaced true).
+  Status RegisterServer(const std::string& from, const Registration& r, Clock::time_point now, int* rank,
+                        bool* replaced = nullptr);
   // A worker's Register: a rank of its own choosing, else the first one not
   // started, else the first dead one (a restarted worker), else a vacant
   // elastic rank. OK: it holds `*rank` (`*how` says how it came to);
@@ -208,6 +214,7 @@ class Membership {
   // Run()'s thread owns all of these.
   Options opts_;
   std::vector<ServerSlot> servers_;
+  std::vector<std::string> fenced_;  // connections of dead servers whose ranks were taken again
   std::vector<WorkerSlot> workers_;
   uint64_t version_ = 1;
 };

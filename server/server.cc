@@ -76,8 +76,8 @@ void Server::ApplyCluster(const ClusterView& v) {
   view_ = v;
   if (view_.complete()) {
     if (Status rs = tables_.Define(view_, view_.map.HeldBy(rank_)); !rs.ok()) {
-      LOG_ERROR << "restore failed, stopping: " << rs.ToString();
-      fatal_ = Status(rs.code(), "restore failed: " + rs.message());
+      LOG_ERROR << "cannot hold the partitions of shard map v" << view_.map.version << ", stopping: " << rs.ToString();
+      fatal_ = Status(rs.code(), (v.restore_from.empty() ? "cannot hold its partitions: " : "restore failed: ") + rs.message());
       shutdown_ = true;
       return;
     }
@@ -142,6 +142,9 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
     case wire::MsgType::Pull:
     case wire::MsgType::Tick:
     case wire::MsgType::Join:
+      // Drained: dropped, unanswered (the clients send it again to the copy
+      // that serves the group in the coordinator's next map).
+      if (draining_) return;
       if (Shard* sh = ServingShard(*h, frames[0])) HandleInput(*sh, *h, frames);
       return;
     case wire::MsgType::Replicate:
@@ -219,9 +222,23 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
     case wire::MsgType::SnapshotCancel:
       return HandleSnapshotControl(*h);
     case wire::MsgType::Shutdown:
-      LOG_INFO << "coordinator asked to shut down";
+      LOG_INFO << "coordinator asked to shut down" << (draining_ ? " (drained: its copies are held by others)" : "");
       shutdown_ = true;
       return;
+    case wire::MsgType::Drain: {
+      // shardps-ctl drain-server: every group held here has its copies
+      // elsewhere now; requests taken so far are answered as their copies
+      // acknowledge them, new ones are left to the copies taking over.
+      LOG_INFO << "drained: taking no more requests (the coordinator moves this server's groups to their other copies)";
+      draining_ = true;
+      wire::Fields ack;
+      ack.type = wire::MsgType::Reply;
+      ack.request_id = h->request_id();
+      ack.role = wire::Role::Server;
+      ack.rank = static_cast<int32_t>(rank_);
+      coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
+      return;
+    }
     case wire::MsgType::Reply:
       s = wire::ReplyStatus(h);
       if (!s.ok()) LOG_WARN << "coordinator: " << s.ToString();

@@ -157,7 +157,17 @@ class Server {
   void ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
   // A backup's acknowledgement upstream of what it and every copy after it
   // applied (when that moved).
-  void AckUpstream(Shard& sh);
+  void AckUpstream(Shard& sh, bool fill = false);  // fill: also when only the parts installed moved
+  // server_fill.cc: re-replication. The last copy of a group starts
+  // filling the map's joining server (its state at this place in the
+  // stream), sends the next parts while the copy keeps up.
+  void StartFill(Shard& sh);
+  void PumpFill(Shard& sh);
+  // The copy being filled: a FillBegin / FillPart / FillEnd installed
+  // (BadMessage etc. when it cannot be: nothing of it applied).
+  Status ApplyFill(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
+  // Tells the coordinator this copy of sh's group is filled, or why not.
+  void ReportFilled(Shard& sh, const Status& s);
   // Acknowledgements from the fed copies (the peer sockets): held replies
   // go; a backup acknowledges on upstream.
   void ReceiveAcks();
@@ -185,6 +195,10 @@ class Server {
   std::vector<uint64_t> key_scratch_;  // a held push's keys, when misaligned
   std::vector<float> value_scratch_;   // a held push's values, when misaligned
   bool shutdown_ = false;
+  // Drained (shardps-ctl drain-server): data requests are dropped (the
+  // clients send them again to the copies that take over), the stream goes
+  // on until the coordinator's map no longer has this server.
+  bool draining_ = false;
   Status fatal_;  // why the server stopped on its own (restore failure)
   uint64_t next_request_id_ = 1;
 
@@ -193,6 +207,7 @@ class Server {
   RequestCheck check_{tables_, opts_.max_request_bytes};
   std::vector<std::unique_ptr<Shard>> shards_;  // by group: the groups this server holds a copy of (else null)
   std::map<uint32_t, zmq::socket_t> peers_;     // server rank -> a DEALER to its data endpoint (the stream)
+  std::map<uint32_t, std::string> peer_endpoints_;  // the endpoint each of peers_ is connected to
   std::deque<std::vector<zmq::message_t>> early_replicates_;  // came before the map that makes this a backup
   uint64_t early_bytes_ = 0;  // their bytes (kept at most the held-bytes limit, and 65536 of them)
   // Keeps a stream message until this server holds the map that explains

@@ -27,7 +27,7 @@ struct ServerMetrics {
 
   metrics::Registry& registry;
   metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors, &push_steps, &dc_uncompensated,
-      &stale_unknown;
+      &stale_unknown, &fills, &fill_bytes;
   metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds, &staleness;
   metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;
   struct TableSeries {

@@ -83,17 +83,22 @@ void Server::PlaceShards() {
     if (!m.Holds(rank_, g)) {
       // Not held (any more): a copy left behind by a map change keeps its
       // rows until the server stops; nothing is served from it.
-      if (sh) sh->primary = false;
+      if (sh) sh->primary = false, sh->left = true;
       continue;
     }
     const bool primary = m.Primary(g) == rank_;
+    if (sh && sh->left) sh.reset();  // held again (filled anew): what was left behind is no copy
     if (!sh) {
       sh = std::make_unique<Shard>(g, tables_.all(), opts_.held_bytes, opts_.snapshot_write_delay, NewVersionTag());
       sh->cut.SetPartitions(m.OfGroup(g));
       sh->clocks.SetModel(view_.consistency, view_.staleness);
       sh->clocks.set_held_limit(primary ? opts_.held_bytes : UINT64_MAX);
       sh->primary = primary;
-      if (!primary)
+      sh->filled = m.IsCopy(rank_, g);
+      if (!sh->filled)
+        LOG_INFO << "filling a copy of group " << g << " (from server " << m.Feeder(g, rank_) << ", shard map v"
+                 << m.version << ")";
+      else if (!primary)
         LOG_INFO << "holding a copy of group " << g << " (its primary: server " << m.Primary(g) << ")";
     } else if (primary && !sh->primary) {
       // Its primary died: this copy has every input it acknowledged. The
@@ -129,17 +134,37 @@ void Server::PlaceShards() {
 
 uint32_t Server::PlaceInChain(Shard& sh, const ShardMap& m) {
   // Every copy feeds the next one in the map's order: the primary its
-  // first backup, that one the next, and so on (a chain).
+  // first backup, that one the next, and so on (a chain); the last full
+  // copy also feeds the copy being filled, if any (re-replication).
   // (ShardMap::kNone and Shard::kNoCopy are the same "none".)
-  const uint32_t next = NextCopy(m, sh.group, rank_, 1);
+  uint32_t next = NextCopy(m, sh.group, rank_, 1);
+  const bool fill = next == Shard::kNoCopy && m.IsCopy(rank_, sh.group) && m.Joining(sh.group) != ShardMap::kNone;
+  if (fill) next = m.Joining(sh.group);
+  if (sh.filling && !fill) {
+    if (next == sh.next)
+      LOG_INFO << "group " << sh.group << ": server " << next << " holds a full copy now (shard map v" << m.version
+               << "), " << sh.fill_sent << " parts, " << sh.fill_bytes << " bytes sent to fill it";
+    else
+      LOG_WARN << "group " << sh.group << ": the fill of server " << sh.next << " is over without it (shard map v"
+               << m.version << ")";
+    sh.filling = false;
+    sh.fill_todo.clear();
+    if (next != sh.next) sh.next = Shard::kNoCopy;  // (nothing it was sent is waited for)
+  }
+  const bool new_fill = fill && !(sh.filling && sh.next == next);
   // The copy it fed died (the map only loses copies): the next one had
   // what that one acknowledged (sh.next_acked carries over) and gets again
-  // what it did not, skipping what it has.
-  const bool replaced = sh.feeds() && next != sh.next && next != Shard::kNoCopy;
-  if (!sh.feeds()) sh.next_acked = 0;  // a first copy to feed: it has nothing yet
+  // what it did not, skipping what it has. A copy being filled is filled
+  // from the start instead.
+  const bool replaced = sh.feeds() && next != sh.next && next != Shard::kNoCopy && !fill;
+  if (!sh.feeds() || new_fill) sh.next_acked = 0;  // a first copy to feed: it has nothing yet
   sh.next = next;
   sh.keep = sh.feeds() && NextCopy(m, sh.group, next, 1) != ShardMap::kNone;
   if (!sh.feeds()) sh.kept.clear();
+  if (new_fill) {
+    StartFill(sh);
+    return next;
+  }
   if (sh.primary && sh.feeds() && !sh.hello_sent) SendHello(sh);
   if (replaced && !sh.kept.empty()) {
     LOG_WARN << "group " << sh.group << ": " << sh.kept.size() << " unacknowledged input(s) sent again to server " << next;
@@ -211,8 +236,11 @@ void Server::Send(std::vector<zmq::message_t>&& frames) {
 }
 
 zmq::socket_t& Server::Peer(uint32_t server) {
+  const std::string endpoint = server < view_.servers.size() ? view_.servers[server] : std::string();
   auto it = peers_.find(server);
-  if (it != peers_.end()) return it->second;
+  if (it != peers_.end() && peer_endpoints_[server] == endpoint) return it->second;
+  if (it != peers_.end()) peers_.erase(it);  // a new server under that rank (a replacement)
+  peer_endpoints_[server] = endpoint;
   zmq::socket_t s(ctx_, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::sndhwm, 0);  // held back by the replies it holds, not dropped
@@ -294,9 +322,13 @@ void Server::ApplyMembership(Shard& sh) {
 void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames) {
   const uint32_t g = h.group() >= 0 ? static_cast<uint32_t>(h.group()) : UINT32_MAX;
   Shard* sh = g < shards_.size() ? shards_[g].get() : nullptr;
-  if (!sh && !view_.complete() && KeepEarly(frames)) {
-    // Before this server holds the map that makes it a backup of g: kept
-    // until it does (the primary waits for the acknowledgement meanwhile).
+  const int32_t sender = StreamSender(frames[0], h);
+  const bool dead = std::find(view_.dead_servers.begin(), view_.dead_servers.end(),
+                              static_cast<uint32_t>(sender)) != view_.dead_servers.end();
+  if (!sh && (!view_.complete() || !dead) && KeepEarly(frames)) {
+    // Before this server holds the map that makes it a copy of g (a backup,
+    // or one being filled): kept until it does (the sender waits for the
+    // acknowledgement meanwhile).
     return;
   }
   auto refuse = [&](const std::string& why) {
@@ -316,10 +348,7 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
   if (sh->primary)
     return refuse("server " + std::to_string(rank_) + " is the primary of group " + std::to_string(g) +
                   " in shard map v" + std::to_string(view_.map.version) + ": the sender was declared dead");
-  const int32_t sender = StreamSender(frames[0], h);
-  const uint32_t feeder = NextCopy(view_.map, g, rank_, -1);
-  const bool dead = std::find(view_.dead_servers.begin(), view_.dead_servers.end(),
-                              static_cast<uint32_t>(sender)) != view_.dead_servers.end();
+  const uint32_t feeder = view_.map.Feeder(g, rank_);
   if (sender >= 0 && static_cast<uint32_t>(sender) != feeder && !dead && KeepEarly(frames)) {
     // A live server that feeds this copy in a map this server does not
     // hold yet (the one between them died, and the coordinator's update is
@@ -332,6 +361,16 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
                   " does)");
   const uint64_t fseq = h.fseq();
   sh->upstream_id = frames[0].to_string();
+  if (h.rep() == wire::RepKind::FillBegin || h.rep() == wire::RepKind::FillPart || h.rep() == wire::RepKind::FillEnd) {
+    if (Status s = ApplyFill(*sh, h, frames); !s.ok()) {
+      ReportFilled(*sh, s);
+      return refuse(s.message());
+    }
+    return AckUpstream(*sh, true);
+  }
+  if (!sh->filled && !sh->fill_begun)
+    return refuse("group " + std::to_string(g) + "'s copy here is being filled: input " + std::to_string(fseq) +
+                  " came before its state");
   if (fseq <= sh->applied) {
     // Sent again by a copy that now feeds this one (the one between died):
     // applied already.
@@ -371,13 +410,14 @@ bool Server::KeepEarly(std::vector<zmq::message_t>& frames) {
   return true;
 }
 
-void Server::AckUpstream(Shard& sh) {
+void Server::AckUpstream(Shard& sh, bool fill) {
   const uint64_t a = sh.Ackable();
-  if (sh.primary || sh.upstream_id.empty() || a <= sh.acked_up) return;
-  sh.acked_up = a;
+  if (sh.primary || sh.upstream_id.empty() || (a <= sh.acked_up && !fill)) return;
+  sh.acked_up = std::max(sh.acked_up, a);
   wire::Fields ack;
   ack.group = static_cast<int32_t>(sh.group);
   ack.fseq = a;
+  ack.seq = sh.fill_parts;  // a copy being filled: the parts it installed
   ack.role = wire::Role::Server;
   ack.rank = static_cast<int32_t>(rank_);
   std::vector<zmq::message_t> out;
@@ -442,6 +482,20 @@ void Server::ReceiveAcks() {
       const int g = h->group();
       Shard* sh = g >= 0 && static_cast<size_t>(g) < shards_.size() ? shards_[g].get() : nullptr;
       if (Status s = wire::ReplyStatus(h); !s.ok()) {
+        if (sh && sh->filling && server == sh->next) {
+          // The copy being filled refused its state (it says why, and tells
+          // the coordinator): this copy goes on, the fill is over.
+          LOG_ERROR << "group " << g << ": server " << server << " refused its fill: " << s.ToString();
+          sh->fill_todo.clear();
+          continue;
+        }
+        if (draining_) {
+          // Drained: the copy after it took its place (its last inputs
+          // were for a map that no longer has it).
+          LOG_INFO << "group " << g << ": server " << server << " no longer takes this server's stream (drained): "
+                   << s.message();
+          continue;
+        }
         // A backup that is the primary now: this server was declared dead
         // (it is fenced off); any other refusal: the copies differ.
         fatal_ = Status(s.code(), "server " + std::to_string(server) + " refused group " + std::to_string(g) +
@@ -453,6 +507,11 @@ void Server::ReceiveAcks() {
       if (!sh || server != sh->next) continue;  // (a late one from a copy no longer fed)
       sh->next_acked = std::max(sh->next_acked, h->fseq());
       while (!sh->kept.empty() && sh->kept.front().fseq <= sh->next_acked) sh->kept.pop_front();
+      if (sh->filling) {
+        sh->fill_acked = std::max(sh->fill_acked, h->seq());
+        PumpFill(*sh);
+        continue;  // (nothing waits for a copy being filled)
+      }
       if (sh->primary)
         ReleaseHeld(*sh);
       else

@@ -49,6 +49,7 @@ class Shard {
 
   const uint32_t group;
   bool primary = false;   // serves the group's requests; else a backup fed by the primary's stream
+  bool left = false;      // no longer held (a map change): its rows stay, nothing is served or fed
   WorkerClocks clocks;
   DcKept dc;
   SnapshotCut cut;        // a primary's cuts of the group's partitions
@@ -85,8 +86,30 @@ class Shard {
   std::deque<HeldReply> held;          // in the order made
   bool hello_sent = false;             // the stream's first message (the version tag) went out
   uint64_t membership_sent = 0;        // the membership version last forwarded
-  // The last fseq every backup applied (sent when there is none).
-  uint64_t AckedByAll() const { return feeds() ? std::min(sent, next_acked) : sent; }
+  // ---- Re-replication (docs/fault-tolerance.md, "Re-replication and
+  // drains"): the last copy feeding a copy being filled (`next` is the
+  // map's joining server). It is sent the group's state (FillBegin, a
+  // FillPart per table partition, FillEnd), each at the stream's place it
+  // was taken at, and then every input; nothing waits for its
+  // acknowledgements until the map makes it a full copy.
+  bool filling = false;
+  struct FillPart {
+    uint32_t table, partition;
+  };
+  std::deque<FillPart> fill_todo;  // parts not sent yet
+  uint64_t fill_sent = 0;          // parts sent
+  uint64_t fill_acked = 0;         // parts the copy installed (its acknowledgements' `seq`)
+  uint64_t fill_bytes = 0;         // bytes of the parts sent
+  bool fill_end_sent = false;
+  // The copy being filled: false from its FillBegin to its FillEnd (until
+  // then it has parts of the group's rows only).
+  bool filled = true;
+  bool fill_begun = false;
+  uint64_t fill_parts = 0;  // parts installed
+  Clock::time_point fill_start{};
+  // The last fseq every backup applied (sent when there is none); a copy
+  // being filled is not waited for.
+  uint64_t AckedByAll() const { return feeds() && !filling ? std::min(sent, next_acked) : sent; }
   // Moves the replies every backup is far enough for into *out.
   void TakeReleasable(std::vector<std::vector<zmq::message_t>>* out) {
     const uint64_t all = AckedByAll();
@@ -102,7 +125,7 @@ class Shard {
   uint64_t acked_up = 0;    // the last fseq acknowledged upstream
   // What may be acknowledged upstream: what this copy applied, and (when
   // it feeds another) what every copy after it has.
-  uint64_t Ackable() const { return feeds() ? std::min(applied, next_acked) : applied; }
+  uint64_t Ackable() const { return feeds() && !filling ? std::min(applied, next_acked) : applied; }
 };
 
 }  // namespace shardps

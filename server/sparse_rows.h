@@ -72,6 +72,9 @@ class SparseRows {
   void StoreUpdatedValues(uint32_t slot, const float* in);
   bool live(uint32_t slot) const { return slot < slots_ && stamp(slot) != kFreeStamp; }
 
+  // StoreUpdatedValues' random state (a copy filled from another carries it).
+  uint64_t rounding_state() const { return rounding_state_; }
+  void set_rounding_state(uint64_t s) { rounding_state_ = s ? s : 0x9E3779B97F4A7C15ull; }
   // Rows held.
   uint64_t size() const { return size_; }
   // Slots ever allocated (live rows and free slots): every live slot is

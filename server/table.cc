@@ -16,13 +16,24 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
                          const std::vector<uint32_t>& owned, bool initialize)
     : spec_(spec), partitions_(partitions), state_width_(OptimizerStateWidth(spec)),
       versions_(partitions, 0), counted_in_(partitions, 0) {
-  if (spec_.kind == TableKind::kDense) bytes_ = DenseBytes(spec_, partitions, owned);
-  if (spec_.kind == TableKind::kDense) {
+  if (spec_.kind == TableKind::kDense)
     dense_.resize(partitions);
-    std::vector<uint32_t> held(owned);
+  else
+    sparse_.resize(partitions);
+  if (spec_.kind == TableKind::kSparse) row_scratch_.resize(spec_.cols);
+  AddPartitions(owned, initialize);
+}
+
+void ServerTable::AddPartitions(const std::vector<uint32_t>& owned, bool initialize) {
+  if (spec_.kind == TableKind::kDense) {
+    std::vector<uint32_t> held;
+    for (uint32_t p : owned)
+      if (p < partitions_ && !dense_[p]) held.push_back(p);
     std::sort(held.begin(), held.end());
     held.erase(std::unique(held.begin(), held.end()), held.end());
+    bytes_ += DenseBytes(spec_, partitions_, held);
     const size_t c = spec_.cols;
+    const uint32_t partitions = partitions_;
     auto rows_of = [&](uint32_t p) {
       return PartitionRowBegin(p + 1, spec_.rows, partitions) - PartitionRowBegin(p, spec_.rows, partitions);
     };
@@ -58,14 +69,21 @@ ServerTable::ServerTable(const TableSpec& spec, uint32_t partitions,
       i = j;
     }
   } else {
-    sparse_.resize(partitions);
     for (uint32_t p : owned) {
-      if (sparse_[p]) continue;
+      if (p >= partitions_ || sparse_[p]) continue;
       sparse_[p] = std::make_unique<SparsePart>(spec_, static_cast<uint32_t>(state_width_));
       bytes_ += sparse_[p]->rows.bytes() + (sparse_[p]->admission ? sparse_[p]->admission->bytes() : 0);
     }
-    row_scratch_.resize(spec_.cols);
   }
+}
+
+void ServerTable::ClearSparsePartition(uint32_t p) {
+  if (spec_.kind != TableKind::kSparse || p >= partitions_ || !sparse_[p]) return;
+  auto& part = sparse_[p];
+  bytes_ -= part->rows.bytes() + (part->admission ? part->admission->bytes() : 0);
+  sparse_rows_ -= part->rows.size();
+  part = std::make_unique<SparsePart>(spec_, static_cast<uint32_t>(state_width_));
+  bytes_ += part->rows.bytes() + (part->admission ? part->admission->bytes() : 0);
 }
 
 Status ServerTable::CheckRange(uint64_t begin, uint64_t end) const {
@@ -394,6 +412,14 @@ void ServerTable::Import(uint64_t row, const float* values) {
   float* w = DenseRow(row, &state, true);
   std::memcpy(w, values, spec_.cols * sizeof(float));
   if (state_width_) std::memcpy(state, values + spec_.cols, state_width_ * sizeof(float));
+}
+
+uint64_t ServerTable::RoundingState(uint32_t p) const {
+  return spec_.kind == TableKind::kSparse && p < partitions_ && sparse_[p] ? sparse_[p]->rows.rounding_state() : 0;
+}
+
+void ServerTable::SetRoundingState(uint32_t p, uint64_t s) {
+  if (spec_.kind == TableKind::kSparse && p < partitions_ && sparse_[p]) sparse_[p]->rows.set_rounding_state(s);
 }
 
 }  // namespace shardps

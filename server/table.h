@@ -164,6 +164,19 @@ class ServerTable {
   // (false: not a sketch of this table).
   void Import(uint64_t row, const float* values);
   bool ImportAdmission(uint32_t partition, const std::string& bytes);
+  // Re-replication (a copy of a group filled on a running server): holds
+  // `owned` partitions too (those not held yet; dense rows initialised
+  // unless `initialize` is false); empties a held sparse partition before
+  // it is filled; a partition's update count (RangeVersion) and a sparse
+  // partition's rounding state, as the copy it is filled from has them.
+  void AddPartitions(const std::vector<uint32_t>& owned, bool initialize = true);
+  void ClearSparsePartition(uint32_t partition);
+  uint64_t PartitionVersion(uint32_t p) const { return p < versions_.size() ? versions_[p] : 0; }
+  void SetPartitionVersion(uint32_t p, uint64_t v) {
+    if (p < versions_.size()) versions_[p] = v;
+  }
+  uint64_t RoundingState(uint32_t p) const;
+  void SetRoundingState(uint32_t p, uint64_t s);
   // Floats per row in a snapshot of `spec`: cols + optimizer state, + 1
   // with eviction: the row's stamp, its 32 bits stored as they are.
   static uint32_t SnapshotStride(const TableSpec& spec);

@@ -58,7 +58,28 @@ Status TableSet::Define(const ClusterView& v, const std::vector<uint32_t>& owned
   owned_partitions_ = owned.size();
   tables_.resize(v.tables.size());
   for (const auto& spec : v.tables) {
-    if (tables_[spec.id] || refused_.count(spec.id)) continue;
+    if (refused_.count(spec.id)) continue;
+    if (ServerTable* t = tables_[spec.id].get()) {
+      // Held already: a copy of another group filled here (re-replication)
+      // adds its partitions, within the budget.
+      std::vector<uint32_t> more;
+      for (uint32_t p : owned)
+        if (!t->Holds(p)) more.push_back(p);
+      if (more.empty()) continue;
+      const uint64_t need = ServerTable::BudgetBytes(spec, partitions_, more), used = Bytes();
+      if (used + need > budget_)
+        return Status::TooLarge("table '" + spec.name + "': " + std::to_string(more.size()) + " more partitions need " +
+                                std::to_string(need) + " bytes here, " + std::to_string(used) + " of the " +
+                                std::to_string(budget_) + "-byte memory budget are in use");
+      try {
+        t->AddPartitions(more);
+      } catch (const std::bad_alloc&) {
+        return Status::TooLarge("table '" + spec.name + "': allocating " + std::to_string(need) + " bytes failed");
+      }
+      LOG_INFO << "holding " << more.size() << " more partitions of table '" << spec.name << "' (" << owned.size()
+               << " of " << partitions_ << ")";
+      continue;
+    }
     // The coordinator checks every table against the servers' budgets
     // before it defines one; this is the last line: never allocate past
     // the budget, and never die of a failed allocation.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "server/byte_codec.h"
 
 namespace shardps {
 
@@ -252,6 +253,112 @@ bool WorkerClocks::TakeExpired(Clock::time_point now, Millis max_hold, Parked* o
   parked_.pop_front();
   parked_bytes_ -= out->bytes;
   return true;
+}
+
+void WorkerClocks::SaveImpl(std::string* out, const std::vector<const Parked*>& parked) const {
+  ByteWriter w(out);
+  w.Put<uint32_t>(0x57434c4bu);  // "WCLK"
+  w.PutArray(clocks_);
+  w.PutArray(live_);
+  w.PutArray(joining_);
+  w.PutArray(retiring_);
+  w.PutArray(last_trained_);
+  w.PutArray(last_seq_);
+  w.Put<uint8_t>(membership_known_);
+  w.Put(applied_clock_);
+  w.Put(arrivals_);
+  w.Put<uint64_t>(buffered_.size());
+  for (const auto& [clock, list] : buffered_) {
+    w.Put(clock);
+    w.Put<uint64_t>(list.size());
+    for (const HeldPush& b : list) {
+      w.Put(b.rank);
+      w.Put(b.arrival);
+      w.Put(b.table);
+      w.PutFrames(b.frames);
+    }
+  }
+  w.Put<uint64_t>(trained_.size());
+  for (const auto& [clock, n] : trained_) {
+    w.Put(clock);
+    w.Put(n);
+  }
+  w.Put<uint64_t>(parked.size());
+  for (const Parked* p : parked) {
+    w.Put(p->need_clock);
+    w.Put<int32_t>(p->rank);
+    w.PutFrames(p->frames);
+  }
+}
+
+Status WorkerClocks::Load(std::string_view in) {
+  ByteReader r(in, "a group's worker clocks");
+  constexpr uint64_t kRanks = 1u << 20, kMany = 1u << 24;
+  uint32_t magic = 0;
+  if (r.Get(&magic) && magic != 0x57434c4bu) r.Fail("not worker clocks");
+  std::vector<int64_t> clocks;
+  std::vector<uint8_t> live, joining, retiring, last_trained;
+  std::vector<uint64_t> last_seq;
+  uint8_t known = 0;
+  int64_t applied = 0;
+  uint64_t arrivals = 0, n = 0;
+  r.GetArray(&clocks, kRanks) && r.GetArray(&live, kRanks) && r.GetArray(&joining, kRanks) &&
+      r.GetArray(&retiring, kRanks) && r.GetArray(&last_trained, kRanks) && r.GetArray(&last_seq, kRanks) &&
+      r.Get(&known) && r.Get(&applied) && r.Get(&arrivals) && r.Get(&n);
+  const size_t ranks = clocks.size();
+  if (live.size() != ranks || joining.size() != ranks || retiring.size() != ranks || last_trained.size() != ranks ||
+      last_seq.size() != ranks)
+    r.Fail("per-rank arrays of different lengths");
+  std::map<int64_t, std::vector<HeldPush>> buffered;
+  for (uint64_t i = 0; i < n && i < kMany; ++i) {
+    int64_t clock = 0;
+    uint64_t count = 0;
+    if (!r.Get(&clock) || !r.Get(&count)) break;
+    auto& list = buffered[clock];
+    for (uint64_t k = 0; k < count && k < kMany; ++k) {
+      HeldPush b;
+      if (!r.Get(&b.rank) || !r.Get(&b.arrival) || !r.Get(&b.table) || !r.GetFrames(&b.frames)) break;
+      if (b.rank >= ranks) r.Fail("a held push of worker " + std::to_string(b.rank));
+      list.push_back(std::move(b));
+    }
+  }
+  std::map<int64_t, uint32_t> trained;
+  if (r.Get(&n))
+    for (uint64_t i = 0; i < n && i < kMany; ++i) {
+      int64_t clock = 0;
+      uint32_t t = 0;
+      if (!r.Get(&clock) || !r.Get(&t)) break;
+      trained[clock] = t;
+    }
+  std::deque<Parked> parked;
+  uint64_t parked_bytes = 0;
+  if (r.Get(&n))
+    for (uint64_t i = 0; i < n && i < kMany; ++i) {
+      Parked p;
+      int32_t rank = 0;
+      if (!r.Get(&p.need_clock) || !r.Get(&rank) || !r.GetFrames(&p.frames)) break;
+      p.rank = rank;
+      p.arrived = Clock::now();
+      p.bytes = FramesBytes(p.frames);
+      parked_bytes += p.bytes;
+      parked.push_back(std::move(p));
+    }
+  if (Status s = r.Finish(); !s.ok()) return s;
+  clocks_ = std::move(clocks);
+  live_ = std::move(live);
+  joining_ = std::move(joining);
+  retiring_ = std::move(retiring);
+  last_trained_ = std::move(last_trained);
+  last_seq_ = std::move(last_seq);
+  membership_known_ = known != 0;
+  applied_clock_ = applied;
+  arrivals_ = arrivals;
+  buffered_ = std::move(buffered);
+  trained_ = std::move(trained);
+  parked_ = std::move(parked);
+  parked_bytes_ = parked_bytes;
+  RecountAhead();
+  return Status::OK();
 }
 
 }  // namespace shardps

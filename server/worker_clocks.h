@@ -27,6 +27,8 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <zmq.hpp>
@@ -182,9 +184,23 @@ class WorkerClocks {
   // `now`; false when there is none.
   bool TakeExpired(Clock::time_point now, Millis max_hold, Parked* out);
   const std::deque<Parked>& parked() const { return parked_; }
+
+  // A fill (re-replication): the whole state — clocks, membership, push
+  // numbering, held sync pushes, and the parked pulls `keep_parked` keeps —
+  // appended to *out; Load replaces this state with one Save wrote
+  // (BadMessage, and nothing changed, when it is not one).
+  template <typename Keep>
+  void Save(std::string* out, Keep&& keep_parked) const {
+    std::vector<const Parked*> parked;
+    for (const auto& p : parked_)
+      if (keep_parked(p)) parked.push_back(&p);
+    SaveImpl(out, parked);
+  }
+  Status Load(std::string_view in);
   uint64_t parked_bytes() const { return parked_bytes_; }
 
  private:
+  void SaveImpl(std::string* out, const std::vector<const Parked*>& parked) const;
   uint64_t held_limit_;
   Consistency consistency_ = Consistency::kAsync;
   uint32_t staleness_ = 0;

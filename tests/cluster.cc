@@ -80,6 +80,8 @@ Status LocalCluster::Start(const ClusterOptions& o) {
   }
   coordinator_ = ReadFile(ep_file);
   while (!coordinator_.empty() && coordinator_.back() == '\n') coordinator_.pop_back();
+  server_args_ = o.server_args;
+  server_starts_.assign(o.servers, 1);
   for (int i = 0; i < o.servers; ++i) {
     std::vector<std::string> sargs = {BinaryPath("SHARDPS_SERVER"), "--coordinator", coordinator_,
                                       "--rank", std::to_string(i), "--heartbeat-ms", "200"};
@@ -87,6 +89,28 @@ Status LocalCluster::Start(const ClusterOptions& o) {
     if (Spawn("server" + std::to_string(i), sargs) < 0) return Status::Internal("cannot start a server");
   }
   return Status::OK();
+}
+
+Status LocalCluster::StartServer(int rank) {
+  if (rank < 0 || static_cast<size_t>(rank) >= server_starts_.size()) return Status::InvalidArgument("no such server rank");
+  std::vector<std::string> sargs = {BinaryPath("SHARDPS_SERVER"), "--coordinator", coordinator_,
+                                    "--rank", std::to_string(rank), "--heartbeat-ms", "200"};
+  sargs.insert(sargs.end(), server_args_.begin(), server_args_.end());
+  const std::string name = "server" + std::to_string(rank) + "." + std::to_string(++server_starts_[rank]);
+  const std::string log = dir_ + "/" + name + ".log";
+  const pid_t pid = SpawnProcess(sargs, log);
+  if (pid <= 0) return Status::Internal("cannot start a server");
+  pids_[rank + 1] = pid;
+  logs_.push_back(log);
+  return Status::OK();
+}
+
+int LocalCluster::WaitServerExit(int rank, std::chrono::seconds timeout) {
+  if (static_cast<size_t>(rank + 1) >= pids_.size()) return -1;
+  const pid_t p = pids_[rank + 1];
+  int st = 0;
+  if (!WaitFor([&] { return waitpid(p, &st, WNOHANG) == p; }, timeout)) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 std::string LocalCluster::ServerEndpoint(int rank) {

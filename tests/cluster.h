@@ -48,6 +48,14 @@ class LocalCluster {
   const std::vector<pid_t>& pids() const { return pids_; }
   // Sends `sig` to server `rank` (e.g. SIGKILL) and reaps it.
   void KillServer(int rank, int sig);
+  // Starts another server process with rank `rank` (a replacement for a
+  // dead one); its log is "serverR.K" (K = 2, 3, ...). Later calls of
+  // KillServer(rank) reach it.
+  Status StartServer(int rank);
+  // Waits up to `timeout` for server `rank`'s process to exit on its own
+  // and reaps it: its exit code, or -1 (still running: it is left alone;
+  // killed by a signal: -1 too).
+  int WaitServerExit(int rank, std::chrono::seconds timeout);
 
  private:
   pid_t Spawn(const std::string& name, const std::vector<std::string>& argv);
@@ -55,6 +63,8 @@ class LocalCluster {
   std::string coordinator_;
   std::vector<pid_t> pids_;
   std::vector<std::string> logs_;
+  std::vector<std::string> server_args_;
+  std::vector<int> server_starts_;  // by rank: processes started
   bool own_dir_ = true;
 };
 

@@ -59,8 +59,10 @@ void Gradient(const std::vector<float>& w, int rank, int clock, std::vector<floa
 
 // Trains kClocks clocks on a dense table spanning both groups and on a few
 // ids of a sparse one, as worker `rank`; `clock_seen` follows its clock.
+// With `hold`, it waits before each clock until that clock is below *hold
+// (the test does something between two clocks; the model is the same).
 void Train(const LocalCluster& c, int rank, std::atomic<int>* clock_seen, std::vector<float>* final_w,
-           std::vector<float>* final_e) {
+           std::vector<float>* final_e, const std::atomic<int>* hold = nullptr) {
   auto ps = testing::ConnectClient(c, ClientRole::kWorker, rank);
   ASSERT_TRUE(ps);
   Table w, e;
@@ -69,6 +71,7 @@ void Train(const LocalCluster& c, int rank, std::atomic<int>* clock_seen, std::v
   std::vector<float> vw(kRows * kCols), gw, ve(4 * kCols), ge;
   const std::vector<uint64_t> ids = {3, 1000003, uint64_t(rank) * 77 + 5, 424242};
   for (int clock = 0; clock < kClocks; ++clock) {
+    if (hold) ASSERT_TRUE(testing::WaitFor([&] { return clock < hold->load(); }, 300s)) << "held at clock " << clock;
     Status s = ps->Pull(w, vw).Wait();
     ASSERT_TRUE(s.ok()) << "worker " << rank << " clock " << clock << ": " << s.ToString();
     s = ps->Pull(e, ids, ve).Wait();
@@ -128,6 +131,60 @@ void RunThreeCopies(LocalCluster& c, const std::vector<int>& kills, std::vector<
     const int at = static_cast<int>(kClocks * (k + 1) / (kills.size() + 1));
     ASSERT_TRUE(testing::WaitFor([&] { return clocks[0].load() >= at; }, 120s)) << "worker 0 did not reach clock " << at;
     c.KillServer(kills[k], SIGKILL);
+  }
+  for (auto& t : workers) t.join();
+}
+
+// Re-replication: `servers` servers, two copies of each group. Worker 0
+// pauses at clock 20: with `replace`, server 1 is killed and a new server
+// started in its place, filled with copies while the workers train clocks
+// 20..40, and at 40 server 0 is killed, so the job ends on the copies the
+// replacement was filled with; with `drain`, server `drain` is drained
+// (shardps-ctl drain-server) while the workers train on, and exits 0.
+// Neither: the job without them.
+void RunMoves(LocalCluster& c, int servers, bool replace, int drain, std::vector<float>* w, std::vector<float>* e,
+              const std::string& consistency = "sync") {
+  ClusterOptions o = Replicated(consistency);
+  o.servers = servers;
+  ASSERT_TRUE(c.Start(o).ok());
+  std::atomic<int> clocks[kWorkers] = {};
+  std::atomic<int> hold{replace || drain >= 0 ? 20 : kClocks};
+  std::vector<std::thread> workers;
+  for (int r = 0; r < kWorkers; ++r)
+    workers.emplace_back([&, r] { Train(c, r, &clocks[r], r == 0 ? w : nullptr, r == 0 ? e : nullptr, &hold); });
+  auto wait_log = [&](const std::string& name, const std::string& text, int count = 1) {
+    std::string log;
+    const bool seen = testing::WaitFor(
+        [&] {
+          log = c.Log(name);
+          int n = 0;
+          for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+          return n >= count;
+        },
+        120s);
+    EXPECT_TRUE(seen) << name << " never logged '" << text << "' " << count << " time(s):\n" << log;
+    return seen;
+  };
+  if (replace) {
+    ASSERT_TRUE(testing::WaitFor([&] { return clocks[0].load() >= 20; }, 120s));
+    c.KillServer(1, SIGKILL);
+    hold = 40;  // training goes on while the replacement is filled
+    ASSERT_TRUE(wait_log("coordinator", "fail-over to shard map"));
+    ASSERT_TRUE(c.StartServer(1).ok());
+    // Both groups (each left with one copy on server 0) are filled into it.
+    ASSERT_TRUE(wait_log("coordinator", "holds a full copy", 2));
+    ASSERT_TRUE(testing::WaitFor([&] { return clocks[0].load() >= 40; }, 120s));
+    c.KillServer(0, SIGKILL);
+    hold = kClocks;
+  }
+  if (drain >= 0) {
+    ASSERT_TRUE(testing::WaitFor([&] { return clocks[0].load() >= 20; }, 120s));
+    std::string out;
+    ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "drain-server", c.coordinator(),
+                                   std::to_string(drain)}, &out), 0) << out;
+    EXPECT_NE(out.find("draining server " + std::to_string(drain)), std::string::npos) << out;
+    hold = kClocks;
+    EXPECT_EQ(c.WaitServerExit(drain, 120s), 0) << "the drained server did not exit 0";
   }
   for (auto& t : workers) t.join();
 }
@@ -317,6 +374,38 @@ TEST_F(ReplicaTest, BoundedEveryAcknowledgedPushIsAppliedExactlyOnceAcrossAKill)
     EXPECT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_SNAPSHOT"), "verify", dir}, &v), 0) << v;
   }
   std::system(("rm -rf '" + snaps + "'").c_str());
+}
+
+// A server killed, a replacement started in its place and filled with
+// copies while training runs, then the other server killed: the job ends on
+// the replacement's copies, with the model of the job without any of it.
+TEST_F(ReplicaTest, AReplacementFilledWhileTrainingRunsTakesOverWithTheModelOfTheJobWithoutFaults) {
+  std::vector<float> w0, e0, w1, e1;
+  RunMoves(a_, 2, false, -1, &w0, &e0);
+  ASSERT_FALSE(HasFailure());
+  RunMoves(b_, 2, true, -1, &w1, &e1);
+  ASSERT_FALSE(HasFailure());
+  ExpectSameModel(w0, e0, w1, e1);
+  const std::string coord = b_.Log("coordinator"), s1 = b_.Log("server1.2");
+  EXPECT_NE(coord.find("a new server at"), std::string::npos) << coord;
+  EXPECT_NE(s1.find("group 0's fill is complete"), std::string::npos) << s1;
+  EXPECT_NE(s1.find("group 1's fill is complete"), std::string::npos) << s1;
+  EXPECT_NE(s1.find("taking over group 0"), std::string::npos) << s1;
+}
+
+// Three servers, two copies: a drained server's groups are copied to the
+// others while training runs, it exits 0, and the model is that of the job
+// without the drain.
+TEST_F(ReplicaTest, ADrainedServerLeavesWhileTrainingRunsWithTheModelOfTheJobWithoutIt) {
+  std::vector<float> w0, e0, w1, e1;
+  RunMoves(a_, 3, false, -1, &w0, &e0);
+  ASSERT_FALSE(HasFailure());
+  RunMoves(b_, 3, false, 2, &w1, &e1);
+  ASSERT_FALSE(HasFailure());
+  ExpectSameModel(w0, e0, w1, e1);
+  const std::string coord = b_.Log("coordinator"), s2 = b_.Log("server2");
+  EXPECT_NE(coord.find("server 2 is drained"), std::string::npos) << coord;
+  EXPECT_NE(s2.find("drained"), std::string::npos) << s2;
 }
 
 }  // namespace

@@ -388,6 +388,16 @@ int CmdDeclareDead(const std::string& coordinator, int server, int timeout_sec) 
   return 0;
 }
 
+int CmdDrainServer(const std::string& coordinator, int server, int timeout_sec) {
+  zmq::message_t m;
+  const wire::Header* h = nullptr;
+  std::vector<uint64_t> scratch;
+  Status s = Call(coordinator, wire::MsgType::DrainServer, timeout_sec, &m, &h, &scratch, server);
+  if (!s.ok()) return Fail("drain-server: " + s.ToString());
+  std::printf("%s\n", Str(h->message()).c_str());
+  return 0;
+}
+
 bool Resolve(const std::string& host, const std::string& port, addrinfo** res, std::string* err) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -512,6 +522,11 @@ int main(int argc, char** argv) {
   rollback->add_option("COORDINATOR", coordinator)->required();
   rollback->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   int dead_server = -1;
+  int drain_server = -1;
+  auto* drain = app.add_subcommand("drain-server", "move server SERVER's copies of its groups to other servers while the job runs (replicas >= 2), then let it exit 0");
+  drain->add_option("COORDINATOR", coordinator)->required();
+  drain->add_option("SERVER", drain_server, "the rank of the server to drain")->required()->check(CLI::Range(0, 4095));
+  drain->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* declare = app.add_subcommand("declare-dead", "server SERVER's process ended: with replicas, its groups are served by their backups now (no rollback); fails, saying why, where a group would lose its last copy");
   declare->add_option("COORDINATOR", coordinator)->required();
   declare->add_option("SERVER", dead_server, "the dead server's rank")->required()->check(CLI::Range(0, 4095));
@@ -534,6 +549,7 @@ int main(int argc, char** argv) {
   if (*stop) return CmdStop(coordinator, stop_timeout);
   if (*rollback) return CmdRollback(coordinator, timeout_sec);
   if (*declare) return CmdDeclareDead(coordinator, dead_server, timeout_sec);
+  if (*drain) return CmdDrainServer(coordinator, drain_server, timeout_sec);
   if (*listen) return CmdProbeListen(address, seconds);
   if (*connect) return CmdProbeConnect(targets, timeout_ms);
   return 2;
