@@ -112,5 +112,36 @@ TEST(ShardMap, WithoutAServerItsGroupsAreServedByTheirBackups) {
   EXPECT_EQ(lost, std::vector<uint32_t>{0});
 }
 
+// Re-replication: a server being filled with a copy of a group holds it
+// (its partitions) but is no copy and serves nothing until WithCopy puts it
+// at the end of the chain; the last copy feeds it; a dead joiner's fill is
+// over, a dead source's fill goes on from the copy before it.
+TEST(ShardMap, AServerBeingFilledJoinsTheEndOfTheChainOnceFilled) {
+  ShardMap m = ShardMap::Replicated(8, 4, 2, {}, 3);  // group 1 on servers 1, 2
+  std::vector<uint32_t> lost;
+  m = m.Without(2, &lost);  // group 1 on 1 only, group 2 on 3 only
+  ShardMap j = m.WithJoining(1, 0);
+  EXPECT_EQ(j.version, m.version + 1);
+  EXPECT_EQ(j.Joining(1), 0u);
+  EXPECT_EQ(j.Joining(2), ShardMap::kNone);
+  EXPECT_TRUE(j.Holds(0, 1));
+  EXPECT_FALSE(j.IsCopy(0, 1));
+  EXPECT_EQ(j.Copies(1), 1u);
+  EXPECT_EQ(j.Feeder(1, 0), 1u);               // the last full copy feeds it
+  EXPECT_EQ(j.OwnedBy(0), m.OwnedBy(0));       // it serves nothing more
+  EXPECT_EQ(j.HeldBy(0), (std::vector<uint32_t>{0, 1, 2, 3, 6, 7}));  // but holds group 1's partitions
+  ShardMap full = j.WithCopy(1, 0);
+  EXPECT_EQ(full.replicas[1], (std::vector<uint32_t>{1, 0}));
+  EXPECT_TRUE(full.joining.empty());
+  EXPECT_EQ(full.Feeder(1, 0), 1u);
+  EXPECT_EQ(full.OwnedBy(1), (std::vector<uint32_t>{2, 3}));
+  // The joiner dies: the fill is over. The source dies: nothing to fill from.
+  EXPECT_TRUE(j.Without(0, &lost).joining.empty());
+  lost.clear();
+  ShardMap gone = j.Without(1, &lost);
+  EXPECT_EQ(lost, std::vector<uint32_t>{1});
+  EXPECT_TRUE(gone.joining.empty());
+}
+
 }  // namespace
 }  // namespace shardps

@@ -410,7 +410,7 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
 void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
   const int rank = members_.ServerRankOf(from);
   if (rank < 0) return;
-  if (!drain_acks_.empty() && OnDrainAck(static_cast<uint32_t>(rank), h.request_id())) return;
+  if (!moves_.drain_acks.empty() && OnDrainAck(static_cast<uint32_t>(rank), h.request_id())) return;
   if (!retiring_.empty()) OnRetireAck(static_cast<uint32_t>(rank), h);
   const TableDirectory::Answers a = tables_.Ack(static_cast<uint32_t>(rank), h.request_id());
   for (const auto& w : a.clusters) ReplyCluster(w.routing_id, w.request_id, 0);

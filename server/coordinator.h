@@ -279,9 +279,11 @@ class Coordinator {
   // Drains under way (not saved: a resumed coordinator forgets them), the
   // Drain message each drained server is to acknowledge, and the fills that
   // failed (group, server), not tried again.
-  std::set<uint32_t> draining_;
-  std::map<uint32_t, uint64_t> drain_acks_;
-  std::set<std::pair<uint32_t, uint32_t>> fill_failed_;
+  struct Moves {
+    std::set<uint32_t> draining;
+    std::map<uint32_t, uint64_t> drain_acks;
+    std::set<std::pair<uint32_t, uint32_t>> fill_failed;
+  } moves_;
 
   std::unique_ptr<StateStore> store_;  // null: no --state-dir
   bool dirty_ = false;

@@ -46,8 +46,8 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
   ShardMap next = tables_.map().Without(rank, &lost);
   if (!lost.empty()) return lost_every_copy();
   members_.DeclareServerDead(rank);
-  draining_.erase(rank);
-  drain_acks_.erase(rank);
+  moves_.draining.erase(rank);
+  moves_.drain_acks.erase(rank);
   // Its groups are filled into live servers that hold no copy of them
   // (re-replication), where there are such servers.
   PlanFills(&next);

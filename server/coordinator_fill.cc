@@ -42,7 +42,7 @@ uint32_t Coordinator::FillTarget(const ShardMap& m, uint32_t g) const {
   size_t best_load = 0;
   bool best_new_host = false;
   for (uint32_t s : members_.AnsweringServers()) {
-    if (m.Holds(s, g) || draining_.count(s) || fill_failed_.count({g, s}) || !FitsBudget(m, s, g)) continue;
+    if (m.Holds(s, g) || moves_.draining.count(s) || moves_.fill_failed.count({g, s}) || !FitsBudget(m, s, g)) continue;
     size_t load = 0;  // the groups it holds or is being filled with
     for (uint32_t k = 0; k < m.groups(); ++k) load += m.Holds(s, k);
     const bool new_host = g < m.replicas.size() && std::none_of(m.replicas[g].begin(), m.replicas[g].end(), [&](uint32_t c) {
@@ -61,7 +61,7 @@ uint32_t Coordinator::FillTarget(const ShardMap& m, uint32_t g) const {
 uint32_t Coordinator::CopiesKept(const ShardMap& m, uint32_t g) const {
   if (g >= m.replicas.size()) return 0;
   uint32_t n = 0;
-  for (uint32_t s : m.replicas[g]) n += s != ShardMap::kNone && !draining_.count(s);
+  for (uint32_t s : m.replicas[g]) n += s != ShardMap::kNone && !moves_.draining.count(s);
   return n;
 }
 
@@ -96,7 +96,7 @@ void Coordinator::HandleFilled(const std::string& from, const wire::Header& h) {
   if (Status s = wire::ReplyStatus(&h); !s.ok()) {
     LOG_ERROR << "server " << rank << " could not be filled with group " << g << ": " << s.ToString()
               << "; it is not filled with it again";
-    fill_failed_.insert({g, static_cast<uint32_t>(rank)});
+    moves_.fill_failed.insert({g, static_cast<uint32_t>(rank)});
     next = m;
     next.version = m.version + 1;
     next.joining[g] = ShardMap::kNone;
@@ -129,14 +129,14 @@ void Coordinator::HandleDrainServer(const std::string& from, const wire::Header&
   if (!tables_.complete()) return ReplyError(from, h.request_id(), Status::NotReady("the job has no shard map yet"));
   const ServerSlot& slot = members_.servers()[r];
   if (!slot.registered || !slot.alive) return refuse("it is not a live server of this job");
-  if (draining_.count(r)) return refuse("it is being drained already");
+  if (moves_.draining.count(r)) return refuse("it is being drained already");
   // Every group it holds must keep a copy: one elsewhere, or a server that
   // can be filled with one.
-  draining_.insert(r);
+  moves_.draining.insert(r);
   ShardMap next = tables_.map();
   for (uint32_t g = 0; g < next.groups(); ++g)
     if (next.IsCopy(r, g) && CopiesKept(next, g) == 0 && FillTarget(next, g) == ShardMap::kNone) {
-      draining_.erase(r);
+      moves_.draining.erase(r);
       return refuse("group " + std::to_string(g) + " has no other copy and no server can take one");
     }
   // A fill into it is over.
@@ -164,8 +164,8 @@ void Coordinator::HandleDrainServer(const std::string& from, const wire::Header&
 
 void Coordinator::MaybeDrain() {
   const ShardMap& m = tables_.map();
-  for (uint32_t r : draining_) {
-    if (drain_acks_.count(r)) continue;  // told already
+  for (uint32_t r : moves_.draining) {
+    if (moves_.drain_acks.count(r)) continue;  // told already
     bool ready = true;
     for (uint32_t g = 0; g < m.groups() && ready; ++g) {
       if (!m.IsCopy(r, g)) continue;
@@ -177,7 +177,7 @@ void Coordinator::MaybeDrain() {
     const ServerSlot& slot = members_.servers()[r];
     if (!slot.registered) continue;  // (dead meanwhile: failed over)
     const uint64_t id = next_update_id_++;
-    drain_acks_[r] = id;
+    moves_.drain_acks[r] = id;
     wire::Fields f;
     f.type = wire::MsgType::Drain;
     f.request_id = id;
@@ -187,10 +187,10 @@ void Coordinator::MaybeDrain() {
 }
 
 bool Coordinator::OnDrainAck(uint32_t server, uint64_t request_id) {
-  auto it = drain_acks_.find(server);
-  if (it == drain_acks_.end() || it->second != request_id) return false;
-  drain_acks_.erase(it);
-  draining_.erase(server);
+  auto it = moves_.drain_acks.find(server);
+  if (it == moves_.drain_acks.end() || it->second != request_id) return false;
+  moves_.drain_acks.erase(it);
+  moves_.draining.erase(server);
   const std::string routing_id = members_.servers()[server].routing_id;
   if (Status s = FailOver(server, "was drained"); !s.ok()) {
     LOG_ERROR << "server " << server << " could not be drained: " << s.ToString();

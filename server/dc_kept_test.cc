@@ -64,5 +64,28 @@ TEST(DcKept, KeepsTheLastThreePullsOfARange) {
   for (size_t i = 0; i < g.size(); ++i) EXPECT_EQ(c[i], g[i]);
 }
 
+// A fill (re-replication): the kept pulls travel, so a copy compensates
+// exactly as the original does.
+TEST(DcKept, ACopyLoadedFromSaveCompensatesAsTheOriginal) {
+  ServerTable t(Spec(), 2, {0, 1});
+  DcKept dc;
+  dc.Keep(0, 0, t, 2, 6, 7);
+  dc.Keep(1, 0, t, 0, 4, 3);
+  std::string saved;
+  dc.Save(&saved);
+  const std::vector<float> step(8, 2.0f);
+  t.ApplyRange(2, 6, step.data(), 1.0f);
+  DcKept copy;
+  ASSERT_TRUE(copy.Load(saved).ok());
+  const std::vector<float> g = {1, -1, 0.5f, 2, 0, 1, 3, -2};
+  const std::vector<float> a(dc.Compensate(0, 0, t, 2, 6, 7, g.data()), dc.Compensate(0, 0, t, 2, 6, 7, g.data()) + 8);
+  const float* b = copy.Compensate(0, 0, t, 2, 6, 7, g.data());
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(std::vector<float>(b, b + 8), a);
+  EXPECT_NE(copy.Compensate(1, 0, t, 0, 4, 3, g.data()), nullptr);
+  EXPECT_EQ(copy.Load(saved.substr(0, saved.size() / 2)).code(), Code::kBadMessage);
+  EXPECT_NE(copy.Compensate(1, 0, t, 0, 4, 3, g.data()), nullptr);  // (a refused load changed nothing)
+}
+
 }  // namespace
 }  // namespace shardps

@@ -328,7 +328,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     for (auto& sh : shards_) copying |= sh && sh->cut.active();
     auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
     std::vector<zmq::pollitem_t> items = {{data_.handle(), 0, ZMQ_POLLIN, 0}, {coord_.handle(), 0, ZMQ_POLLIN, 0}};
-    for (auto& [rank, peer] : peers_) items.push_back({peer.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& [rank, peer] : peers_) items.push_back({peer.socket.handle(), 0, ZMQ_POLLIN, 0});
     Poll(items.data(), items.size(), copying ? Millis(0) : std::max(wait, Millis(1)));
     while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);  // cluster updates first
     ReceiveAcks();

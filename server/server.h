@@ -166,6 +166,7 @@ class Server {
   // The copy being filled: a FillBegin / FillPart / FillEnd installed
   // (BadMessage etc. when it cannot be: nothing of it applied).
   Status ApplyFill(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
+  Status InstallPart(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);  // one FillPart's rows
   // Tells the coordinator this copy of sh's group is filled, or why not.
   void ReportFilled(Shard& sh, const Status& s);
   // Acknowledgements from the fed copies (the peer sockets): held replies
@@ -206,8 +207,11 @@ class Server {
   TableSet tables_{opts_.memory_budget};
   RequestCheck check_{tables_, opts_.max_request_bytes};
   std::vector<std::unique_ptr<Shard>> shards_;  // by group: the groups this server holds a copy of (else null)
-  std::map<uint32_t, zmq::socket_t> peers_;     // server rank -> a DEALER to its data endpoint (the stream)
-  std::map<uint32_t, std::string> peer_endpoints_;  // the endpoint each of peers_ is connected to
+  struct PeerLink {
+    zmq::socket_t socket;  // a DEALER to its data endpoint (the stream)
+    std::string endpoint;  // where it is connected (a replacement server has a new one)
+  };
+  std::map<uint32_t, PeerLink> peers_;  // by server rank
   std::deque<std::vector<zmq::message_t>> early_replicates_;  // came before the map that makes this a backup
   uint64_t early_bytes_ = 0;  // their bytes (kept at most the held-bytes limit, and 65536 of them)
   // Keeps a stream message until this server holds the map that explains

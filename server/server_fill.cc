@@ -16,6 +16,7 @@
 // the source has. The copy tells the coordinator, whose next map makes it
 // a full copy at the end of the chain: from then on replies wait for it.
 #include <chrono>
+#include <cstring>
 
 #include "common/log.h"
 #include "common/partition.h"
@@ -52,18 +53,18 @@ void Server::StartFill(Shard& sh) {
   // (a primary: what it took, every input of which it forwarded).
   const uint64_t at = sh.primary ? sh.sent : sh.applied;
   sh.sent = at;
-  sh.filling = true;
-  sh.fill_todo.clear();
-  sh.fill_sent = sh.fill_acked = sh.fill_bytes = 0;
-  sh.fill_end_sent = false;
-  sh.fill_start = Clock::now();
+  sh.fill.active = true;
+  sh.fill.todo.clear();
+  sh.fill.sent = sh.fill.acked = sh.fill.bytes = 0;
+  sh.fill.end_sent = false;
+  sh.filled.start = Clock::now();
   sh.kept.clear();
   sh.keep = false;
   const auto parts = view_.map.OfGroup(sh.group);
   for (uint32_t id = 0; id < tables_.size(); ++id)
     if (const ServerTable* t = tables_.get(id))
       for (uint32_t p : parts)
-        if (t->Holds(p)) sh.fill_todo.push_back({id, p});
+        if (t->Holds(p)) sh.fill.todo.push_back({id, p});
   // The worker clocks, and of the parked pulls those a copy parks too
   // (delay compensation's: the others are answered by the primary only).
   std::string clocks;
@@ -77,22 +78,22 @@ void Server::StartFill(Shard& sh) {
   });
   wire::Fields f = FillFields(sh, rank_, wire::RepKind::FillBegin, at);
   f.table_version = sh.version_tag;
-  f.key_count = sh.fill_todo.size();
+  f.key_count = sh.fill.todo.size();
   std::vector<zmq::message_t> out;
   out.push_back(wire::EncodeSimple(fbb_, f));
   out.push_back(Bytes(clocks));
-  LOG_INFO << "group " << sh.group << ": filling server " << sh.next << " with a copy (" << sh.fill_todo.size()
+  LOG_INFO << "group " << sh.group << ": filling server " << sh.next << " with a copy (" << sh.fill.todo.size()
            << " table partitions, from input " << at << ")";
   SendToNext(sh, out);
   PumpFill(sh);
 }
 
 void Server::PumpFill(Shard& sh) {
-  if (!sh.filling) return;
+  if (!sh.fill.active) return;
   const uint64_t at = sh.primary ? sh.sent : sh.applied;
-  while (!sh.fill_todo.empty() && sh.fill_sent - sh.fill_acked < kFillWindow) {
-    const Shard::FillPart part = sh.fill_todo.front();
-    sh.fill_todo.pop_front();
+  while (!sh.fill.todo.empty() && sh.fill.sent - sh.fill.acked < kFillWindow) {
+    const Shard::FillPart part = sh.fill.todo.front();
+    sh.fill.todo.pop_front();
     const ServerTable* t = tables_.get(part.table);
     if (!t || !t->Holds(part.partition)) continue;  // (not held: nothing the copy lacks)
     std::vector<snapshot::PartitionData> data;
@@ -110,35 +111,43 @@ void Server::PumpFill(Shard& sh) {
     out.emplace_back(d.rows.data(), d.rows.size() * sizeof(uint64_t));
     out.emplace_back(d.values.data(), d.values.size() * sizeof(float));
     out.emplace_back(d.admission.data(), d.admission.size());
-    sh.fill_bytes += FramesBytes(out);
-    ++sh.fill_sent;
+    sh.fill.bytes += FramesBytes(out);
+    ++sh.fill.sent;
     m_.fill_bytes.SingleWriterAdd(FramesBytes(out));
     SendToNext(sh, out);
   }
-  if (sh.fill_todo.empty() && !sh.fill_end_sent) {
-    sh.fill_end_sent = true;
+  if (sh.fill.todo.empty() && !sh.fill.end_sent) {
+    sh.fill.end_sent = true;
     std::string dc;
     sh.dc.Save(&dc);
     wire::Fields f = FillFields(sh, rank_, wire::RepKind::FillEnd, at);
-    f.key_count = sh.fill_sent;
+    f.key_count = sh.fill.sent;
     std::vector<zmq::message_t> out;
     out.push_back(wire::EncodeSimple(fbb_, f));
     out.push_back(Bytes(dc));
     SendToNext(sh, out);
-    const double secs = std::chrono::duration<double>(Clock::now() - sh.fill_start).count();
-    LOG_INFO << "group " << sh.group << ": fill of server " << sh.next << " sent: " << sh.fill_sent << " parts, "
-             << sh.fill_bytes << " bytes in " << secs << " s";
+    const double secs = std::chrono::duration<double>(Clock::now() - sh.fill.start).count();
+    LOG_INFO << "group " << sh.group << ": fill of server " << sh.next << " sent: " << sh.fill.sent << " parts, "
+             << sh.fill.bytes << " bytes in " << secs << " s";
   }
 }
 
 Status Server::ApplyFill(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
   const std::string where = "group " + std::to_string(sh.group) + "'s fill";
-  if (sh.filled && h.rep() != wire::RepKind::FillBegin)
+  if (sh.filled.done && h.rep() != wire::RepKind::FillBegin)
     return Status::BadMessage(where + ": a part after the copy was filled");
+  if (h.rep() != wire::RepKind::FillBegin && !sh.filled.begun)
+    return Status::BadMessage(where + ": a part before its FillBegin");
+  if (h.rep() != wire::RepKind::FillBegin && h.fseq() != sh.applied)
+    return Status::BadMessage(where + ": a part taken after input " + std::to_string(h.fseq()) +
+                              " came after input " + std::to_string(sh.applied));
   // [sender's routing id][header][payload...]
+  const size_t want = h.rep() == wire::RepKind::FillPart ? 5 : 3;
+  if (frames.size() != want)
+    return Status::BadMessage(where + ": a '" + wire::EnumNameRepKind(h.rep()) + "' of " +
+                              std::to_string(frames.size() - 2) + " frames, not " + std::to_string(want - 2));
   switch (h.rep()) {
     case wire::RepKind::FillBegin: {
-      if (frames.size() != 3) return Status::BadMessage(where + ": FillBegin has " + std::to_string(frames.size() - 2) + " frames, not 1");
       WorkerClocks clocks(UINT64_MAX);
       clocks.SetModel(view_.consistency, view_.staleness);
       if (Status s = clocks.Load(frames[2].to_string_view()); !s.ok()) return s;
@@ -150,77 +159,25 @@ Status Server::ApplyFill(Shard& sh, const wire::Header& h, std::vector<zmq::mess
       sh.version_tag = h.table_version();
       sh.applied = h.fseq();
       sh.acked_up = 0;
-      sh.filled = false;
-      sh.fill_begun = true;
-      sh.fill_parts = 0;
-      sh.fill_start = Clock::now();
+      sh.filled = Shard::FillIn{false, true, 0, Clock::now()};
       LOG_INFO << where << " begins: " << h.key_count() << " table partitions from server " << h.rank()
                << ", at input " << h.fseq();
       return Status::OK();
     }
-    case wire::RepKind::FillPart: {
-      if (!sh.fill_begun) return Status::BadMessage(where + ": a part before its FillBegin");
-      if (h.fseq() != sh.applied)
-        return Status::BadMessage(where + ": a part taken after input " + std::to_string(h.fseq()) +
-                                  " came after input " + std::to_string(sh.applied));
-      if (frames.size() != 5) return Status::BadMessage(where + ": a part has " + std::to_string(frames.size() - 2) + " frames, not 3");
-      ServerTable* t = tables_.get(h.table());
-      const uint32_t p = static_cast<uint32_t>(h.row_begin());
-      if (!t || h.row_begin() >= view_.map.partitions() || !t->Holds(p) || view_.map.GroupOf(p) != sh.group)
-        return Status::BadMessage(where + ": partition " + std::to_string(h.row_begin()) + " of table " +
-                                  std::to_string(h.table()) + " is not one of the group's held here");
-      const TableSpec& spec = t->spec();
-      const uint32_t stride = ServerTable::SnapshotStride(spec);
-      const uint64_t n = h.key_count();
-      if (h.steps() != stride || frames[2].size() != n * sizeof(uint64_t) || frames[3].size() != n * stride * sizeof(float))
-        return Status::BadMessage(where + ": table '" + spec.name + "' partition " + std::to_string(p) +
-                                  ": the part's sizes do not match " + std::to_string(n) + " rows of " +
-                                  std::to_string(stride) + " floats");
-      std::vector<uint64_t> rows(n);
-      std::vector<float> values(n * stride);
-      if (n) {
-        std::memcpy(rows.data(), frames[2].data(), frames[2].size());
-        std::memcpy(values.data(), frames[3].data(), frames[3].size());
-      }
-      const uint32_t parts = view_.map.partitions();
-      for (uint64_t row : rows) {
-        const bool fits = spec.kind == TableKind::kDense
-                              ? row < spec.rows && PartitionOfRow(row, spec.rows, parts) == p
-                              : PartitionOfId(row, parts) == p;
-        if (!fits)
-          return Status::BadMessage(where + ": row " + std::to_string(row) + " of table '" + spec.name +
-                                    "' is not in partition " + std::to_string(p));
-      }
-      if (spec.kind == TableKind::kDense &&
-          n != PartitionRowBegin(p + 1, spec.rows, parts) - PartitionRowBegin(p, spec.rows, parts))
-        return Status::BadMessage(where + ": dense partition " + std::to_string(p) + " of '" + spec.name + "' with " +
-                                  std::to_string(n) + " rows");
-      const std::string admission(frames[4].to_string_view());
-      if (spec.kind == TableKind::kSparse) t->ClearSparsePartition(p);
-      for (uint64_t i = 0; i < n; ++i) t->Import(rows[i], &values[i * stride]);
-      if (!admission.empty() && !t->ImportAdmission(p, admission))
-        return Status::BadMessage(where + ": table '" + spec.name + "' partition " + std::to_string(p) +
-                                  ": not an admission sketch of it");
-      t->SetPartitionVersion(p, h.table_version());
-      t->SetRoundingState(p, h.seq());
-      ++sh.fill_parts;
+    case wire::RepKind::FillPart:
+      if (Status s = InstallPart(sh, h, frames); !s.ok()) return Status(s.code(), where + ": " + s.message());
+      ++sh.filled.parts;
       return Status::OK();
-    }
     case wire::RepKind::FillEnd: {
-      if (!sh.fill_begun) return Status::BadMessage(where + ": its end before its FillBegin");
-      if (frames.size() != 3) return Status::BadMessage(where + ": FillEnd has " + std::to_string(frames.size() - 2) + " frames, not 1");
-      if (h.fseq() != sh.applied)
-        return Status::BadMessage(where + ": its end, taken after input " + std::to_string(h.fseq()) +
-                                  ", came after input " + std::to_string(sh.applied));
-      if (h.key_count() != sh.fill_parts)
-        return Status::BadMessage(where + ": " + std::to_string(sh.fill_parts) + " parts installed of " +
+      if (h.key_count() != sh.filled.parts)
+        return Status::BadMessage(where + ": " + std::to_string(sh.filled.parts) + " parts installed of " +
                                   std::to_string(h.key_count()) + " sent");
       DcKept dc;
       if (Status s = dc.Load(frames[2].to_string_view()); !s.ok()) return s;
       sh.dc = std::move(dc);
-      sh.filled = true;
-      const double secs = std::chrono::duration<double>(Clock::now() - sh.fill_start).count();
-      LOG_INFO << where << " is complete: " << sh.fill_parts << " table partitions in " << secs << " s, at input "
+      sh.filled.done = true;
+      const double secs = std::chrono::duration<double>(Clock::now() - sh.filled.start).count();
+      LOG_INFO << where << " is complete: " << sh.filled.parts << " table partitions in " << secs << " s, at input "
                << sh.applied;
       m_.fills.SingleWriterInc();
       ReportFilled(sh, Status::OK());
@@ -229,6 +186,47 @@ Status Server::ApplyFill(Shard& sh, const wire::Header& h, std::vector<zmq::mess
     default:
       return Status::BadMessage(where + ": not a fill message");
   }
+}
+
+Status Server::InstallPart(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  ServerTable* t = tables_.get(h.table());
+  const uint32_t p = static_cast<uint32_t>(h.row_begin());
+  if (!t || h.row_begin() >= view_.map.partitions() || !t->Holds(p) || view_.map.GroupOf(p) != sh.group)
+    return Status::BadMessage("partition " + std::to_string(h.row_begin()) + " of table " + std::to_string(h.table()) +
+                              " is not one of the group's held here");
+  const TableSpec& spec = t->spec();
+  const uint32_t stride = ServerTable::SnapshotStride(spec);
+  const uint64_t n = h.key_count();
+  if (h.steps() != stride || frames[2].size() != n * sizeof(uint64_t) || frames[3].size() != n * stride * sizeof(float))
+    return Status::BadMessage("table '" + spec.name + "' partition " + std::to_string(p) +
+                              ": the part's sizes do not match " + std::to_string(n) + " rows of " +
+                              std::to_string(stride) + " floats");
+  std::vector<uint64_t> rows(n);
+  std::vector<float> values(n * stride);
+  if (n) {
+    std::memcpy(rows.data(), frames[2].data(), frames[2].size());
+    std::memcpy(values.data(), frames[3].data(), frames[3].size());
+  }
+  const uint32_t parts = view_.map.partitions();
+  for (uint64_t row : rows) {
+    const bool fits = spec.kind == TableKind::kDense ? row < spec.rows && PartitionOfRow(row, spec.rows, parts) == p
+                                                     : PartitionOfId(row, parts) == p;
+    if (!fits)
+      return Status::BadMessage("row " + std::to_string(row) + " of table '" + spec.name + "' is not in partition " +
+                                std::to_string(p));
+  }
+  if (spec.kind == TableKind::kDense &&
+      n != PartitionRowBegin(p + 1, spec.rows, parts) - PartitionRowBegin(p, spec.rows, parts))
+    return Status::BadMessage("dense partition " + std::to_string(p) + " of '" + spec.name + "' with " +
+                              std::to_string(n) + " rows");
+  const std::string admission(frames[4].to_string_view());
+  if (spec.kind == TableKind::kSparse) t->ClearSparsePartition(p);
+  for (uint64_t i = 0; i < n; ++i) t->Import(rows[i], &values[i * stride]);
+  if (!admission.empty() && !t->ImportAdmission(p, admission))
+    return Status::BadMessage("table '" + spec.name + "' partition " + std::to_string(p) + ": not an admission sketch of it");
+  t->SetPartitionVersion(p, h.table_version());
+  t->SetRoundingState(p, h.seq());
+  return Status::OK();
 }
 
 void Server::ReportFilled(Shard& sh, const Status& s) {

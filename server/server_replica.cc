@@ -94,8 +94,8 @@ void Server::PlaceShards() {
       sh->clocks.SetModel(view_.consistency, view_.staleness);
       sh->clocks.set_held_limit(primary ? opts_.held_bytes : UINT64_MAX);
       sh->primary = primary;
-      sh->filled = m.IsCopy(rank_, g);
-      if (!sh->filled)
+      sh->filled.done = m.IsCopy(rank_, g);
+      if (!sh->filled.done)
         LOG_INFO << "filling a copy of group " << g << " (from server " << m.Feeder(g, rank_) << ", shard map v"
                  << m.version << ")";
       else if (!primary)
@@ -140,18 +140,18 @@ uint32_t Server::PlaceInChain(Shard& sh, const ShardMap& m) {
   uint32_t next = NextCopy(m, sh.group, rank_, 1);
   const bool fill = next == Shard::kNoCopy && m.IsCopy(rank_, sh.group) && m.Joining(sh.group) != ShardMap::kNone;
   if (fill) next = m.Joining(sh.group);
-  if (sh.filling && !fill) {
+  if (sh.fill.active && !fill) {
     if (next == sh.next)
       LOG_INFO << "group " << sh.group << ": server " << next << " holds a full copy now (shard map v" << m.version
-               << "), " << sh.fill_sent << " parts, " << sh.fill_bytes << " bytes sent to fill it";
+               << "), " << sh.fill.sent << " parts, " << sh.fill.bytes << " bytes sent to fill it";
     else
       LOG_WARN << "group " << sh.group << ": the fill of server " << sh.next << " is over without it (shard map v"
                << m.version << ")";
-    sh.filling = false;
-    sh.fill_todo.clear();
+    sh.fill.active = false;
+    sh.fill.todo.clear();
     if (next != sh.next) sh.next = Shard::kNoCopy;  // (nothing it was sent is waited for)
   }
-  const bool new_fill = fill && !(sh.filling && sh.next == next);
+  const bool new_fill = fill && !(sh.fill.active && sh.next == next);
   // The copy it fed died (the map only loses copies): the next one had
   // what that one acknowledged (sh.next_acked carries over) and gets again
   // what it did not, skipping what it has. A copy being filled is filled
@@ -238,9 +238,8 @@ void Server::Send(std::vector<zmq::message_t>&& frames) {
 zmq::socket_t& Server::Peer(uint32_t server) {
   const std::string endpoint = server < view_.servers.size() ? view_.servers[server] : std::string();
   auto it = peers_.find(server);
-  if (it != peers_.end() && peer_endpoints_[server] == endpoint) return it->second;
+  if (it != peers_.end() && it->second.endpoint == endpoint) return it->second.socket;
   if (it != peers_.end()) peers_.erase(it);  // a new server under that rank (a replacement)
-  peer_endpoints_[server] = endpoint;
   zmq::socket_t s(ctx_, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::sndhwm, 0);  // held back by the replies it holds, not dropped
@@ -254,7 +253,7 @@ zmq::socket_t& Server::Peer(uint32_t server) {
   }
   LOG_INFO << "streaming to server " << server << " at "
            << (server < view_.servers.size() ? view_.servers[server] : std::string("?"));
-  return peers_.emplace(server, std::move(s)).first->second;
+  return peers_.emplace(server, PeerLink{std::move(s), endpoint}).first->second.socket;
 }
 
 void Server::SendHello(Shard& sh) {
@@ -368,7 +367,7 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
     }
     return AckUpstream(*sh, true);
   }
-  if (!sh->filled && !sh->fill_begun)
+  if (!sh->filled.done && !sh->filled.begun)
     return refuse("group " + std::to_string(g) + "'s copy here is being filled: input " + std::to_string(fseq) +
                   " came before its state");
   if (fseq <= sh->applied) {
@@ -417,7 +416,7 @@ void Server::AckUpstream(Shard& sh, bool fill) {
   wire::Fields ack;
   ack.group = static_cast<int32_t>(sh.group);
   ack.fseq = a;
-  ack.seq = sh.fill_parts;  // a copy being filled: the parts it installed
+  ack.seq = sh.filled.parts;  // a copy being filled: the parts it installed
   ack.role = wire::Role::Server;
   ack.rank = static_cast<int32_t>(rank_);
   std::vector<zmq::message_t> out;
@@ -476,17 +475,17 @@ void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::
 void Server::ReceiveAcks() {
   std::vector<zmq::message_t> frames;
   for (auto& [server, peer] : peers_)
-    for (int i = 0; i < 1024 && RecvMultipart(peer, &frames); ++i) {
+    for (int i = 0; i < 1024 && RecvMultipart(peer.socket, &frames); ++i) {
       const wire::Header* h = nullptr;
       if (frames.empty() || !wire::ParseHeader(frames[0], header_scratch_, &h).ok()) continue;
       const int g = h->group();
       Shard* sh = g >= 0 && static_cast<size_t>(g) < shards_.size() ? shards_[g].get() : nullptr;
       if (Status s = wire::ReplyStatus(h); !s.ok()) {
-        if (sh && sh->filling && server == sh->next) {
+        if (sh && sh->fill.active && server == sh->next) {
           // The copy being filled refused its state (it says why, and tells
           // the coordinator): this copy goes on, the fill is over.
           LOG_ERROR << "group " << g << ": server " << server << " refused its fill: " << s.ToString();
-          sh->fill_todo.clear();
+          sh->fill.todo.clear();
           continue;
         }
         if (draining_) {
@@ -507,8 +506,8 @@ void Server::ReceiveAcks() {
       if (!sh || server != sh->next) continue;  // (a late one from a copy no longer fed)
       sh->next_acked = std::max(sh->next_acked, h->fseq());
       while (!sh->kept.empty() && sh->kept.front().fseq <= sh->next_acked) sh->kept.pop_front();
-      if (sh->filling) {
-        sh->fill_acked = std::max(sh->fill_acked, h->seq());
+      if (sh->fill.active) {
+        sh->fill.acked = std::max(sh->fill.acked, h->seq());
         PumpFill(*sh);
         continue;  // (nothing waits for a copy being filled)
       }

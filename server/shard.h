@@ -92,24 +92,30 @@ class Shard {
   // FillPart per table partition, FillEnd), each at the stream's place it
   // was taken at, and then every input; nothing waits for its
   // acknowledgements until the map makes it a full copy.
-  bool filling = false;
   struct FillPart {
     uint32_t table, partition;
   };
-  std::deque<FillPart> fill_todo;  // parts not sent yet
-  uint64_t fill_sent = 0;          // parts sent
-  uint64_t fill_acked = 0;         // parts the copy installed (its acknowledgements' `seq`)
-  uint64_t fill_bytes = 0;         // bytes of the parts sent
-  bool fill_end_sent = false;
-  // The copy being filled: false from its FillBegin to its FillEnd (until
-  // then it has parts of the group's rows only).
-  bool filled = true;
-  bool fill_begun = false;
-  uint64_t fill_parts = 0;  // parts installed
-  Clock::time_point fill_start{};
+  struct FillOut {
+    bool active = false;         // `next` is being filled
+    std::deque<FillPart> todo;   // parts not sent yet
+    uint64_t sent = 0;           // parts sent
+    uint64_t acked = 0;          // parts the copy installed (its acknowledgements' `seq`)
+    uint64_t bytes = 0;          // bytes of the parts sent
+    bool end_sent = false;
+    Clock::time_point start{};
+  } fill;
+  bool filling() const { return fill.active; }
+  // The copy being filled: not `done` from its FillBegin to its FillEnd
+  // (until then it has parts of the group's rows only).
+  struct FillIn {
+    bool done = true;
+    bool begun = false;
+    uint64_t parts = 0;  // parts installed
+    Clock::time_point start{};
+  } filled;
   // The last fseq every backup applied (sent when there is none); a copy
   // being filled is not waited for.
-  uint64_t AckedByAll() const { return feeds() && !filling ? std::min(sent, next_acked) : sent; }
+  uint64_t AckedByAll() const { return feeds() && !filling() ? std::min(sent, next_acked) : sent; }
   // Moves the replies every backup is far enough for into *out.
   void TakeReleasable(std::vector<std::vector<zmq::message_t>>* out) {
     const uint64_t all = AckedByAll();
@@ -125,7 +131,7 @@ class Shard {
   uint64_t acked_up = 0;    // the last fseq acknowledged upstream
   // What may be acknowledged upstream: what this copy applied, and (when
   // it feeds another) what every copy after it has.
-  uint64_t Ackable() const { return feeds() && !filling ? std::min(applied, next_acked) : applied; }
+  uint64_t Ackable() const { return feeds() && !filling() ? std::min(applied, next_acked) : applied; }
 };
 
 }  // namespace shardps

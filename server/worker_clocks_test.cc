@@ -336,5 +336,52 @@ TEST(WorkerClocks, TicksAreRefusedFromNonWorkersUnknownRanksAndAfterALostTick) {
   EXPECT_EQ(w.Join(true, 5, 0, &at).code(), Code::kInvalidArgument);
 }
 
+// A fill (re-replication): a copy loaded from Save behaves as the
+// original from there on — the same clocks, held pushes, push numbering,
+// parked pulls — and a damaged state is refused with nothing changed.
+TEST(WorkerClocks, ACopyLoadedFromSaveGoesOnAsTheOriginal) {
+  WorkerClocks w = Job(Consistency::kSync, 3);
+  Hold(w, 0, 0, 0, "w0-a");
+  Hold(w, 2, 0, 1, "w2-a");
+  TickOk(w, 0, 0);
+  Hold(w, 0, 1, 0, "w0-next");  // a push for the next clock, ahead
+  EXPECT_FALSE(w.IsRetry(1, 7));
+  ASSERT_TRUE(w.Park(1, 1, Frames("parked-dc"), Clock::now()).ok());
+  ASSERT_TRUE(w.Park(1, 2, Frames("parked-plain"), Clock::now()).ok());
+  std::string saved;
+  w.Save(&saved, [](const WorkerClocks::Parked& p) { return Who(p.frames) == "parked-dc"; });
+
+  WorkerClocks copy(1 << 20);
+  copy.SetModel(Consistency::kSync, 0);
+  ASSERT_TRUE(copy.Load(saved).ok());
+  EXPECT_EQ(copy.clocks(), w.clocks());
+  EXPECT_EQ(copy.held_pushes(), w.held_pushes());
+  EXPECT_EQ(copy.ahead_bytes(), w.ahead_bytes());
+  EXPECT_TRUE(copy.IsRetry(1, 7));   // its push numbering came along
+  EXPECT_FALSE(copy.IsRetry(1, 8));
+  ASSERT_EQ(copy.parked().size(), 1u);  // only the pulls the filter kept
+  EXPECT_EQ(Who(copy.parked()[0].frames), "parked-dc");
+  for (WorkerClocks* c : {&w, &copy}) {
+    TickOk(*c, 1, 0);
+    TickOk(*c, 2, 0);
+    ASSERT_EQ(c->CompleteBelow(), 1);
+    WorkerClocks::CompleteClock done;
+    c->TakeClock(2, &done);
+    ASSERT_EQ(done.pushes.size(), 2u);
+    EXPECT_EQ(Who(done.pushes[0].frames), "w0-a");
+    EXPECT_EQ(Who(done.pushes[1].frames), "w2-a");
+    EXPECT_EQ(done.pushes[1].table, 1u);
+    EXPECT_EQ(done.trained, 3u);
+  }
+  // Cut short, or anything else: refused, nothing changed.
+  WorkerClocks other = Job(Consistency::kSync, 2);
+  Status s = other.Load(std::string_view(saved).substr(0, saved.size() - 3));
+  EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
+  EXPECT_NE(s.message().find("worker clocks"), std::string::npos) << s.message();
+  EXPECT_EQ(other.clocks().size(), 2u);
+  EXPECT_EQ(other.Load("not clocks at all").code(), Code::kBadMessage);
+  EXPECT_EQ(other.Load(saved + "x").code(), Code::kBadMessage);  // bytes left over
+}
+
 }  // namespace
 }  // namespace shardps
