@@ -105,7 +105,6 @@ void Server::PumpFill(Shard& sh) {
     f.table_version = t->PartitionVersion(part.partition);
     f.seq = t->RoundingState(part.partition);
     f.key_count = d.rows.size();
-    f.steps = d.stride;
     std::vector<zmq::message_t> out;
     out.push_back(wire::EncodeSimple(fbb_, f));
     out.emplace_back(d.rows.data(), d.rows.size() * sizeof(uint64_t));
@@ -159,7 +158,7 @@ Status Server::ApplyFill(Shard& sh, const wire::Header& h, std::vector<zmq::mess
       sh.version_tag = h.table_version();
       sh.applied = h.fseq();
       sh.acked_up = 0;
-      sh.filled = Shard::FillIn{false, true, 0, Clock::now()};
+      sh.filled = Shard::FillIn{false, true, 0, Clock::now(), false};
       LOG_INFO << where << " begins: " << h.key_count() << " table partitions from server " << h.rank()
                << ", at input " << h.fseq();
       return Status::OK();
@@ -197,7 +196,7 @@ Status Server::InstallPart(Shard& sh, const wire::Header& h, std::vector<zmq::me
   const TableSpec& spec = t->spec();
   const uint32_t stride = ServerTable::SnapshotStride(spec);
   const uint64_t n = h.key_count();
-  if (h.steps() != stride || frames[2].size() != n * sizeof(uint64_t) || frames[3].size() != n * stride * sizeof(float))
+  if (frames[2].size() != n * sizeof(uint64_t) || frames[3].size() != n * stride * sizeof(float))
     return Status::BadMessage("table '" + spec.name + "' partition " + std::to_string(p) +
                               ": the part's sizes do not match " + std::to_string(n) + " rows of " +
                               std::to_string(stride) + " floats");

@@ -360,8 +360,12 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
                   " does)");
   const uint64_t fseq = h.fseq();
   sh->upstream_id = frames[0].to_string();
-  if (h.rep() == wire::RepKind::FillBegin || h.rep() == wire::RepKind::FillPart || h.rep() == wire::RepKind::FillEnd) {
+  const bool fill = h.rep() == wire::RepKind::FillBegin || h.rep() == wire::RepKind::FillPart ||
+                    h.rep() == wire::RepKind::FillEnd;
+  if (sh->filled.failed && h.rep() != wire::RepKind::FillBegin) return;  // (told once; the next map ends it)
+  if (fill) {
     if (Status s = ApplyFill(*sh, h, frames); !s.ok()) {
+      sh->filled.failed = true;
       ReportFilled(*sh, s);
       return refuse(s.message());
     }

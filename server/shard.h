@@ -112,6 +112,7 @@ class Shard {
     bool begun = false;
     uint64_t parts = 0;  // parts installed
     Clock::time_point start{};
+    bool failed = false;  // a part was refused (the coordinator was told): the rest is dropped
   } filled;
   // The last fseq every backup applied (sent when there is none); a copy
   // being filled is not waited for.
