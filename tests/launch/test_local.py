@@ -294,6 +294,39 @@ def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_d
     wait_none_left(run_dir)
 
 
+def test_replacement_server_is_filled_and_takes_over_after_the_other_dies(run_dir, tmp_path):
+    """replicas = 2 and --restart-servers: a server killed is failed over and
+    a replacement started under its rank, filled with copies of both groups
+    while training runs; then the other server is killed and the replacement
+    serves everything. No rollback, exit 0, and the final model equals, bit
+    for bit, that of the same job without the kills."""
+    def worker(name):
+        return full_mlp(4, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
+                            "--save-params", str(tmp_path / (name + "{rank}.bin"))])
+    launch = Launch(["-v", "--servers", "2", "--workers", "2", "--replicas", "2", "--restart-servers", "--",
+                     *worker("a")], run_dir)
+    launch.wait_for_line(r"worker 0 \| epoch 2 step", 120)
+    os.kill(pid_of(run_dir, "shardps-server", "--rank", "1"), signal.SIGKILL)
+    launch.wait_for_line(r"starting a replacement", 60)
+    wait_for_lines(launch, r"holds a full copy; its chain", 2, 0, 120)
+    wait_for_lines(launch, r"worker 0 \| epoch \d+ step", 1, len(launch.lines), 60)
+    os.kill(pid_of(run_dir, "shardps-server", "--rank", "0"), signal.SIGKILL)
+    rc = launch.wait(240)
+    out = launch.output()
+    assert rc == 0, out
+    assert re.search(r"server 1 on localhost killed by signal SIGKILL at [\d.]+ s: server 1 is dead; .*starting a "
+                     r"replacement", out), out
+    assert re.search(r"server 0 on localhost killed by signal SIGKILL at [\d.]+ s: server 0 is dead", out), out
+    assert "all 2 workers finished" in out, out
+    job = read_json(os.path.join(run_dir, "job.json"))
+    assert job["rollbacks"] == 0 and job["state"] == "completed", job
+    again = Launch(["--servers", "2", "--workers", "2", "--replicas", "2", "--", *worker("b")], run_dir + "-b")
+    assert again.wait(240) == 0, again.output()
+    a, b = open(tmp_path / "a0.bin", "rb").read(), open(tmp_path / "b0.bin", "rb").read()
+    assert len(a) > 0 and a == b, "the final models differ"
+    wait_none_left(run_dir)
+
+
 def test_both_copies_of_a_group_lost_fall_back_to_the_rollback_saying_why(run_dir, tmp_path):
     """replicas = 2, both servers killed at once: the first is failed over
     (to the second, dead too), the second cannot be (its groups would lose

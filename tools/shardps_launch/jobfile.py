@@ -50,7 +50,8 @@ def parse_args(argv):
                     help="start a failed worker again with its rank; it rejoins the running job ([launch] restart_workers)")
     ap.add_argument("--restart-servers", dest="restart_servers", action="store_true", default=None,
                     help="when a server dies, roll the job back to its newest snapshot and start every server and "
-                         "worker again ([launch] restart_servers; needs snapshots)")
+                         "worker again ([launch] restart_servers; needs snapshots); with --replicas 2 or more, a dead server is failed over "
+                         "and a replacement started under its rank, filled with copies while the job runs")
     ap.add_argument("--restart-coordinator", dest="restart_coordinator", action="store_true", default=None,
                     help="start a dead coordinator again on the same endpoint; it resumes the job from its saved "
                          "state ([launch] restart_coordinator; the state goes to [job] state_dir, default RUN_DIR)")

@@ -73,12 +73,14 @@ class Supervisor:
         """The coordinator and the servers: one that ended is started again,
         rolls the job back, fails the job, or (exit 0) starts the quiet
         period. After a restart or rollback the rest wait for the next round."""
-        for p in self.others:
+        for p in list(self.others):
             if p.poll() is None or p.failed_over:
                 continue
             if p.rc != 0 and p.role == "server" and self.job.get("replicas", 1) > 1 and not self.stop_requested.is_set():
                 if self.fail_over(p):
                     continue
+            if p.rc == 0 and p.role == "server" and not self.stop_requested.is_set() and self.drained(p):
+                continue
             if (p.rc != 0 and p.role == "coordinator" and self.launch["restart_coordinator"] and not p.handled
                     and not self.stop_requested.is_set()):
                 self.restart_coordinator(p)
@@ -115,8 +117,31 @@ class Supervisor:
             report(p, f"{what}: no fail-over: {why}")
             return False
         p.failed_over = True
-        report(p, f"{what}: {out or 'its groups are served by their backups'}; the job goes on (nothing restarted)")
-        self.failures.append(f"{what}: failed over to the backups of its groups")
+        if self.launch["restart_servers"] and p.incarnation < self.launch["max_restarts"]:
+            # A replacement under its rank: the coordinator fills it with
+            # copies of the groups short of one while the job runs.
+            report(p, f"{what}: {out or 'its groups are served by their backups'}; starting a replacement "
+                      f"(restart {p.incarnation + 1} of at most {self.launch['max_restarts']}), filled with copies "
+                      f"while the job goes on")
+            self.others.append(self.processes.start_again(p))
+            self.failures.append(f"{what}: failed over to the backups of its groups, a replacement started")
+        else:
+            report(p, f"{what}: {out or 'its groups are served by their backups'}; the job goes on (nothing restarted)")
+            self.failures.append(f"{what}: failed over to the backups of its groups")
+        self.files.note(self.failures[-1])
+        return True
+
+    def drained(self, p):
+        """A server that exited 0 while the job runs because it was drained
+        (shardps-ctl drain-server): its groups are held by other servers;
+        the job goes on."""
+        p.reader.join(timeout=2)
+        if not any("drained" in line for line in p.last_lines()):
+            return False
+        p.failed_over = True
+        report(p, f"{p.name} on {p.host} was drained (its groups are held by other servers) and exited 0 at "
+                  f"{self.elapsed():.1f} s; the job goes on")
+        self.failures.append(f"{p.name} drained at {self.elapsed():.1f} s")
         self.files.note(self.failures[-1])
         return True
 
