@@ -148,6 +148,10 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   for (const auto& r : map.replicas)
     for (uint32_t k = 0; k < stride; ++k) groups.push_back(k < r.size() ? r[k] : ShardMap::kNone);
   auto gv = fbb_.CreateVector(groups);
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> jv, dv;
+  if (!map.joining.empty()) jv = fbb_.CreateVector(map.joining);
+  if (!moves_.draining.empty())
+    dv = fbb_.CreateVector(std::vector<uint32_t>(moves_.draining.begin(), moves_.draining.end()));
   auto host = fbb_.CreateString(HostName()), url = fbb_.CreateString(opts_.metrics.url),
        snapdir = fbb_.CreateString(opts_.snapshot_dir), latest = fbb_.CreateString(snaps.latest_dir);
   wire::JobStatusBuilder b(fbb_);
@@ -171,6 +175,8 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   b.add_map_version(map.version);
   b.add_replicas(opts_.replicas);
   b.add_group_replicas(gv);
+  if (!map.joining.empty()) b.add_group_joining(jv);
+  if (!moves_.draining.empty()) b.add_draining(dv);
   auto body = b.Finish();
   wire::Fields f;
   f.request_id = h.request_id();

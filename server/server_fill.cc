@@ -17,6 +17,7 @@
 // a full copy at the end of the chain: from then on replies wait for it.
 #include <chrono>
 #include <cstring>
+#include <memory>
 
 #include "common/log.h"
 #include "common/partition.h"
@@ -46,6 +47,25 @@ wire::Fields FillFields(const Shard& sh, uint32_t rank, wire::RepKind kind, uint
 
 zmq::message_t Bytes(const std::string& s) { return zmq::message_t(s.data(), s.size()); }
 
+// A frame of `bytes` at `data`, which `owner` keeps alive until ZeroMQ has
+// sent it (small frames: copied).
+zmq::message_t Owning(const std::shared_ptr<snapshot::PartitionData>& owner, const void* data, size_t bytes) {
+  if (bytes < 4096) return zmq::message_t(data, bytes);
+  auto* hold = new std::shared_ptr<snapshot::PartitionData>(owner);
+  return zmq::message_t(const_cast<void*>(data), bytes,
+                        [](void*, void* hint) { delete static_cast<std::shared_ptr<snapshot::PartitionData>*>(hint); },
+                        hold);
+}
+
+// The `T`s of a frame: in place when aligned, else copied into *copy.
+template <typename T>
+const T* Aligned(const zmq::message_t& f, std::vector<T>* copy) {
+  if (reinterpret_cast<uintptr_t>(f.data()) % alignof(T) == 0) return static_cast<const T*>(f.data());
+  copy->resize(f.size() / sizeof(T));
+  if (!copy->empty()) std::memcpy(copy->data(), f.data(), copy->size() * sizeof(T));
+  return copy->data();
+}
+
 }  // namespace
 
 void Server::StartFill(Shard& sh) {
@@ -57,7 +77,7 @@ void Server::StartFill(Shard& sh) {
   sh.fill.todo.clear();
   sh.fill.sent = sh.fill.acked = sh.fill.bytes = 0;
   sh.fill.end_sent = false;
-  sh.filled.start = Clock::now();
+  sh.fill.start = Clock::now();
   sh.kept.clear();
   sh.keep = false;
   const auto parts = view_.map.OfGroup(sh.group);
@@ -98,7 +118,9 @@ void Server::PumpFill(Shard& sh) {
     if (!t || !t->Holds(part.partition)) continue;  // (not held: nothing the copy lacks)
     std::vector<snapshot::PartitionData> data;
     t->ExportPartition(part.table, part.partition, &data);
-    const snapshot::PartitionData& d = data.front();
+    // Its arrays go out as they are (the frames own them; no copy).
+    auto held = std::make_shared<snapshot::PartitionData>(std::move(data.front()));
+    const snapshot::PartitionData& d = *held;
     wire::Fields f = FillFields(sh, rank_, wire::RepKind::FillPart, at);
     f.table = part.table;
     f.row_begin = part.partition;
@@ -107,8 +129,8 @@ void Server::PumpFill(Shard& sh) {
     f.key_count = d.rows.size();
     std::vector<zmq::message_t> out;
     out.push_back(wire::EncodeSimple(fbb_, f));
-    out.emplace_back(d.rows.data(), d.rows.size() * sizeof(uint64_t));
-    out.emplace_back(d.values.data(), d.values.size() * sizeof(float));
+    out.push_back(Owning(held, d.rows.data(), d.rows.size() * sizeof(uint64_t)));
+    out.push_back(Owning(held, d.values.data(), d.values.size() * sizeof(float)));
     out.emplace_back(d.admission.data(), d.admission.size());
     sh.fill.bytes += FramesBytes(out);
     ++sh.fill.sent;
@@ -200,14 +222,13 @@ Status Server::InstallPart(Shard& sh, const wire::Header& h, std::vector<zmq::me
     return Status::BadMessage("table '" + spec.name + "' partition " + std::to_string(p) +
                               ": the part's sizes do not match " + std::to_string(n) + " rows of " +
                               std::to_string(stride) + " floats");
-  std::vector<uint64_t> rows(n);
-  std::vector<float> values(n * stride);
-  if (n) {
-    std::memcpy(rows.data(), frames[2].data(), frames[2].size());
-    std::memcpy(values.data(), frames[3].data(), frames[3].size());
-  }
+  std::vector<uint64_t> rows_copy;
+  std::vector<float> values_copy;
+  const uint64_t* rows = Aligned(frames[2], &rows_copy);
+  const float* values = Aligned(frames[3], &values_copy);
   const uint32_t parts = view_.map.partitions();
-  for (uint64_t row : rows) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t row = rows[i];
     const bool fits = spec.kind == TableKind::kDense ? row < spec.rows && PartitionOfRow(row, spec.rows, parts) == p
                                                      : PartitionOfId(row, parts) == p;
     if (!fits)

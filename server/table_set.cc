@@ -72,7 +72,7 @@ Status TableSet::Define(const ClusterView& v, const std::vector<uint32_t>& owned
                                 std::to_string(need) + " bytes here, " + std::to_string(used) + " of the " +
                                 std::to_string(budget_) + "-byte memory budget are in use");
       try {
-        t->AddPartitions(more);
+        t->AddPartitions(more, /*initialize=*/false);  // (a fill overwrites every row: not initialised first)
       } catch (const std::bad_alloc&) {
         return Status::TooLarge("table '" + spec.name + "': allocating " + std::to_string(need) + " bytes failed");
       }

@@ -159,7 +159,16 @@ std::string GroupsText(const wire::JobStatus& js) {
   for (size_t g = 0; g < groups.size(); ++g) {
     s += (g ? " | " : " ") + std::to_string(g) + ":";
     for (size_t k = 0; k < groups[g].size(); ++k) s += (k ? " + server " : " server ") + std::to_string(groups[g][k]);
-    if (groups[g].size() < js.replicas()) s += groups[g].empty() ? " none" : " (one copy left)";
+    if (groups[g].size() < js.replicas())
+      s += groups[g].empty() ? " none"
+           : groups[g].size() == 1 ? " (one copy left)"
+                                   : " (" + std::to_string(groups[g].size()) + " of " + std::to_string(js.replicas()) + " copies)";
+    if (js.group_joining() && g < js.group_joining()->size() && js.group_joining()->Get(g) != 0xffffffffu)
+      s += " (filling server " + std::to_string(js.group_joining()->Get(g)) + ")";
+  }
+  if (js.draining() && js.draining()->size()) {
+    s += " | draining:";
+    for (uint32_t r : *js.draining()) s += " server " + std::to_string(r);
   }
   return s;
 }
@@ -276,7 +285,21 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
       for (size_t k = 0; k < groups[g].size(); ++k) o += (k ? ", " : "") + std::to_string(groups[g][k]);
       o += "]";
     }
-    o += "]}";
+    o += "]";
+    if (js->group_joining()) {  // re-replication under way: group -> the server being filled (-1: none)
+      o += ", \"joining\": [";
+      for (uint32_t g = 0; g < js->group_joining()->size(); ++g) {
+        const uint32_t j = js->group_joining()->Get(g);
+        o += (g ? ", " : "") + (j == 0xffffffffu ? std::string("-1") : std::to_string(j));
+      }
+      o += "]";
+    }
+    if (js->draining()) {
+      o += ", \"draining\": [";
+      for (uint32_t i = 0; i < js->draining()->size(); ++i) o += (i ? ", " : "") + std::to_string(js->draining()->Get(i));
+      o += "]";
+    }
+    o += "}";
     o += ", \"snapshots\": {\"dir\": " + JsonString(Str(js->snapshot_dir())) +
          ", \"taken\": " + std::to_string(js->snapshots_taken()) +
          ", \"latest_clock\": " + std::to_string(js->latest_snapshot_clock()) +
