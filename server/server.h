@@ -154,6 +154,9 @@ class Server {
   void ApplyMembership(Shard& sh);
   // A Replicate from a primary: applied to the backup shard, acknowledged.
   void HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  // Answers a stream message with WrongServer saying why (the sender stops,
+  // or for a fill, ends it).
+  void RefuseStream(const wire::Header& h, const zmq::message_t& from, const std::string& why);
   void ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
   // A backup's acknowledgement upstream of what it and every copy after it
   // applied (when that moved).

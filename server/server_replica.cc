@@ -330,19 +330,7 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
     // acknowledgement meanwhile).
     return;
   }
-  auto refuse = [&](const std::string& why) {
-    LOG_ERROR << "stream of group " << g << " from server " << h.rank() << " refused: " << why;
-    wire::Fields f;
-    f.request_id = h.request_id();
-    f.group = h.group();
-    f.fseq = h.fseq();
-    f.error = wire::ErrorCode::WrongServer;
-    f.message = why;
-    std::vector<zmq::message_t> out;
-    out.emplace_back(frames[0].data(), frames[0].size());
-    out.push_back(wire::EncodeSimple(fbb_, f));
-    (void)SendMultipart(data_, out);
-  };
+  auto refuse = [&](const std::string& why) { RefuseStream(h, frames[0], why); };
   if (!sh) return refuse("server " + std::to_string(rank_) + " holds no copy of group " + std::to_string(g));
   if (sh->primary)
     return refuse("server " + std::to_string(rank_) + " is the primary of group " + std::to_string(g) +
@@ -399,6 +387,20 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
   sh->applied = fseq;
   AckUpstream(*sh);
   ApplyReplicated(*sh, h, frames);
+}
+
+void Server::RefuseStream(const wire::Header& h, const zmq::message_t& from, const std::string& why) {
+  LOG_ERROR << "stream of group " << h.group() << " from server " << h.rank() << " refused: " << why;
+  wire::Fields f;
+  f.request_id = h.request_id();
+  f.group = h.group();
+  f.fseq = h.fseq();
+  f.error = wire::ErrorCode::WrongServer;
+  f.message = why;
+  std::vector<zmq::message_t> out;
+  out.emplace_back(from.data(), from.size());
+  out.push_back(wire::EncodeSimple(fbb_, f));
+  (void)SendMultipart(data_, out);
 }
 
 bool Server::KeepEarly(std::vector<zmq::message_t>& frames) {

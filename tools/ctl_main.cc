@@ -401,22 +401,14 @@ int CmdRollback(const std::string& coordinator, int timeout_sec) {
   return 0;
 }
 
-int CmdDeclareDead(const std::string& coordinator, int server, int timeout_sec) {
+// declare-dead / drain-server: an admin's request about server `server`;
+// prints the coordinator's answer.
+int CmdServerAction(const std::string& coordinator, wire::MsgType type, const char* name, int server, int timeout_sec) {
   zmq::message_t m;
   const wire::Header* h = nullptr;
   std::vector<uint64_t> scratch;
-  Status s = Call(coordinator, wire::MsgType::DeclareDead, timeout_sec, &m, &h, &scratch, server);
-  if (!s.ok()) return Fail("declare-dead: " + s.ToString());
-  std::printf("%s\n", Str(h->message()).c_str());
-  return 0;
-}
-
-int CmdDrainServer(const std::string& coordinator, int server, int timeout_sec) {
-  zmq::message_t m;
-  const wire::Header* h = nullptr;
-  std::vector<uint64_t> scratch;
-  Status s = Call(coordinator, wire::MsgType::DrainServer, timeout_sec, &m, &h, &scratch, server);
-  if (!s.ok()) return Fail("drain-server: " + s.ToString());
+  Status s = Call(coordinator, type, timeout_sec, &m, &h, &scratch, server);
+  if (!s.ok()) return Fail(std::string(name) + ": " + s.ToString());
   std::printf("%s\n", Str(h->message()).c_str());
   return 0;
 }
@@ -571,8 +563,8 @@ int main(int argc, char** argv) {
   if (*snap) return CmdSnapshot(coordinator, snap_timeout);
   if (*stop) return CmdStop(coordinator, stop_timeout);
   if (*rollback) return CmdRollback(coordinator, timeout_sec);
-  if (*declare) return CmdDeclareDead(coordinator, dead_server, timeout_sec);
-  if (*drain) return CmdDrainServer(coordinator, drain_server, timeout_sec);
+  if (*declare) return CmdServerAction(coordinator, wire::MsgType::DeclareDead, "declare-dead", dead_server, timeout_sec);
+  if (*drain) return CmdServerAction(coordinator, wire::MsgType::DrainServer, "drain-server", drain_server, timeout_sec);
   if (*listen) return CmdProbeListen(address, seconds);
   if (*connect) return CmdProbeConnect(targets, timeout_ms);
   return 2;

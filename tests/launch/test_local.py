@@ -257,15 +257,22 @@ def test_killed_server_rolls_the_job_back_to_the_newest_snapshot(run_dir, tmp_pa
     wait_none_left(run_dir)
 
 
+def saving_worker(tmp_path):
+    """The command of a 4-epoch MLP worker on 6000 examples (Adam) that saves
+    its final parameters to tmp_path/NAME{rank}.bin, by NAME."""
+    def worker(name):
+        return full_mlp(4, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
+                            "--save-params", str(tmp_path / (name + "{rank}.bin"))])
+    return worker
+
+
 def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_dir, tmp_path):
     """[job] replicas = 2: kill -9 of a server mid-training, no restart flag;
     the launcher tells the coordinator (shardps-ctl declare-dead), the
     server's groups are served by their backups, no process is restarted,
     nothing rolls back, the job exits 0, and its final model equals, bit for
     bit, that of the same job without the kill."""
-    def worker(name):
-        return full_mlp(4, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
-                            "--save-params", str(tmp_path / (name + "{rank}.bin"))])
+    worker = saving_worker(tmp_path)
     launch = Launch(["--servers", "2", "--workers", "2", "--replicas", "2", "--restart-coordinator", "--",
                      *worker("a")], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch 2 step", 120)
@@ -300,9 +307,7 @@ def test_replacement_server_is_filled_and_takes_over_after_the_other_dies(run_di
     while training runs; then the other server is killed and the replacement
     serves everything. No rollback, exit 0, and the final model equals, bit
     for bit, that of the same job without the kills."""
-    def worker(name):
-        return full_mlp(4, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
-                            "--save-params", str(tmp_path / (name + "{rank}.bin"))])
+    worker = saving_worker(tmp_path)
     launch = Launch(["-v", "--servers", "2", "--workers", "2", "--replicas", "2", "--restart-servers", "--",
                      *worker("a")], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch 2 step", 120)
