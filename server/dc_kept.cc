@@ -22,6 +22,7 @@ const float* DcKept::Compensate(int rank, uint32_t table, const ServerTable& t, 
   for (const Slot& slot : it->second.slots) {
     if (!slot.used || slot.version != base || slot.end != end) continue;
     const size_t n = slot.w.size();
+    if (n != (end - begin) * t.spec().cols) continue;  // (one loaded from a fill is checked, not trusted)
     now_.resize(n);
     grad_.resize(n);
     t.ReadRange(begin, end, now_.data());

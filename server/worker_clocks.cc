@@ -337,6 +337,7 @@ Status WorkerClocks::Load(std::string_view in) {
       Parked p;
       int32_t rank = 0;
       if (!r.Get(&p.need_clock) || !r.Get(&rank) || !r.GetFrames(&p.frames)) break;
+      if (rank < 0 || static_cast<size_t>(rank) >= ranks) r.Fail("a parked pull of worker " + std::to_string(rank));
       p.rank = rank;
       p.arrived = Clock::now();
       p.bytes = FramesBytes(p.frames);

@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(wire server coordinator job_config snapshot criteo)
+((${#targets[@]})) || targets=(wire server coordinator job_config snapshot criteo fill_state)
 if [[ ! -f build-fuzz/build.ninja ]]; then
   CC=clang CXX=clang++ meson setup build-fuzz -Dfuzzing=true -Dcuda=disabled -Dpython=disabled \
     -Db_lundef=false -Dbuildtype=debugoptimized >/dev/null || exit 1

@@ -24,7 +24,10 @@
 #include "common/partition.h"
 #include "common/wire.h"
 #include "server/optimizer.h"
+#include "server/dc_kept.h"
 #include "server/snapshot.h"
+#include "server/table.h"
+#include "server/worker_clocks.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace shardps {
@@ -641,6 +644,44 @@ void CriteoCorpus() {
   Save("criteo", "no_final_newline", CriteoLine(1, 2, 3) + last.substr(0, last.size() - 1));
 }
 
+// A fill's state (fuzz_fill_state.cc): worker clocks with held pushes and
+// parked pulls, and delay compensation's kept pulls, as a source saves them.
+void FillStateCorpus() {
+  auto frames = [](const std::string& who) {
+    std::vector<zmq::message_t> f;
+    f.emplace_back(who.data(), who.size());
+    f.emplace_back("header", 6);
+    return f;
+  };
+  for (bool sync : {true, false}) {
+    WorkerClocks w(1 << 20);
+    w.SetModel(sync ? Consistency::kSync : Consistency::kBounded, 1);
+    w.SetMembership(3, {0, 1, 2});
+    (void)w.Tick(true, 0, 0, false);
+    if (sync) {
+      auto f = frames("w1");
+      const uint64_t bytes = FramesBytes(f);
+      if (w.CheckHold(1, 0, 1, bytes).ok()) w.Hold(1, 0, 2, std::move(f), bytes);
+    }
+    (void)w.IsRetry(2, 5);
+    (void)w.Park(1, 2, frames("p2"), Clock::now());
+    std::string saved;
+    w.Save(&saved, [](const WorkerClocks::Parked&) { return true; });
+    Save("fill_state", sync ? "clocks_sync" : "clocks_bounded", std::string(1, sync ? '\2' : '\0') + saved);
+  }
+  TableSpec spec;
+  spec.name = "w";
+  spec.rows = 8;
+  spec.cols = 2;
+  ServerTable t(spec, 2, {0, 1});
+  DcKept d;
+  d.Keep(0, 0, t, 0, 4, 1);
+  d.Keep(1, 0, t, 4, 8, 2);
+  std::string saved;
+  d.Save(&saved);
+  Save("fill_state", "kept_pulls", "\1" + saved);
+}
+
 }  // namespace
 }  // namespace shardps
 
@@ -656,6 +697,7 @@ int main(int argc, char** argv) {
   shardps::JobConfigCorpus(argc > 2 ? argv[2] : "docs/examples");
   shardps::SnapshotCorpus();
   shardps::CriteoCorpus();
+  shardps::FillStateCorpus();
   std::printf("seed corpus written to %s\n", argv[1]);
   return 0;
 }
