@@ -322,6 +322,9 @@ void Coordinator::MaybeCompleteMap() {
   const auto registered = members_.RegisteredServers();  // (a resumed job after a fail-over: not the dead)
   tables_.AwaitMap(update, std::set<uint32_t>(registered.begin(), registered.end()));
   BroadcastUpdate(update);
+  // A resumed job whose groups are short of copies (a fail-over, a fill
+  // the previous coordinator did not see end): filled again.
+  if (ShardMap next = tables_.map(); PlanFills(&next)) ChangeMapTo(std::move(next));
 }
 
 // ---- Membership, tables, barriers, work
