@@ -64,7 +64,7 @@ class ByteReader {
     if (!Get(&n)) return false;
     if (n > max_count || n > (in_.size() - at_) / sizeof(T)) return Fail("an array of " + std::to_string(n));
     v->resize(n);
-    std::memcpy(v->data(), in_.data() + at_, n * sizeof(T));
+    if (n) std::memcpy(v->data(), in_.data() + at_, n * sizeof(T));
     at_ += n * sizeof(T);
     return true;
   }

@@ -475,6 +475,9 @@ void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::
       input_.shard = nullptr;
       return;
     }
+    default:  // (fills are applied by ApplyFill before this)
+      LOG_ERROR << "group " << sh.group << ": a stream message of kind " << static_cast<int>(h.rep()) << " is not an input";
+      return;
   }
 }
 
