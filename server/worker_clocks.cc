@@ -306,6 +306,12 @@ Status WorkerClocks::Load(std::string_view in) {
       r.GetArray(&retiring, kRanks) && r.GetArray(&last_trained, kRanks) && r.GetArray(&last_seq, kRanks) &&
       r.Get(&known) && r.Get(&applied) && r.Get(&arrivals) && r.Get(&n);
   const size_t ranks = clocks.size();
+  // No clock a job reaches is near the ends of int64: one that is, is no state.
+  constexpr int64_t kFar = int64_t{1} << 60;
+  auto sane = [&](int64_t c) { return c >= -1 && c < kFar; };
+  for (int64_t c : clocks)
+    if (!sane(c)) r.Fail("worker clock " + std::to_string(c));
+  if (!sane(applied)) r.Fail("applied clock " + std::to_string(applied));
   if (live.size() != ranks || joining.size() != ranks || retiring.size() != ranks || last_trained.size() != ranks ||
       last_seq.size() != ranks)
     r.Fail("per-rank arrays of different lengths");
@@ -314,6 +320,7 @@ Status WorkerClocks::Load(std::string_view in) {
     int64_t clock = 0;
     uint64_t count = 0;
     if (!r.Get(&clock) || !r.Get(&count)) break;
+    if (!sane(clock)) r.Fail("held pushes for clock " + std::to_string(clock));
     auto& list = buffered[clock];
     for (uint64_t k = 0; k < count && k < kMany; ++k) {
       HeldPush b;
@@ -328,6 +335,7 @@ Status WorkerClocks::Load(std::string_view in) {
       int64_t clock = 0;
       uint32_t t = 0;
       if (!r.Get(&clock) || !r.Get(&t)) break;
+      if (!sane(clock)) r.Fail("trained workers of clock " + std::to_string(clock));
       trained[clock] = t;
     }
   std::deque<Parked> parked;
@@ -338,6 +346,7 @@ Status WorkerClocks::Load(std::string_view in) {
       int32_t rank = 0;
       if (!r.Get(&p.need_clock) || !r.Get(&rank) || !r.GetFrames(&p.frames)) break;
       if (rank < 0 || static_cast<size_t>(rank) >= ranks) r.Fail("a parked pull of worker " + std::to_string(rank));
+      if (!sane(p.need_clock)) r.Fail("a parked pull waiting for clock " + std::to_string(p.need_clock));
       p.rank = rank;
       p.arrived = Clock::now();
       p.bytes = FramesBytes(p.frames);
