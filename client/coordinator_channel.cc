@@ -36,7 +36,13 @@ Status CoordinatorChannel::Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields
   for (;;) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     s = request.Wait(std::clamp(left, Millis(1), Millis(200)));
-    if (s.code() != Code::kTimeout || request.Done() || Clock::now() >= deadline) break;
+    if (s.code() != Code::kTimeout) break;
+    if (request.Done()) {
+      // Answered just after that wait gave up: its status, not the wait's.
+      s = request.Wait(Millis(1));
+      break;
+    }
+    if (Clock::now() >= deadline) break;
     if (!noted && Clock::now() - start >= kWaitNote) {
       noted = true;
       const auto rest = std::chrono::duration_cast<Millis>(deadline - Clock::now());
