@@ -242,7 +242,16 @@ int RunWorker(const WorkerFlags& f) {
   co.key_file = f.connect.key_file;
   co.row_cache_bytes = f.dlrm.row_cache_mb << 20;
   co.metrics_url = metrics.url();
-  if (Status s = Client::Connect(co, &ps); !s.ok()) return Fail(s, 1, false).code;
+  if (Status s = Client::Connect(co, &ps); !s.ok()) {
+    // A worker started (or started again after a rollback) as the job is
+    // being stopped has nothing to train: the job ends without it, and that
+    // is no failure (the coordinator's words, server/membership.cc).
+    if (s.code() == Code::kUnavailable && s.message().find("the job is stopping") != std::string::npos) {
+      std::printf("worker: the job is stopping (shardps-ctl stop): nothing to train\n");
+      return 0;
+    }
+    return Fail(s, 1, false).code;
+  }
   metrics.Watch(ps.get());
   Exit e;
   if (f.model.model == "sparse-lr") {
