@@ -4,7 +4,7 @@
 // The coordinator names, in a new shard map, a server to be filled with a
 // copy of group g (ShardMap::joining). The group's last full copy then
 // feeds that server as it would feed a next copy in the chain, except that
-// nothing waits for it: first the group's state at this place in the
+// nothing waits for it until FillEnd is sent: first the group's state at this place in the
 // stream (FillBegin: the version tag and the worker clocks, held sync
 // pushes and kept pulls included), then each table partition of the group
 // (FillPart, a few at a time, the next ones as the copy acknowledges), then

@@ -159,7 +159,13 @@ uint32_t Server::PlaceInChain(Shard& sh, const ShardMap& m) {
   const bool replaced = sh.feeds() && next != sh.next && next != Shard::kNoCopy && !fill;
   if (!sh.feeds() || new_fill) sh.next_acked = 0;  // a first copy to feed: it has nothing yet
   sh.next = next;
-  sh.keep = sh.feeds() && NextCopy(m, sh.group, next, 1) != ShardMap::kNone;
+  // It keeps what the copy it feeds has not acknowledged while that copy
+  // feeds another — a full copy, or one being filled: the fed copy may
+  // stop acknowledging at once (a fill ends and the copy waits for the new
+  // one) and then die or be drained, its inputs lost to the next copy.
+  const uint32_t after = NextCopy(m, sh.group, next, 1);
+  const bool feeds_a_fill = m.Joining(sh.group) != ShardMap::kNone && m.Joining(sh.group) != next;
+  sh.keep = sh.feeds() && !fill && (after != ShardMap::kNone || feeds_a_fill);
   if (!sh.feeds()) sh.kept.clear();
   if (new_fill) {
     StartFill(sh);
@@ -518,7 +524,6 @@ void Server::ReceiveAcks() {
       if (sh->fill.active) {
         sh->fill.acked = std::max(sh->fill.acked, h->seq());
         PumpFill(*sh);
-        continue;  // (nothing waits for a copy being filled)
       }
       if (sh->primary)
         ReleaseHeld(*sh);

@@ -91,7 +91,7 @@ class Shard {
   // map's joining server). It is sent the group's state (FillBegin, a
   // FillPart per table partition, FillEnd), each at the stream's place it
   // was taken at, and then every input; nothing waits for its
-  // acknowledgements until the map makes it a full copy.
+  // acknowledgements until its FillEnd is sent (filling()).
   struct FillPart {
     uint32_t table, partition;
   };
@@ -104,7 +104,11 @@ class Shard {
     bool end_sent = false;
     Clock::time_point start{};
   } fill;
-  bool filling() const { return fill.active; }
+  // Until its FillEnd is sent, the copy being filled is not waited for;
+  // from then on it is, like any next copy (the coordinator may make it a
+  // full copy as soon as it has that FillEnd: every reply after it must
+  // wait for the copy, or the source's death could lose what it answered).
+  bool filling() const { return fill.active && !fill.end_sent; }
   // The copy being filled: not `done` from its FillBegin to its FillEnd
   // (until then it has parts of the group's rows only).
   struct FillIn {
