@@ -86,6 +86,7 @@ ShardMap ShardMap::WithJoining(uint32_t g, uint32_t server) const {
   m.version = version + 1;
   if (m.joining.size() < m.replicas.size()) m.joining.resize(m.replicas.size(), kNone);
   m.joining[g] = server;
+  if (std::none_of(m.joining.begin(), m.joining.end(), [](uint32_t s) { return s != kNone; })) m.joining.clear();
   return m;
 }
 

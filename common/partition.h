@@ -110,8 +110,8 @@ struct ShardMap {
   // the chain, or for a copy being filled the last full copy (kNone: none,
   // it is the primary).
   uint32_t Feeder(uint32_t g, uint32_t server) const;
-  // The map with `server` being filled with group g / with that copy full
-  // (appended to the chain, its fill over); version+1 each.
+  // The map with `server` being filled with group g (kNone: no fill of g)
+  // / with that copy full (appended to the chain, its fill over); version+1 each.
   ShardMap WithJoining(uint32_t g, uint32_t server) const;
   ShardMap WithCopy(uint32_t g, uint32_t server) const;
   // The map with `server` gone: it leaves every replica list, each group it

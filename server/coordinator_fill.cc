@@ -97,11 +97,7 @@ void Coordinator::HandleFilled(const std::string& from, const wire::Header& h) {
     LOG_ERROR << "server " << rank << " could not be filled with group " << g << ": " << s.ToString()
               << "; it is not filled with it again";
     moves_.fill_failed.insert({g, static_cast<uint32_t>(rank)});
-    next = m;
-    next.version = m.version + 1;
-    next.joining[g] = ShardMap::kNone;
-    if (std::none_of(next.joining.begin(), next.joining.end(), [](uint32_t j) { return j != ShardMap::kNone; }))
-      next.joining.clear();
+    next = m.WithJoining(g, ShardMap::kNone);
   } else {
     next = m.WithCopy(g, static_cast<uint32_t>(rank));
     metrics_.Filled();
@@ -140,9 +136,9 @@ void Coordinator::HandleDrainServer(const std::string& from, const wire::Header&
       return refuse("group " + std::to_string(g) + " has no other copy and no server can take one");
     }
   // A fill into it is over.
-  for (auto& j : next.joining)
-    if (j == r) j = ShardMap::kNone, next.version = tables_.map().version + 1;
-  const bool changed = PlanFills(&next) || next.version != tables_.map().version;
+  for (uint32_t g = 0; g < next.groups(); ++g)
+    if (next.Joining(g) == r) next = next.WithJoining(g, ShardMap::kNone);
+  const bool changed = PlanFills(&next) | (next.version != tables_.map().version);
   uint32_t groups = 0, fills = 0;
   for (uint32_t g = 0; g < next.groups(); ++g) {
     groups += next.IsCopy(r, g);

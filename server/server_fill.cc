@@ -232,9 +232,7 @@ Status Server::InstallPart(Shard& sh, const wire::Header& h, std::vector<zmq::me
   const uint32_t parts = view_.map.partitions();
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t row = rows[i];
-    const bool fits = spec.kind == TableKind::kDense ? row < spec.rows && PartitionOfRow(row, spec.rows, parts) == p
-                                                     : PartitionOfId(row, parts) == p;
-    if (!fits)
+    if (!t->RowInPartition(row, p))
       return Status::BadMessage("row " + std::to_string(row) + " of table '" + spec.name + "' is not in partition " +
                                 std::to_string(p));
   }

@@ -25,6 +25,7 @@
 
 #include <zmq.hpp>
 
+#include "common/partition.h"
 #include "server/admission.h"
 #include "server/snapshot.h"
 #include "server/sparse_rows.h"
@@ -180,6 +181,12 @@ class ServerTable {
   // Floats per row in a snapshot of `spec`: cols + optimizer state, + 1
   // with eviction: the row's stamp, its 32 bits stored as they are.
   static uint32_t SnapshotStride(const TableSpec& spec);
+  // Whether `row` (a dense row or a sparse id) belongs in partition p: what
+  // a restored or filled row is checked against before it is written.
+  bool RowInPartition(uint64_t row, uint32_t p) const {
+    return spec_.kind == TableKind::kDense ? row < spec_.rows && PartitionOfRow(row, spec_.rows, partitions_) == p
+                                           : PartitionOfId(row, partitions_) == p;
+  }
   bool Holds(uint32_t partition) const {
     return partition < partitions_ && (spec_.kind == TableKind::kDense ? dense_[partition] != nullptr
                                                                        : sparse_[partition] != nullptr);

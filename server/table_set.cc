@@ -141,11 +141,7 @@ Status TableSet::Restore(const ClusterView& v, const TableSpec& spec) {
     Status s = snapshot::ForEachRow(v.restore_from, restore_manifest_, spec.id, p,
                                     [&](uint64_t row, const float* values, uint32_t) {
                                       if (!bad.ok()) return;
-                                      const bool fits = spec.kind == TableKind::kDense
-                                                            ? row < spec.rows && PartitionOfRow(row, spec.rows,
-                                                                                                partitions_) == p
-                                                            : PartitionOfId(row, partitions_) == p;
-                                      if (!fits) {
+                                      if (!t.RowInPartition(row, p)) {
                                         bad = Status::BadMessage("snapshot " + v.restore_from + ": row " +
                                                                  std::to_string(row) + " of table '" + spec.name +
                                                                  "' is stored under partition " + std::to_string(p) +
