@@ -57,6 +57,7 @@ struct IoLoop {
   void OnMonitor(Monitor& m);
   void FailPending(int target, const Status& s);
   void ConnectServers(const std::vector<std::string>& endpoints);
+  zmq::socket_t ServerSocket(int rank, const std::string& ep);  // a DEALER to server `rank`, connected to `ep` if any
   // A newer shard map: the requests in flight to a group that moved go to
   // its new server (true when it was newer).
   bool ApplyMap(std::shared_ptr<const ShardMap> m);
@@ -149,9 +150,13 @@ void IoThread::EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::mes
     // Numbered per replica group: whichever server serves the group (a
     // backup that took it over has the group's last numbers) can tell a
     // push sent again after a fail-over.
+    // (A group past the servers' count — [job] groups — is numbered too:
+    // unnumbered, a push sent again would apply twice.)
     const int numbering = q.group >= 0 ? q.group : q.target;
-    if (numbered && self_.worker() && numbering >= 0 && numbering < static_cast<int>(seq_.size()))
+    if (numbered && self_.worker() && numbering >= 0) {
+      if (numbering >= static_cast<int>(seq_.size())) seq_.resize(numbering + 1, 0);
       f.seq = ++seq_[numbering];
+    }
     // An observer's push has no number: sent again, it could apply twice.
     q.resendable = !numbered || self_.worker();
     q.push = numbered && self_.worker();
@@ -164,7 +169,7 @@ void IoThread::ConnectServers(std::vector<std::string> endpoints) {
   Outgoing o;
   o.kind = Outgoing::kConnect;
   o.endpoints = std::move(endpoints);
-  Enqueue(std::move(o), [this](Outgoing& q) { seq_.resize(q.endpoints.size(), 0); });
+  Enqueue(std::move(o), [this](Outgoing& q) { seq_.resize(std::max(seq_.size(), q.endpoints.size()), 0); });
 }
 
 void IoThread::SetMap(std::shared_ptr<const ShardMap> map) {
@@ -323,20 +328,32 @@ void IoLoop::FailPending(int target, const Status& s) {
   }
 }
 
+zmq::socket_t IoLoop::ServerSocket(int rank, const std::string& ep) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndhwm, 0);
+  s.set(zmq::sockopt::rcvhwm, 0);
+  Secure(s, rank);
+  if (!ep.empty()) s.connect(ep);
+  return s;
+}
+
 void IoLoop::ConnectServers(const std::vector<std::string>& eps) {
-  if (!servers.empty() && eps.size() == servers.size()) {
-    // A server replaced (a new process under a dead one's rank): only its
-    // socket is made again; the others keep what is in flight on them.
+  if (!servers.empty() && eps.size() >= servers.size()) {
+    // A server replaced (a new process under a dead one's rank) or ranks
+    // added (shardps-ctl add-server): only their sockets are made; the
+    // others keep what is in flight on them.
     for (size_t r = 0; r < eps.size(); ++r) {
+      if (r >= servers.size()) {
+        servers.push_back(ServerSocket(static_cast<int>(r), eps[r]));
+        endpoints.push_back(eps[r]);
+        if (!eps[r].empty()) LOG_INFO << "server " << r << " (added to the job) is at " << eps[r];
+        continue;
+      }
       if (eps[r] == endpoints[r] || eps[r].empty()) continue;
       std::erase_if(monitors, [&](const Monitor& m) { return m.target == static_cast<int>(r); });
       refused.erase(static_cast<int>(r));
-      zmq::socket_t s(ctx, zmq::socket_type::dealer);
-      s.set(zmq::sockopt::linger, 0);
-      s.set(zmq::sockopt::sndhwm, 0);
-      s.set(zmq::sockopt::rcvhwm, 0);
-      Secure(s, static_cast<int>(r));
-      s.connect(eps[r]);
+      zmq::socket_t s = ServerSocket(static_cast<int>(r), eps[r]);
       servers[r].close();
       servers[r] = std::move(s);
       LOG_INFO << "server " << r << " is at " << eps[r] << " now (was " << (endpoints[r].empty() ? "none" : endpoints[r]) << ")";
@@ -344,20 +361,12 @@ void IoLoop::ConnectServers(const std::vector<std::string>& eps) {
     }
     return;
   }
-  // A new server list (first time, or another number of servers): reconnect all.
+  // A new server list (first time, or fewer servers): reconnect all.
   servers.clear();
   std::erase_if(monitors, [](const Monitor& m) { return m.target >= 0; });
   std::erase_if(refused, [](const auto& r) { return r.first >= 0; });
   endpoints = eps;
-  for (const auto& ep : eps) {
-    zmq::socket_t s(ctx, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::linger, 0);
-    s.set(zmq::sockopt::sndhwm, 0);
-    s.set(zmq::sockopt::rcvhwm, 0);
-    Secure(s, static_cast<int>(servers.size()));
-    if (!ep.empty()) s.connect(ep);
-    servers.push_back(std::move(s));
-  }
+  for (size_t r = 0; r < eps.size(); ++r) servers.push_back(ServerSocket(static_cast<int>(r), eps[r]));
 }
 
 bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
@@ -411,7 +420,8 @@ void IoLoop::OnClusterView(const wire::Header& h) {
     LOG_ERROR << "bad cluster view from the coordinator: " << s.ToString();
     return;
   }
-  if (!servers.empty() && v.servers.size() == servers.size() && v.servers != endpoints) ConnectServers(v.servers);
+  // (a server replaced, or ranks added: shardps-ctl add-server)
+  if (!servers.empty() && v.servers.size() >= servers.size() && v.servers != endpoints) ConnectServers(v.servers);
   if (!ApplyMap(std::make_shared<const ShardMap>(v.map))) return;
   if (io.on_cluster_) io.on_cluster_(std::move(v));
 }

@@ -9,29 +9,32 @@ ShardMap ShardMap::Contiguous(uint32_t partitions, uint32_t servers, uint64_t ve
 }
 
 ShardMap ShardMap::Replicated(uint32_t partitions, uint32_t servers, uint32_t copies,
-                              const std::vector<std::string>& hosts, uint64_t version) {
+                              const std::vector<std::string>& hosts, uint64_t version, uint32_t groups) {
   ShardMap m;
   m.version = version;
-  m.owner.resize(partitions);
+  if (groups < servers) groups = servers;
+  m.group.resize(partitions);
   for (uint32_t p = 0; p < partitions; ++p)
-    m.owner[p] = static_cast<uint32_t>((static_cast<uint64_t>(p) * servers) / partitions);
-  m.group = m.owner;
+    m.group[p] = static_cast<uint32_t>((static_cast<uint64_t>(p) * groups) / partitions);
   copies = std::clamp<uint32_t>(copies, 1, std::max<uint32_t>(servers, 1));
   auto host = [&](uint32_t s) { return s < hosts.size() && !hosts[s].empty() ? hosts[s] : "#" + std::to_string(s); };
-  m.replicas.resize(servers);
-  for (uint32_t g = 0; g < servers; ++g) {
+  m.replicas.resize(groups);
+  for (uint32_t g = 0; g < groups; ++g) {
     auto& r = m.replicas[g];
-    r.push_back(g);
+    const auto primary = static_cast<uint32_t>((static_cast<uint64_t>(g) * servers) / groups);
+    r.push_back(primary);
     // The servers after g in ring order: first those on a host no copy is
     // on yet, then the rest.
     for (int pass = 0; pass < 2 && r.size() < copies; ++pass)
       for (uint32_t k = 1; k < servers && r.size() < copies; ++k) {
-        const uint32_t s = (g + k) % servers;
+        const uint32_t s = (primary + k) % servers;
         if (std::find(r.begin(), r.end(), s) != r.end()) continue;
         const bool new_host = std::none_of(r.begin(), r.end(), [&](uint32_t c) { return host(c) == host(s); });
         if (pass == 1 || new_host) r.push_back(s);
       }
   }
+  m.owner.resize(partitions);
+  for (uint32_t p = 0; p < partitions; ++p) m.owner[p] = m.replicas[m.group[p]][0];
   return m;
 }
 
@@ -126,6 +129,21 @@ ShardMap ShardMap::Without(uint32_t server, std::vector<uint32_t>* lost) const {
   if (std::none_of(m.joining.begin(), m.joining.end(), [](uint32_t s) { return s != kNone; })) m.joining.clear();
   for (uint32_t p = 0; p < m.owner.size(); ++p) m.owner[p] = m.replicas[m.group[p]][0];
   return m;
+}
+
+ShardMap ShardMap::WithoutCopy(uint32_t g, uint32_t server) const {
+  ShardMap m = *this;
+  m.version = version + 1;
+  if (g >= m.replicas.size() || m.replicas[g].size() < 2) return m;
+  std::erase(m.replicas[g], server);
+  for (uint32_t p = 0; p < m.owner.size(); ++p) m.owner[p] = m.replicas[m.GroupOf(p)][0];
+  return m;
+}
+
+uint32_t ShardMap::Load(uint32_t server) const {
+  uint32_t n = 0;
+  for (uint32_t g = 0; g < groups(); ++g) n += Holds(server, g);
+  return n;
 }
 
 }  // namespace shardps

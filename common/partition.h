@@ -73,12 +73,15 @@ struct ShardMap {
   // Contiguous blocks: server s owns partitions [s*P/S, (s+1)*P/S), so a
   // whole dense table is one contiguous row range per server; one replica.
   static ShardMap Contiguous(uint32_t partitions, uint32_t servers, uint64_t version);
-  // Contiguous's blocks as groups, each on `copies` servers (1 <= copies <=
-  // servers): group g's primary is server g, its backups the servers after
-  // it in rank order, those on another host than the copies chosen so far
-  // first (`hosts`: server rank -> host; empty or short: all different).
+  // `groups` contiguous blocks of partitions (0: one per server; servers <=
+  // groups <= partitions), each on `copies` servers (1 <= copies <=
+  // servers): group g's primary is server g*servers/groups (each server a
+  // contiguous run of groups: with groups = servers, server g), its backups
+  // the servers after it in rank order, those on another host than the
+  // copies chosen so far first (`hosts`: server rank -> host; empty or
+  // short: all different).
   static ShardMap Replicated(uint32_t partitions, uint32_t servers, uint32_t copies,
-                             const std::vector<std::string>& hosts, uint64_t version);
+                             const std::vector<std::string>& hosts, uint64_t version, uint32_t groups = 0);
   // Partitions owned (served) by `server`, ascending.
   std::vector<uint32_t> OwnedBy(uint32_t server) const;
   // Partitions `server` holds a copy of (primary or backup), ascending.
@@ -119,6 +122,12 @@ struct ShardMap {
   // Groups left with no copy are listed in *lost (their primary kNone); a
   // fill into `server` is over, one from it goes on from the new last copy.
   ShardMap Without(uint32_t server, std::vector<uint32_t>* lost) const;
+  // The map with `server`'s copy of group g gone (a move's end: the group
+  // keeps its other copies; its primary, if it was that, is the next copy),
+  // version+1. REQUIRES: g has another full copy.
+  ShardMap WithoutCopy(uint32_t g, uint32_t server) const;
+  // How many groups `server` holds (full copies and fills under way).
+  uint32_t Load(uint32_t server) const;
 };
 
 }  // namespace shardps

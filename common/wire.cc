@@ -266,6 +266,7 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   if (!c.retiring.empty()) b.add_retiring(retiring);
   if (!c.retired.empty()) b.add_retired(retired);
   if (!c.map.joining.empty()) b.add_group_joining(joining);
+  if (c.map.groups() != c.num_servers) b.add_num_groups(c.map.groups());
   return b.Finish();
 }
 
@@ -308,15 +309,19 @@ Status DecodeGroups(const ClusterInfo* in, ClusterView* c) {
     return Status::OK();
   }
   const uint32_t copies = in->replicas();
+  const uint32_t groups = in->num_groups() ? in->num_groups() : c->num_servers;
+  if (groups > m.owner.size())
+    return Status::BadMessage("cluster info has " + std::to_string(groups) + " groups for " +
+                              std::to_string(m.owner.size()) + " partitions");
   if (in->partition_group()->size() != m.owner.size())
     return Status::BadMessage("cluster info has " + std::to_string(in->partition_group()->size()) +
                               " partition groups for " + std::to_string(m.owner.size()) + " partitions");
   if (copies == 0 || copies > c->num_servers || !in->group_replicas() ||
-      in->group_replicas()->size() != static_cast<size_t>(copies) * c->num_servers)
+      in->group_replicas()->size() != static_cast<size_t>(copies) * groups)
     return Status::BadMessage("cluster info's replica lists do not hold " + std::to_string(copies) +
-                              " servers for each of " + std::to_string(c->num_servers) + " groups");
-  m.replicas.assign(c->num_servers, {});
-  for (uint32_t g = 0; g < c->num_servers; ++g)
+                              " servers for each of " + std::to_string(groups) + " groups");
+  m.replicas.assign(groups, {});
+  for (uint32_t g = 0; g < groups; ++g)
     for (uint32_t k = 0; k < copies; ++k) {
       const uint32_t s = in->group_replicas()->Get(g * copies + k);
       if (s == ShardMap::kNone) continue;
@@ -325,7 +330,7 @@ Status DecodeGroups(const ClusterInfo* in, ClusterView* c) {
     }
   m.group.assign(in->partition_group()->begin(), in->partition_group()->end());
   for (uint32_t p = 0; p < m.group.size(); ++p) {
-    if (m.group[p] >= c->num_servers) return Status::BadMessage("partition group " + std::to_string(m.group[p]));
+    if (m.group[p] >= groups) return Status::BadMessage("partition group " + std::to_string(m.group[p]));
     if (m.replicas[m.group[p]].empty())
       return Status::BadMessage("partition " + std::to_string(p) + "'s group has no server");
     if (m.owner[p] != m.replicas[m.group[p]][0])

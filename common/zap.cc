@@ -192,6 +192,8 @@ unsigned Allowed(MsgType type, wire::Role declared) {
     case MsgType::Rollback:
     case MsgType::DeclareDead:
     case MsgType::DrainServer:
+    case MsgType::AddServer:
+    case MsgType::Rebalance:
     case MsgType::SnapshotNow: return kA;
     case MsgType::Filled:  // a server's copy of a group is filled (to the coordinator)
     case MsgType::SnapshotDone:

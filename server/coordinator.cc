@@ -46,7 +46,7 @@ Coordinator::Coordinator(zmq::context_t& ctx, CoordinatorOptions opts)
       tables_(opts_.tables),
       snaps_(SchedulerOptions(opts_)),
       metrics_(opts_.metrics.registry, members_.worker_ranks()) {
-  tables_.set_replicas(opts_.replicas);
+  tables_.set_replicas(opts_.replicas, opts_.Groups());
 }
 
 Coordinator::~Coordinator() = default;
@@ -134,6 +134,8 @@ const Coordinator::Route Coordinator::kRoutes[] = {
     {wire::MsgType::DeclareDead, &Coordinator::HandleDeclareDead, true},
     {wire::MsgType::Filled, &Coordinator::HandleFilled, true},
     {wire::MsgType::DrainServer, &Coordinator::HandleDrainServer, true},
+    {wire::MsgType::AddServer, &Coordinator::HandleAddServer, true},
+    {wire::MsgType::Rebalance, &Coordinator::HandleRebalance, true},
     {wire::MsgType::Shutdown, &Coordinator::HandleShutdown, false},
 };
 
@@ -246,7 +248,7 @@ ClusterView Coordinator::View(bool published) const {
   ClusterView v;
   v.consistency = opts_.consistency;
   v.staleness = opts_.staleness;
-  v.num_servers = opts_.num_servers;
+  v.num_servers = static_cast<uint32_t>(members_.servers().size());  // (ranks added while it runs included)
   v.num_workers = opts_.num_workers;
   v.max_workers = members_.worker_ranks();
   v.map = published ? tables_.published() : tables_.map();
@@ -302,10 +304,11 @@ void Coordinator::MaybeCompleteMap() {
   if (tables_.complete() || !members_.AllServersRegistered()) return;
   std::vector<std::string> hosts;
   for (const auto& s : members_.servers()) hosts.push_back(s.id.host);
-  tables_.SetMap(tables_.FirstMap(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1)));
+  tables_.SetMap(tables_.FirstMap(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1, opts_.Groups())));
   LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v" << tables_.map().version << " with "
            << opts_.partitions
-           << " partitions" << (opts_.replicas > 1 ? ", " + std::to_string(opts_.replicas) + " copies of each" : "");
+           << " partitions" << (opts_.Groups() != opts_.num_servers ? " in " + std::to_string(opts_.Groups()) + " groups" : "")
+           << (opts_.replicas > 1 ? ", " + std::to_string(opts_.replicas) + " copies of each" : "");
   // The tables of the job file (or the snapshot) must fit the servers' budgets.
   const auto budgets = members_.Budgets();
   for (size_t i = 0; i < tables_.tables().size(); ++i)
@@ -347,9 +350,20 @@ void Coordinator::HandleRegister(const std::string& from, const wire::Header& h)
 void Coordinator::RegisterServer(const std::string& from, const wire::Header& h, const Registration& r) {
   int rank = -1;
   bool replaced = false;
+  const bool again = members_.ServerRankOf(from) >= 0;
   if (Status s = members_.RegisterServer(from, r, Clock::now(), &rank, &replaced); !s.ok())
     return ReplyError(from, h.request_id(), s);
   ReplyCluster(from, h.request_id(), static_cast<uint32_t>(rank));
+  if (!again && !replaced && rank >= static_cast<int>(opts_.num_servers) && tables_.complete()) {
+    // A server in a rank opened by add-server: copies of groups move onto
+    // it (the live servers learn its endpoint with the map).
+    metrics_.Added();
+    LOG_INFO << "server " << rank << " joined the running job at " << r.endpoint << ": groups move onto it";
+    ShardMap next = tables_.map();
+    if (!PlanRebalance(&next)) next.version = tables_.map().version + 1;
+    ChangeMapTo(std::move(next));
+    dirty_ = true;
+  }
   if (replaced && tables_.complete()) {
     // A replacement of a dead server: the groups short of copies are
     // filled into it (the live servers learn its endpoint with the map).
@@ -414,6 +428,7 @@ void Coordinator::HandleAck(const std::string& from, const wire::Header& h) {
   const int rank = members_.ServerRankOf(from);
   if (rank < 0) return;
   if (!moves_.drain_acks.empty() && OnDrainAck(static_cast<uint32_t>(rank), h.request_id())) return;
+  if (!moves_.leave_acks.empty() && OnLeaveAck(static_cast<uint32_t>(rank), h)) return;
   if (!retiring_.empty()) OnRetireAck(static_cast<uint32_t>(rank), h);
   const TableDirectory::Answers a = tables_.Ack(static_cast<uint32_t>(rank), h.request_id());
   for (const auto& w : a.clusters) ReplyCluster(w.routing_id, w.request_id, 0);
@@ -501,7 +516,7 @@ Status Coordinator::OpenState(bool* resumed) {
   SHARDPS_RETURN_IF_ERROR(StateStore::Open(opts_.state_dir, &store_));
   DurableState d;
   bool found = false;
-  SHARDPS_RETURN_IF_ERROR(store_->Load({opts_.num_servers, opts_.num_workers, members_.worker_ranks()}, &d, &found));
+  SHARDPS_RETURN_IF_ERROR(store_->Load({opts_.num_servers, opts_.num_workers, members_.worker_ranks(), opts_.Groups()}, &d, &found));
   if (!found) return Status::OK();
   Resume(std::move(d));
   *resumed = true;
@@ -512,6 +527,7 @@ DurableState Coordinator::Durable() const {
   DurableState d;
   d.num_servers = opts_.num_servers;
   d.num_workers = opts_.num_workers;
+  d.groups = opts_.Groups();
   d.partitions = opts_.partitions;
   d.tables = tables_.tables();
   d.servers = members_.SavedServers();

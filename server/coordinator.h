@@ -122,7 +122,8 @@ class Coordinator {
   // Server h.rank() is dead (shardps-ctl declare-dead: the launcher saw its
   // process end): FailOver now rather than at the heartbeat deadline.
   void HandleDeclareDead(const std::string& from, const wire::Header& h);
-  // (HandleFilled, HandleDrainServer: below, with re-replication.)
+  // (HandleFilled, HandleDrainServer, HandleAddServer, HandleRebalance:
+  // below, with re-replication and moves.)
   void HandleShutdown(const std::string& from, const wire::Header& h);
 
   void RegisterServer(const std::string& from, const wire::Header& h, const Registration& r);
@@ -170,7 +171,8 @@ class Coordinator {
   Status FailOver(uint32_t rank, const std::string& why);
   // Re-replication and drains (coordinator_fill.cc). A new map sent to
   // every live server, told to clients once they all hold it.
-  void ChangeMapTo(ShardMap next);
+  // Returns the cluster update that carries it.
+  uint64_t ChangeMapTo(ShardMap next);
   // Names in *m a server to be filled with each group that has fewer
   // copies than [job] replicas (not counting servers being drained) and
   // no fill under way; true (and m's version the next) when it named any.
@@ -188,6 +190,26 @@ class Coordinator {
   // when `request_id` was that) its groups fail over and it exits.
   void MaybeDrain();
   bool OnDrainAck(uint32_t server, uint64_t request_id);
+  // Moves (coordinator_moves.cc, docs/fault-tolerance.md "Moves"). A rank
+  // opened for a server to join the running job (shardps-ctl add-server),
+  // and the copies of groups moved onto it once it registers; a rebalance
+  // asked for (shardps-ctl rebalance).
+  void HandleAddServer(const std::string& from, const wire::Header& h);
+  void HandleRebalance(const std::string& from, const wire::Header& h);
+  // Plans in *m moves of copies from the most to the least loaded live
+  // servers (not draining) until their loads (groups held, minus those
+  // leaving) differ by at most one: each a fill of the group into the
+  // lighter server, its copy on the heavier one leaving once that fill is
+  // done. One move per group at a time. Returns the moves planned (m's
+  // version the next when any), each described in *said.
+  uint32_t PlanRebalance(ShardMap* m, std::string* said = nullptr);
+  // Group g's fill is done: the copy that leaves is told to take no more
+  // of its requests (a Drain for that group); on its acknowledgement
+  // (OnLeaveAck: true when it was that) the map goes on without it.
+  void StartLeave(uint32_t g);
+  bool OnLeaveAck(uint32_t server, const wire::Header& h);
+  // A move of group g called off (its fill failed or its target died).
+  void CancelMove(uint32_t g);
   // A message from a server declared dead: told to shut down (it is fenced
   // off; its partitions are served by others). True when it was one.
   bool FenceDeadServer(const std::string& from, const wire::Header& h);
@@ -279,10 +301,15 @@ class Coordinator {
   // Drains under way (not saved: a resumed coordinator forgets them), the
   // Drain message each drained server is to acknowledge, and the fills that
   // failed (group, server), not tried again.
+  // Moves (rebalance): group -> the server whose copy leaves once the copy
+  // being filled is full, and the Drain of that copy to be acknowledged
+  // (group -> request id).
   struct Moves {
     std::set<uint32_t> draining;
     std::map<uint32_t, uint64_t> drain_acks;
     std::set<std::pair<uint32_t, uint32_t>> fill_failed;
+    std::map<uint32_t, uint32_t> leaving;
+    std::map<uint32_t, uint64_t> leave_acks;
   } moves_;
 
   std::unique_ptr<StateStore> store_;  // null: no --state-dir

@@ -13,7 +13,7 @@
 namespace shardps {
 
 Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
-  if (rank >= opts_.num_servers) return Status::OK();
+  if (rank >= members_.servers().size()) return Status::OK();
   const ServerSlot& slot = members_.servers()[rank];
   if (!slot.registered && !slot.adopt) return Status::OK();  // not in the job (or dead already)
   if (opts_.replicas < 2)
@@ -33,7 +33,7 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
     // without it once they are.
     std::vector<std::string> hosts;
     for (const auto& s : members_.servers()) hosts.push_back(s.id.host);
-    tables_.DropFromResumed(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1), rank,
+    tables_.DropFromResumed(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1, opts_.Groups()), rank,
                             &lost);
     if (!lost.empty()) return lost_every_copy();
     members_.DeclareServerDead(rank);
@@ -48,6 +48,11 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
   members_.DeclareServerDead(rank);
   moves_.draining.erase(rank);
   moves_.drain_acks.erase(rank);
+  // Moves from it (its copy went anyway) or into it (its fill is over).
+  for (uint32_t g = 0; g < tables_.map().groups(); ++g) {
+    const auto it = moves_.leaving.find(g);
+    if (it != moves_.leaving.end() && (it->second == rank || tables_.map().Joining(g) == rank)) CancelMove(g);
+  }
   // Its groups are filled into live servers that hold no copy of them
   // (re-replication), where there are such servers.
   PlanFills(&next);
@@ -78,10 +83,10 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
 
 void Coordinator::HandleDeclareDead(const std::string& from, const wire::Header& h) {
   const int rank = h.rank();
-  if (rank < 0 || rank >= static_cast<int>(opts_.num_servers))
+  if (rank < 0 || rank >= static_cast<int>(members_.servers().size()))
     return ReplyError(from, h.request_id(),
                       Status::InvalidArgument("declare-dead: server " + std::to_string(rank) + " is not a server of this job (0.." +
-                                              std::to_string(opts_.num_servers - 1) + ")"));
+                                              std::to_string(members_.servers().size() - 1) + ")"));
   const ServerSlot& slot = members_.servers()[rank];
   std::string msg;
   if (slot.dead) {

@@ -15,7 +15,7 @@
 
 namespace shardps {
 
-void Coordinator::ChangeMapTo(ShardMap next) {
+uint64_t Coordinator::ChangeMapTo(ShardMap next) {
   const uint64_t update = next_update_id_++;
   std::set<uint32_t> live(members_.AnsweringServers());
   for (uint32_t r : members_.RegisteredServers()) live.insert(r);
@@ -23,6 +23,7 @@ void Coordinator::ChangeMapTo(ShardMap next) {
   TellWorkersTheMap();  // (published at once when no live server has to acknowledge it)
   BroadcastUpdate(update);
   dirty_ = true;
+  return update;
 }
 
 bool Coordinator::FitsBudget(const ShardMap& m, uint32_t server, uint32_t g) const {
@@ -61,7 +62,9 @@ uint32_t Coordinator::FillTarget(const ShardMap& m, uint32_t g) const {
 uint32_t Coordinator::CopiesKept(const ShardMap& m, uint32_t g) const {
   if (g >= m.replicas.size()) return 0;
   uint32_t n = 0;
-  for (uint32_t s : m.replicas[g]) n += s != ShardMap::kNone && !moves_.draining.count(s);
+  const auto leaving = moves_.leaving.find(g);
+  for (uint32_t s : m.replicas[g])
+    n += s != ShardMap::kNone && !moves_.draining.count(s) && !(leaving != moves_.leaving.end() && leaving->second == s);
   return n;
 }
 
@@ -97,6 +100,7 @@ void Coordinator::HandleFilled(const std::string& from, const wire::Header& h) {
     LOG_ERROR << "server " << rank << " could not be filled with group " << g << ": " << s.ToString()
               << "; it is not filled with it again";
     moves_.fill_failed.insert({g, static_cast<uint32_t>(rank)});
+    CancelMove(g);
     next = m.WithJoining(g, ShardMap::kNone);
   } else {
     next = m.WithCopy(g, static_cast<uint32_t>(rank));
@@ -108,6 +112,7 @@ void Coordinator::HandleFilled(const std::string& from, const wire::Header& h) {
   }
   PlanFills(&next);
   ChangeMapTo(std::move(next));
+  if (moves_.leaving.count(g)) StartLeave(g);
   MaybeDrain();
 }
 
@@ -116,8 +121,8 @@ void Coordinator::HandleDrainServer(const std::string& from, const wire::Header&
   auto refuse = [&](const std::string& why) {
     ReplyError(from, h.request_id(), Status::InvalidArgument("drain-server " + std::to_string(rank) + ": " + why));
   };
-  if (rank < 0 || rank >= static_cast<int>(opts_.num_servers))
-    return refuse("not a server of this job (0.." + std::to_string(opts_.num_servers - 1) + ")");
+  if (rank < 0 || rank >= static_cast<int>(members_.servers().size()))
+    return refuse("not a server of this job (0.." + std::to_string(members_.servers().size() - 1) + ")");
   const auto r = static_cast<uint32_t>(rank);
   if (opts_.replicas < 2)
     return refuse("this job keeps one copy of each partition ([job] replicas = 1): its partitions cannot be moved "

@@ -29,9 +29,10 @@ struct Flags {
   std::string metrics_address;
   std::string config, consistency, log_level = "info";
   int64_t hb_ms = -1, join_ms = -1;
-  uint32_t servers = 0, workers = 0, max_workers = 0, partitions = 0, staleness = 0, replicas = 0;
+  uint32_t servers = 0, workers = 0, max_workers = 0, partitions = 0, staleness = 0, replicas = 0, groups = 0;
   CLI::Option *servers_opt = nullptr, *workers_opt = nullptr, *max_workers_opt = nullptr,
-              *partitions_opt = nullptr, *staleness_opt = nullptr, *replicas_opt = nullptr;
+              *partitions_opt = nullptr, *staleness_opt = nullptr, *replicas_opt = nullptr,
+              *groups_opt = nullptr;
   std::string key_file, access_file;
 };
 
@@ -58,6 +59,7 @@ int ResolveJob(Flags& fl, JobConfig* job) {
   if (*fl.partitions_opt) o.partitions = fl.partitions;
   if (*fl.staleness_opt) o.staleness = fl.staleness;
   if (*fl.replicas_opt) o.replicas = fl.replicas;
+  if (*fl.groups_opt) o.groups = fl.groups;
   if (!fl.consistency.empty())
     if (Status s = Parse(fl.consistency, &o.consistency); !s.ok()) return Fail("--consistency: ", s.message());
   if (fl.hb_ms > 0) o.heartbeat_timeout = Millis(fl.hb_ms);
@@ -143,6 +145,7 @@ int main(int argc, char** argv) {
   fl.max_workers_opt = app.add_option("--max-workers", fl.max_workers, "worker ranks that may join, up to this many (elastic; default --workers)")->check(CLI::Range(0, 65536));
   fl.partitions_opt = app.add_option("--partitions", fl.partitions, "virtual partitions (overrides the job file)")->check(CLI::Range(1, 1 << 20));
   fl.replicas_opt = app.add_option("--replicas", fl.replicas, "copies of each group of partitions, on different servers: 2 or more and a dead server's partitions are served by their backups, without a rollback (overrides the job file)")->check(CLI::Range(1, 4096));
+  fl.groups_opt = app.add_option("--groups", fl.groups, "replica groups, the unit moves copy: more than --servers let servers added later (shardps-ctl add-server) take a share (default: one per server; overrides the job file)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--consistency", fl.consistency, "sync | bounded | async (overrides the job file)");
   fl.staleness_opt = app.add_option("--staleness", fl.staleness, "bounded staleness s (overrides the job file)");
   app.add_option("--heartbeat-timeout-ms", fl.hb_ms, "declare a silent process dead after this long")->check(CLI::Range(1, 3600000));

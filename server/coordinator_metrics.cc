@@ -29,6 +29,17 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry* m, uint32_t worker_ran
   fills_ = &m->GetCounter("shardps_replica_fills_total",
                           "Copies of replica groups filled into a server while the job ran (re-replication, drains)");
   drains_ = &m->GetCounter("shardps_drained_servers_total", "Servers drained: their groups moved to others, then exited");
+  added_ = &m->GetCounter("shardps_added_servers_total", "Servers that joined the running job in a rank opened by add-server");
+  moves_ = &m->GetCounter("shardps_group_moves_total",
+                          "Copies of replica groups moved from one server to another while the job ran (rebalance)");
+}
+
+void CoordinatorMetrics::Added() {
+  if (added_) added_->Inc();
+}
+
+void CoordinatorMetrics::Moved() {
+  if (moves_) moves_->Inc();
 }
 
 void CoordinatorMetrics::Filled() {

@@ -39,6 +39,8 @@ class CoordinatorMetrics {
   void Filled();      // a server holds a full copy of a group it was filled with
   void Drained();     // a drained server left the job (its groups held by others)
   void Replaced();    // a new server took a dead one's rank
+  void Added();       // a server took a rank opened by add-server
+  void Moved();       // a copy of a group moved from one server to another (rebalance)
 
  private:
   // Not owned: the registry's series. Set on Run()'s thread, read by the
@@ -63,6 +65,8 @@ class CoordinatorMetrics {
   metrics::Counter* snapshots_ = nullptr;
   metrics::Counter* fills_ = nullptr;
   metrics::Counter* drains_ = nullptr;
+  metrics::Counter* added_ = nullptr;
+  metrics::Counter* moves_ = nullptr;
   metrics::Counter* snapshot_failures_ = nullptr;
   metrics::Histogram* snapshot_seconds_ = nullptr;
   metrics::Counter* failovers_ = nullptr;

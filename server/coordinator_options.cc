@@ -18,6 +18,10 @@ Status CoordinatorOptions::Validate() const {
   if (replicas == 0 || replicas > num_servers)
     return Status::InvalidArgument("replicas must be in [1, servers], got " + std::to_string(replicas) + " with " +
                                    std::to_string(num_servers) + " servers");
+  if (groups != 0 && (groups < num_servers || groups > partitions))
+    return Status::InvalidArgument("groups must be 0 (= servers) or in [servers, partitions], got " +
+                                   std::to_string(groups) + " with " + std::to_string(num_servers) + " servers and " +
+                                   std::to_string(partitions) + " partitions");
   if (consistency == Consistency::kSync && staleness != 0)
     return Status::InvalidArgument("staleness applies to 'bounded' consistency only (sync is 0)");
   if (heartbeat_timeout.count() <= 0) return Status::InvalidArgument("heartbeat timeout must be > 0");

@@ -36,6 +36,11 @@ struct CoordinatorOptions {
   // (docs/fault-tolerance.md, "Replicas"): 1 none; 2 a dead server's
   // partitions are served by their backups without a rollback.
   uint32_t replicas = 1;
+  // Replica groups: the unit a move copies (add-server, rebalance, drain);
+  // 0 = one per server. More groups than servers let a server added later
+  // take a fair share of them (docs/fault-tolerance.md).
+  uint32_t groups = 0;
+  uint32_t Groups() const { return groups ? groups : num_servers; }
   std::vector<TableSpec> tables;            // defined at start
   uint64_t server_memory_mb = 0;            // job file: each server's budget (the launcher passes it; 0: theirs)
   Millis heartbeat_timeout{5000};           // silent this long = dead

@@ -64,7 +64,7 @@ void Coordinator::HandleSnapshotDone(const std::string& from, const wire::Header
     for (const auto* p : *rep->parts())
       r.parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum()});
   SnapshotScheduler::Effects e;
-  snaps_.OnReport(static_cast<uint32_t>(rank), r, opts_.num_servers, Clock::now(), &e);
+  snaps_.OnReport(static_cast<uint32_t>(rank), r, opts_.Groups(), Clock::now(), &e);  // (a part per group)
   Apply(e);
 }
 
@@ -114,7 +114,7 @@ Status Coordinator::WriteManifest(const SnapshotScheduler::Ended& e, int64_t lab
                        std::chrono::system_clock::now().time_since_epoch()).count();
   m.consistency = opts_.consistency;
   m.staleness = opts_.staleness;
-  m.num_servers = opts_.num_servers;
+  m.num_servers = opts_.Groups();  // (a file and parts per replica group)
   m.partitions = tables_.map().partitions();
   m.owner = tables_.map().owner;
   m.tables = tables_.tables();

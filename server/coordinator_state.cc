@@ -42,20 +42,22 @@ std::vector<uint32_t> FlatReplicas(const DurableState& s) {
   return flat;
 }
 
-// A fail-over's shard map: each group (one per server) at most `stride`
-// servers of the job.
+// A changed shard map: each group at most `stride` servers of the job
+// (its own and those added to it).
 Status DecodeMap(const wire::CoordinatorState* st, const StateShape& job, DurableState* out) {
   if (!st->map_replicas() || st->map_stride() == 0) return Status::OK();
   const uint32_t stride = st->map_stride();
-  if (stride > job.num_servers || st->map_replicas()->size() != static_cast<size_t>(stride) * job.num_servers)
-    return Status::BadMessage("the saved shard map does not hold a replica list per server");
+  const uint32_t groups = job.groups ? job.groups : job.num_servers;
+  const auto servers = std::max<uint32_t>(job.num_servers, static_cast<uint32_t>(out->servers.size()));
+  if (stride > servers || st->map_replicas()->size() != static_cast<size_t>(stride) * groups)
+    return Status::BadMessage("the saved shard map does not hold a replica list per group");
   out->map_version = st->map_version();
-  out->map_replicas.assign(job.num_servers, {});
-  for (uint32_t g = 0; g < job.num_servers; ++g)
+  out->map_replicas.assign(groups, {});
+  for (uint32_t g = 0; g < groups; ++g)
     for (uint32_t k = 0; k < stride; ++k) {
       const uint32_t s = st->map_replicas()->Get(g * stride + k);
       if (s == 0xffffffffu) continue;
-      if (s >= job.num_servers) return Status::BadMessage("the saved shard map names server " + std::to_string(s));
+      if (s >= servers) return Status::BadMessage("the saved shard map names server " + std::to_string(s));
       out->map_replicas[g].push_back(s);
     }
   return Status::OK();
@@ -64,7 +66,8 @@ Status DecodeMap(const wire::CoordinatorState* st, const StateShape& job, Durabl
 // The slots: servers (all or none) and workers.
 Status DecodeSlots(const wire::CoordinatorState* st, const StateShape& job, DurableState* out) {
   if (st->servers()) {
-    if (st->servers()->size() != job.num_servers) return Status::BadMessage("the saved servers do not match the job");
+    if (st->servers()->size() < job.num_servers || st->servers()->size() > 4096)
+      return Status::BadMessage("the saved servers do not match the job");
     for (const auto* s : *st->servers())
       out->servers.push_back(
           {s->endpoint() ? s->endpoint()->str() : "", s->budget(), s->host() ? s->host()->str() : "", s->dead()});
@@ -172,7 +175,12 @@ Status VerifiedRoot(std::string_view value, const StateShape& job, std::vector<u
                             std::to_string(st->num_workers()) + " workers, this one " +
                             std::to_string(job.num_servers) + " and " + std::to_string(job.num_workers) +
                             " (a --state-dir holds one job: give a new one to start another)");
-  if (st->partitions() < job.num_servers || st->partitions() > (1u << 20))
+  const uint32_t saved_groups = st->num_groups() ? st->num_groups() : st->num_servers();
+  if (saved_groups != (job.groups ? job.groups : job.num_servers))
+    return Status::Conflict("the saved job has " + std::to_string(saved_groups) + " replica groups, this one " +
+                            std::to_string(job.groups ? job.groups : job.num_servers) +
+                            " (a --state-dir holds one job: give a new one to start another)");
+  if (st->partitions() < saved_groups || st->partitions() > (1u << 20))
     return Status::BadMessage("the saved state has " + std::to_string(st->partitions()) + " partitions");
   *out = st;
   return Status::OK();
@@ -207,7 +215,7 @@ std::string EncodeState(const DurableState& s) {
       b.CreateString(s.restore_dir), s.clock_base, s.work.resume.pool, s.work.resume.position,
       b.CreateString(s.latest_snapshot_dir), s.latest_snapshot_clock, s.snapshots_taken, s.next_update_id,
       s.membership_version, s.stopping, b.CreateVector(claims), s.map_version, MapStride(s),
-      b.CreateVector(FlatReplicas(s)));
+      b.CreateVector(FlatReplicas(s)), s.groups == s.num_servers ? 0 : s.groups);
   b.Finish(root);
   return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
 }
@@ -219,6 +227,7 @@ Status DecodeState(std::string_view value, const StateShape& job, DurableState* 
   DurableState d;
   d.num_servers = st->num_servers();
   d.num_workers = st->num_workers();
+  d.groups = st->num_groups() ? st->num_groups() : st->num_servers();
   d.partitions = st->partitions();
   if (st->tables())
     for (const auto* t : *st->tables()) {

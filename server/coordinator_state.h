@@ -30,8 +30,9 @@ namespace shardps {
 
 struct DurableState {
   uint32_t num_servers = 0, num_workers = 0, partitions = 0;
+  uint32_t groups = 0;               // replica groups ([job] groups; 0: num_servers)
   std::vector<TableSpec> tables;     // index = id
-  std::vector<SavedServer> servers;  // one per server rank (empty: none saved)
+  std::vector<SavedServer> servers;  // one per server rank, added ones too (empty: none saved)
   std::vector<SavedWorker> workers;  // by worker rank, at most the job's ranks
   WorkPoolsData work;
   std::string restore_dir;           // the snapshot the job started from ("": none)
@@ -53,6 +54,7 @@ struct StateShape {
   uint32_t num_servers = 0;
   uint32_t num_workers = 0;
   uint32_t worker_ranks = 0;  // max(num_workers, max_workers)
+  uint32_t groups = 0;        // replica groups (0: num_servers)
 };
 
 // The FlatBuffers CoordinatorState of `s`.

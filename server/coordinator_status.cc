@@ -152,12 +152,20 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   if (!map.joining.empty()) jv = fbb_.CreateVector(map.joining);
   if (!moves_.draining.empty())
     dv = fbb_.CreateVector(std::vector<uint32_t>(moves_.draining.begin(), moves_.draining.end()));
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> lv;
+  if (!moves_.leaving.empty()) {
+    std::vector<uint32_t> leaving(map.groups(), ShardMap::kNone);
+    for (const auto& [g, s] : moves_.leaving)
+      if (g < leaving.size()) leaving[g] = s;
+    lv = fbb_.CreateVector(leaving);
+  }
   auto host = fbb_.CreateString(HostName()), url = fbb_.CreateString(opts_.metrics.url),
        snapdir = fbb_.CreateString(opts_.snapshot_dir), latest = fbb_.CreateString(snaps.latest_dir);
   wire::JobStatusBuilder b(fbb_);
   b.add_consistency(static_cast<wire::Consistency>(opts_.consistency));
   b.add_staleness(opts_.staleness);
-  b.add_num_servers(opts_.num_servers);
+  b.add_num_servers(static_cast<uint32_t>(members_.servers().size()));  // (ranks added while it runs included)
+  b.add_num_groups(map.groups());
   b.add_num_workers(opts_.num_workers);
   b.add_host(host);
   b.add_pid(static_cast<uint32_t>(::getpid()));
@@ -177,6 +185,7 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   b.add_group_replicas(gv);
   if (!map.joining.empty()) b.add_group_joining(jv);
   if (!moves_.draining.empty()) b.add_draining(dv);
+  if (!moves_.leaving.empty()) b.add_group_leaving(lv);
   auto body = b.Finish();
   wire::Fields f;
   f.request_id = h.request_id();

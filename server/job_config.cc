@@ -334,7 +334,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
                                                  "staleness", "heartbeat_timeout_ms", "join_timeout_ms",
                                                  "snapshot_dir", "snapshot_every_clocks", "snapshot_every_sec",
                                                  "keep_snapshots", "server_memory_mb", "max_workers", "state_dir",
-                                                 "replicas"}));
+                                                 "replicas", "groups"}));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint64_t>(*job, "server_memory_mb", src, 0, 1ull << 34, &out->server_memory_mb));
     SHARDPS_RETURN_IF_ERROR(GetString(*job, "snapshot_dir", src, &out->snapshot_dir));
     SHARDPS_RETURN_IF_ERROR(GetString(*job, "state_dir", src, &out->state_dir));
@@ -346,6 +346,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "max_workers", src, 0, 65536, &out->max_workers));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "partitions", src, 1, 1u << 20, &out->partitions));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "replicas", src, 1, 4096, &out->replicas));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "groups", src, 0, 1u << 20, &out->groups));
     SHARDPS_RETURN_IF_ERROR(GetEnum(*job, "consistency", src, &out->consistency));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "staleness", src, 0, 1u << 30, &out->staleness));
     int64_t ms = out->heartbeat_timeout.count();
@@ -412,7 +413,7 @@ std::string JobConfigJson(const JobConfig& c) {
   o += "\"servers\": " + std::to_string(j.num_servers) + ", \"workers\": " + std::to_string(j.num_workers) +
        ", \"max_workers\": " + std::to_string(std::max(j.num_workers, j.max_workers)) + ", \"partitions\": " + std::to_string(j.partitions) + ", \"consistency\": " +
        JsonString(ToString(j.consistency)) + ", \"staleness\": " + std::to_string(j.staleness) +
-       ", \"replicas\": " + std::to_string(j.replicas) +
+       ", \"replicas\": " + std::to_string(j.replicas) + ", \"groups\": " + std::to_string(j.Groups()) +
        ", \"heartbeat_timeout_ms\": " + std::to_string(j.heartbeat_timeout.count()) +
        ", \"join_timeout_ms\": " + std::to_string(j.join_timeout.count()) +
        ", \"snapshot_dir\": " + JsonString(j.snapshot_dir) + ", \"state_dir\": " + JsonString(j.state_dir) +

@@ -29,7 +29,9 @@ Status Membership::RegisterServer(const std::string& from, const Registration& r
   if (rank < 0) {
     for (uint32_t r = 0; r < servers_.size() && rank < 0; ++r)
       if (!servers_[r].registered) rank = static_cast<int>(r);
-    if (rank < 0) return Status::Conflict("all " + std::to_string(servers_.size()) + " server ranks are taken");
+    if (rank < 0)
+      return Status::Conflict("all " + std::to_string(servers_.size()) +
+                              " server ranks are taken (shardps-ctl add-server opens one more while the job runs)");
   }
   if (rank >= static_cast<int>(servers_.size()))
     return Status::InvalidArgument("server rank " + std::to_string(rank) + " but the job has " +
@@ -259,7 +261,24 @@ int Membership::ServerRankOf(const std::string& routing_id) const {
 }
 
 bool Membership::AllServersRegistered() const {
-  return std::all_of(servers_.begin(), servers_.end(), [](const ServerSlot& s) { return s.registered || s.dead; });
+  for (uint32_t r = 0; r < servers_.size(); ++r) {
+    const ServerSlot& s = servers_[r];
+    // (a rank added while the job ran that no server took yet is not waited for)
+    if (!s.registered && !s.dead && !(r >= opts_.num_servers && s.endpoint.empty())) return false;
+  }
+  return true;
+}
+
+uint32_t Membership::AddServer() {
+  servers_.emplace_back();
+  LOG_INFO << "server rank " << servers_.size() - 1 << " opened (add-server): the next server to register takes it";
+  return static_cast<uint32_t>(servers_.size() - 1);
+}
+
+bool Membership::OpenServerRank() const {
+  for (uint32_t r = opts_.num_servers; r < servers_.size(); ++r)
+    if (!servers_[r].registered && !servers_[r].dead && servers_[r].endpoint.empty()) return true;
+  return false;
 }
 
 std::vector<uint32_t> Membership::RegisteredServers() const {
@@ -316,7 +335,8 @@ std::vector<SavedWorker> Membership::SavedWorkers() const {
 
 void Membership::Restore(const std::vector<SavedServer>& servers, const std::vector<SavedWorker>& workers,
                          uint64_t saved_version, Clock::time_point now) {
-  for (uint32_t r = 0; r < servers.size() && r < servers_.size(); ++r) {
+  if (servers.size() > servers_.size()) servers_.resize(servers.size());  // ranks added while it ran
+  for (uint32_t r = 0; r < servers.size(); ++r) {
     servers_[r].endpoint = servers[r].endpoint;
     servers_[r].budget = servers[r].budget;
     servers_[r].id.host = servers[r].host;

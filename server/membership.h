@@ -183,7 +183,14 @@ class Membership {
   void AdoptServers();
 
   int ServerRankOf(const std::string& routing_id) const;  // registered servers only; -1: none
+  // Every server rank registered, dead, or added and never taken.
   bool AllServersRegistered() const;
+  // shardps-ctl add-server: one more server rank (returned), open to the
+  // next server that registers; the job's own `num_servers` stay as they
+  // are (the map's groups do not change).
+  uint32_t AddServer();
+  // Whether a rank opened by AddServer waits for its server.
+  bool OpenServerRank() const;
   std::vector<uint32_t> RegisteredServers() const;
   std::set<uint32_t> AnsweringServers() const;  // registered and alive
   // Each server's memory budget in bytes; 0 when unknown or not registered.
@@ -203,8 +210,9 @@ class Membership {
   // The durable state's view of the slots.
   std::vector<SavedServer> SavedServers() const;
   std::vector<SavedWorker> SavedWorkers() const;
-  // A resumed job: the saved slots (REQUIRES: `servers` empty or one per
-  // server rank, `workers` at most one per worker rank) and the version
+  // A resumed job: the saved slots (REQUIRES: `servers` empty or at least
+  // one per server rank of the job — more when ranks were added —, `workers`
+  // at most one per worker rank) and the version
   // after the saved one (at least the next of this one's). A restored live
   // worker has a heartbeat timeout from `now` to show up in.
   void Restore(const std::vector<SavedServer>& servers, const std::vector<SavedWorker>& workers,

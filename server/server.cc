@@ -159,7 +159,8 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
 Shard* Server::ServingShard(const wire::Header& h, const zmq::message_t& from) {
   const uint32_t g = h.group() >= 0 ? static_cast<uint32_t>(h.group()) : rank_;
   Shard* sh = g < shards_.size() ? shards_[g].get() : nullptr;
-  if (sh && sh->primary) return sh;
+  if (sh && sh->primary && !sh->leaving) return sh;
+  if (sh && sh->leaving) return nullptr;  // dropped: sent again to the group's next primary
   if (!view_.complete())
     ReplyError(from, h.request_id(), Status::NotReady("server has no shard map yet"));
   else
@@ -228,14 +229,25 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
     case wire::MsgType::Drain: {
       // shardps-ctl drain-server: every group held here has its copies
       // elsewhere now; requests taken so far are answered as their copies
-      // acknowledge them, new ones are left to the copies taking over.
-      LOG_INFO << "drained: taking no more requests (the coordinator moves this server's groups to their other copies)";
-      draining_ = true;
+      // acknowledge them, new ones are left to the copies taking over. With
+      // a group: only this server's copy of it leaves (a move).
       wire::Fields ack;
       ack.type = wire::MsgType::Reply;
       ack.request_id = h->request_id();
       ack.role = wire::Role::Server;
       ack.rank = static_cast<int32_t>(rank_);
+      if (h->group() >= 0) {
+        const auto g = static_cast<uint32_t>(h->group());
+        if (g < shards_.size() && shards_[g] && !shards_[g]->left) {
+          shards_[g]->leaving = true;
+          LOG_INFO << "group " << g << ": this copy leaves (moved to another server): taking no more of its requests";
+        }
+        ack.group = h->group();
+        coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
+        return;
+      }
+      LOG_INFO << "drained: taking no more requests (the coordinator moves this server's groups to their other copies)";
+      draining_ = true;
       coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
       return;
     }

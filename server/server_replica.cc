@@ -338,6 +338,18 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
   }
   auto refuse = [&](const std::string& why) { RefuseStream(h, frames[0], why); };
   if (!sh) return refuse("server " + std::to_string(rank_) + " holds no copy of group " + std::to_string(g));
+  // A move (rebalance): this copy left the group, or the sender's did. Its
+  // inputs are not lost: the copy before the one that left keeps what the
+  // copies after it have not acknowledged, and sends it on in the new map.
+  if (sh->left) {
+    // (A fill into it again may come before the map that makes it a copy
+    // again: kept until then, as for a server that never held the group.)
+    const bool fill_start = h.rep() == wire::RepKind::FillBegin;
+    if ((fill_start || sh->early_fill_from == sender) && !dead && KeepEarly(frames) && fill_start)
+      sh->early_fill_from = sender;
+    return;
+  }
+  if (sender >= 0 && !dead && view_.complete() && !view_.map.Holds(static_cast<uint32_t>(sender), g)) return;
   if (sh->primary)
     return refuse("server " + std::to_string(rank_) + " is the primary of group " + std::to_string(g) +
                   " in shard map v" + std::to_string(view_.map.version) + ": the sender was declared dead");
@@ -503,7 +515,7 @@ void Server::ReceiveAcks() {
           sh->fill.todo.clear();
           continue;
         }
-        if (draining_) {
+        if (draining_ || (sh && (sh->leaving || sh->left))) {
           // Drained: the copy after it took its place (its last inputs
           // were for a map that no longer has it).
           LOG_INFO << "group " << g << ": server " << server << " no longer takes this server's stream (drained): "

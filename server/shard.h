@@ -50,6 +50,11 @@ class Shard {
   const uint32_t group;
   bool primary = false;   // serves the group's requests; else a backup fed by the primary's stream
   bool left = false;      // no longer held (a map change): its rows stay, nothing is served or fed
+  // Its copy leaves (a move: the coordinator's Drain for this group): data
+  // requests are dropped (clients send them again to the group's primary
+  // in the next map), and the copies after it may refuse its stream.
+  bool leaving = false;
+  int32_t early_fill_from = -1;  // left: the server whose fill into it came before the map (kept early)
   WorkerClocks clocks;
   DcKept dc;
   SnapshotCut cut;        // a primary's cuts of the group's partitions

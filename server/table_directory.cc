@@ -17,7 +17,7 @@ Status TableDirectory::CheckBudget(const TableSpec& spec, size_t defined, const 
   // A sparse table without max_rows: its rows are counted as pushes make them.
   if (spec.kind != TableKind::kDense && spec.max_rows == 0) return Status::OK();
   const auto servers = static_cast<uint32_t>(budgets.size());
-  const ShardMap map = map_.owner.empty() ? ShardMap::Replicated(partitions, servers, replicas_, {}, 1) : map_;
+  const ShardMap map = map_.owner.empty() ? ShardMap::Replicated(partitions, servers, replicas_, {}, 1, groups_) : map_;
   uint64_t total = 0;
   for (uint32_t r = 0; r < servers; ++r) total += ServerTable::BudgetBytes(spec, map.partitions(), map.HeldBy(r));
   for (uint32_t r = 0; r < servers; ++r) {

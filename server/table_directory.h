@@ -70,7 +70,10 @@ class TableDirectory {
                      uint32_t partitions) const;
 
   // Copies of each group: the budgets count every copy a server holds.
-  void set_replicas(uint32_t replicas) { replicas_ = replicas; }
+  void set_replicas(uint32_t replicas, uint32_t groups = 0) {
+    replicas_ = replicas;
+    groups_ = groups;
+  }
   // A resumed job whose map changed (a fail-over): the version and replica
   // lists its map is made with again.
   void SetResumedMap(uint64_t version, std::vector<std::vector<uint32_t>> replicas) {
@@ -141,6 +144,7 @@ class TableDirectory {
   ShardMap map_;
   ShardMap published_map_;
   uint32_t replicas_ = 1;
+  uint32_t groups_ = 0;  // (0: one per server)
   uint64_t resumed_version_ = 0;
   std::vector<std::vector<uint32_t>> resumed_replicas_;
   uint64_t change_update_id_ = 0;        // the update carrying map_ when it is not published yet

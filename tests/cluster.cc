@@ -92,11 +92,20 @@ Status LocalCluster::Start(const ClusterOptions& o) {
 }
 
 Status LocalCluster::StartServer(int rank) {
-  if (rank < 0 || static_cast<size_t>(rank) >= server_starts_.size()) return Status::InvalidArgument("no such server rank");
+  if (rank < 0 || static_cast<size_t>(rank) > server_starts_.size()) return Status::InvalidArgument("no such server rank");
   std::vector<std::string> sargs = {BinaryPath("SHARDPS_SERVER"), "--coordinator", coordinator_,
                                     "--rank", std::to_string(rank), "--heartbeat-ms", "200"};
   sargs.insert(sargs.end(), server_args_.begin(), server_args_.end());
-  const std::string name = "server" + std::to_string(rank) + "." + std::to_string(++server_starts_[rank]);
+  const bool added = static_cast<size_t>(rank) == server_starts_.size();  // a rank opened by add-server
+  if (added) {
+    if (pids_.size() != static_cast<size_t>(rank) + 1)  // (pids_: the coordinator, then the servers)
+      return Status::InvalidArgument("a server rank is added only while the cluster has no other process");
+    server_starts_.push_back(0);
+    pids_.push_back(0);
+  }
+  const std::string name = "server" + std::to_string(rank) +
+                           (added ? "" : "." + std::to_string(server_starts_[rank] + 1));
+  ++server_starts_[rank];
   const std::string log = dir_ + "/" + name + ".log";
   const pid_t pid = SpawnProcess(sargs, log);
   if (pid <= 0) return Status::Internal("cannot start a server");

@@ -48,9 +48,10 @@ class LocalCluster {
   const std::vector<pid_t>& pids() const { return pids_; }
   // Sends `sig` to server `rank` (e.g. SIGKILL) and reaps it.
   void KillServer(int rank, int sig);
-  // Starts another server process with rank `rank` (a replacement for a
-  // dead one); its log is "serverR.K" (K = 2, 3, ...). Later calls of
-  // KillServer(rank) reach it.
+  // Starts another server process with rank `rank`: a replacement for a
+  // dead one (its log "serverR.K", K = 2, 3, ...), or — rank = the servers
+  // started so far — one for a rank opened by add-server (its log
+  // "serverR"). Later calls of KillServer(rank) reach it.
   Status StartServer(int rank);
   // Waits up to `timeout` for server `rank`'s process to exit on its own
   // and reaps it: its exit code, or -1 (still running: it is left alone;

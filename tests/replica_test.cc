@@ -189,6 +189,49 @@ void RunMoves(LocalCluster& c, int servers, bool replace, int drain, std::vector
   for (auto& t : workers) t.join();
 }
 
+// Counts the lines of `log` that say `text`.
+int Count(const std::string& log, const std::string& text) {
+  int n = 0;
+  for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+  return n;
+}
+
+// shardps-ctl add-server: opens server rank 2 of a job of two servers, two
+// copies of 4 groups, and starts a server on it; copies of two groups move
+// onto it (loads 4, 4, 0 -> 3, 3, 2) while worker 0 trains up to `hold`.
+// Then a rebalance has nothing to move.
+void AddServer(LocalCluster& c, std::atomic<int>* hold, int to) {
+  std::string out;
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "add-server", c.coordinator()}, &out), 0) << out;
+  EXPECT_NE(out.find("server rank 2 is open"), std::string::npos) << out;
+  ASSERT_TRUE(c.StartServer(2).ok());
+  *hold = to;
+  ASSERT_TRUE(testing::WaitFor([&] { return Count(c.Log("coordinator"), "moved off server") >= 2; }, 120s))
+      << c.Log("coordinator");
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "rebalance", c.coordinator()}, &out), 0) << out;
+  EXPECT_NE(out.find("nothing to move (each live server holds 2-3"), std::string::npos) << out;
+}
+
+// Two servers, two copies of 4 groups; with `add`, worker 0 pauses at
+// clock 20 while a server is added (AddServer), and groups move onto it
+// while the workers train clocks 20..40. Without: the job without it.
+void RunAdd(LocalCluster& c, bool add, std::vector<float>* w, std::vector<float>* e) {
+  ClusterOptions o = Replicated("sync");
+  o.coordinator_args.insert(o.coordinator_args.end(), {"--groups", "4"});
+  ASSERT_TRUE(c.Start(o).ok());
+  std::atomic<int> clocks[kWorkers] = {};
+  std::atomic<int> hold{add ? 20 : kClocks};
+  std::vector<std::thread> workers;
+  for (int r = 0; r < kWorkers; ++r)
+    workers.emplace_back([&, r] { Train(c, r, &clocks[r], r == 0 ? w : nullptr, r == 0 ? e : nullptr, &hold); });
+  if (add) {
+    ASSERT_TRUE(testing::WaitFor([&] { return clocks[0].load() >= 20; }, 120s));
+    AddServer(c, &hold, 40);
+    hold = kClocks;
+  }
+  for (auto& t : workers) t.join();
+}
+
 // The dense values and sparse rows of two runs are equal bit for bit.
 void ExpectSameModel(const std::vector<float>& w0, const std::vector<float>& e0, const std::vector<float>& w1,
                      const std::vector<float>& e1) {
@@ -424,6 +467,41 @@ TEST_F(ReplicaTest, ADrainedServerLeavesWhileTrainingRunsWithTheModelOfTheJobWit
   const std::string coord = b_.Log("coordinator"), s2 = b_.Log("server2");
   EXPECT_NE(coord.find("server 2 is drained"), std::string::npos) << coord;
   EXPECT_NE(s2.find("drained"), std::string::npos) << s2;
+}
+
+// A server added while training runs (shardps-ctl add-server): copies of
+// groups move onto it, and the model is that of the job without it.
+TEST_F(ReplicaTest, AServerAddedWhileTrainingRunsTakesCopiesWithTheModelOfTheJobWithoutIt) {
+  std::vector<float> w0, e0, w1, e1;
+  RunAdd(a_, false, &w0, &e0);
+  ASSERT_FALSE(HasFailure());
+  RunAdd(b_, true, &w1, &e1);
+  ASSERT_FALSE(HasFailure());
+  ExpectSameModel(w0, e0, w1, e1);
+  const std::string coord = b_.Log("coordinator"), s2 = b_.Log("server2");
+  EXPECT_NE(coord.find("server 2 joined the running job"), std::string::npos) << coord;
+  EXPECT_EQ(Count(s2, "fill is complete"), 2) << s2;
+  EXPECT_EQ(Count(b_.Log("server0") + b_.Log("server1"), "this copy leaves"), 2);
+}
+
+// Bounded staleness: a server added, copies moved onto it, then one of the
+// first two killed, all while the workers push: every acknowledged push is
+// applied exactly once.
+TEST_F(ReplicaTest, BoundedEveryAcknowledgedPushIsAppliedExactlyOnceAcrossAnAddedServerAndAKill) {
+  ClusterOptions o = Replicated("bounded");
+  o.coordinator_args.insert(o.coordinator_args.end(), {"--groups", "4"});
+  ASSERT_TRUE(a_.Start(o).ok());
+  std::atomic<int> pushed[kWorkers] = {};
+  std::atomic<int> acked{0};
+  std::atomic<int> hold{0};
+  std::vector<std::thread> workers;
+  StartCounting(a_, pushed, &acked, &workers);
+  ASSERT_TRUE(testing::WaitFor([&] { return pushed[0].load() >= kPushes / 4; }, 120s));
+  AddServer(a_, &hold, 0);
+  a_.KillServer(1, SIGKILL);  // its groups fail over, and those left with one copy are filled again
+  for (auto& t : workers) t.join();
+  ASSERT_FALSE(HasFailure());
+  ExpectCounted(a_, acked.load());
 }
 
 // Bounded staleness, three servers, two copies: server 2 drained (exits

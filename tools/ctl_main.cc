@@ -142,7 +142,8 @@ __attribute__((format(printf, 2, 3))) void Appendf(std::string* out, const char*
 // Each replica group's servers, primary first (a lost copy: none).
 std::vector<std::vector<uint32_t>> GroupsOf(const wire::JobStatus& js) {
   std::vector<std::vector<uint32_t>> out;
-  const uint32_t stride = std::max<uint32_t>(1, js.group_replicas() ? js.group_replicas()->size() / std::max<uint32_t>(1, js.num_servers()) : 1);
+  const uint32_t groups = js.num_groups() ? js.num_groups() : js.num_servers();
+  const uint32_t stride = std::max<uint32_t>(1, js.group_replicas() ? js.group_replicas()->size() / std::max<uint32_t>(1, groups) : 1);
   if (!js.group_replicas()) return out;
   for (uint32_t i = 0; i < js.group_replicas()->size(); ++i) {
     if (i % stride == 0) out.emplace_back();
@@ -165,6 +166,8 @@ std::string GroupsText(const wire::JobStatus& js) {
                                    : " (" + std::to_string(groups[g].size()) + " of " + std::to_string(js.replicas()) + " copies)";
     if (js.group_joining() && g < js.group_joining()->size() && js.group_joining()->Get(g) != 0xffffffffu)
       s += " (filling server " + std::to_string(js.group_joining()->Get(g)) + ")";
+    if (js.group_leaving() && g < js.group_leaving()->size() && js.group_leaving()->Get(g) != 0xffffffffu)
+      s += " (then server " + std::to_string(js.group_leaving()->Get(g)) + "'s copy leaves)";
   }
   if (js.draining() && js.draining()->size()) {
     s += " | draining:";
@@ -294,6 +297,14 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
       }
       o += "]";
     }
+    if (js->group_leaving()) {  // moves under way: group -> the server whose copy leaves (-1: none)
+      o += ", \"leaving\": [";
+      for (uint32_t g = 0; g < js->group_leaving()->size(); ++g) {
+        const uint32_t l = js->group_leaving()->Get(g);
+        o += (g ? ", " : "") + (l == 0xffffffffu ? std::string("-1") : std::to_string(l));
+      }
+      o += "]";
+    }
     if (js->draining()) {
       o += ", \"draining\": [";
       for (uint32_t i = 0; i < js->draining()->size(); ++i) o += (i ? ", " : "") + std::to_string(js->draining()->Get(i));
@@ -401,8 +412,8 @@ int CmdRollback(const std::string& coordinator, int timeout_sec) {
   return 0;
 }
 
-// declare-dead / drain-server: an admin's request about server `server`;
-// prints the coordinator's answer.
+// declare-dead / drain-server: an admin's request about server `server`
+// (add-server, rebalance: about none, -1); prints the coordinator's answer.
 int CmdServerAction(const std::string& coordinator, wire::MsgType type, const char* name, int server, int timeout_sec) {
   zmq::message_t m;
   const wire::Header* h = nullptr;
@@ -542,6 +553,12 @@ int main(int argc, char** argv) {
   drain->add_option("COORDINATOR", coordinator)->required();
   drain->add_option("SERVER", drain_server, "the rank of the server to drain")->required()->check(CLI::Range(0, 4095));
   drain->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
+  auto* add = app.add_subcommand("add-server", "open one more server rank in the running job (replicas >= 2) and print it: the server started on it gets copies of groups moved onto it");
+  add->add_option("COORDINATOR", coordinator)->required();
+  add->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
+  auto* rebalance = app.add_subcommand("rebalance", "move copies of groups from the most to the least loaded live servers while the job runs (replicas >= 2)");
+  rebalance->add_option("COORDINATOR", coordinator)->required();
+  rebalance->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* declare = app.add_subcommand("declare-dead", "server SERVER's process ended: with replicas, its groups are served by their backups now (no rollback); fails, saying why, where a group would lose its last copy");
   declare->add_option("COORDINATOR", coordinator)->required();
   declare->add_option("SERVER", dead_server, "the dead server's rank")->required()->check(CLI::Range(0, 4095));
@@ -565,6 +582,8 @@ int main(int argc, char** argv) {
   if (*rollback) return CmdRollback(coordinator, timeout_sec);
   if (*declare) return CmdServerAction(coordinator, wire::MsgType::DeclareDead, "declare-dead", dead_server, timeout_sec);
   if (*drain) return CmdServerAction(coordinator, wire::MsgType::DrainServer, "drain-server", drain_server, timeout_sec);
+  if (*add) return CmdServerAction(coordinator, wire::MsgType::AddServer, "add-server", -1, timeout_sec);
+  if (*rebalance) return CmdServerAction(coordinator, wire::MsgType::Rebalance, "rebalance", -1, timeout_sec);
   if (*listen) return CmdProbeListen(address, seconds);
   if (*connect) return CmdProbeConnect(targets, timeout_ms);
   return 2;
