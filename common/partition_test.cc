@@ -90,6 +90,38 @@ TEST(ShardMap, ReplicasGoToTheNextServersOtherHostsFirst) {
   EXPECT_EQ(ShardMap::Replicated(4, 2, 5, {}, 1).replicas[0].size(), 2u);
 }
 
+// [job] groups: more groups than servers, each server a contiguous run of
+// them (so a dense table is still one row range per server).
+TEST(ShardMap, MoreGroupsThanServersAreContiguousRunsPerServer) {
+  ShardMap m = ShardMap::Replicated(16, 2, 2, {}, 1, 4);
+  ASSERT_EQ(m.groups(), 4u);
+  EXPECT_EQ(m.replicas, (std::vector<std::vector<uint32_t>>{{0, 1}, {0, 1}, {1, 0}, {1, 0}}));
+  EXPECT_EQ(m.OfGroup(1), (std::vector<uint32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(m.OwnedBy(0), (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(m.Load(0), 4u);
+  // groups = servers (or 0) is the one-group-per-server map of before.
+  EXPECT_EQ(ShardMap::Replicated(8, 4, 2, {}, 1, 4).replicas, ShardMap::Replicated(8, 4, 2, {}, 1).replicas);
+  EXPECT_EQ(ShardMap::Replicated(8, 4, 2, {}, 1, 4).group, ShardMap::Replicated(8, 4, 2, {}, 1).group);
+}
+
+// A move's end: one copy of a group leaves, the others keep their order;
+// the primary leaving makes the next copy the primary.
+TEST(ShardMap, ACopyLeavingAGroupKeepsTheRestOfItsChain) {
+  ShardMap m = ShardMap::Replicated(16, 2, 2, {}, 1, 4).WithJoining(2, 2).WithCopy(2, 2);
+  EXPECT_EQ(m.replicas[2], (std::vector<uint32_t>{1, 0, 2}));
+  EXPECT_EQ(m.Load(2), 1u);
+  ShardMap a = m.WithoutCopy(2, 0);
+  EXPECT_EQ(a.version, m.version + 1);
+  EXPECT_EQ(a.replicas[2], (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(a.Feeder(2, 2), 1u);
+  ShardMap b = m.WithoutCopy(2, 1);
+  EXPECT_EQ(b.replicas[2], (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(b.owner[8], 0u);
+  EXPECT_EQ(b.OwnedBy(1), (std::vector<uint32_t>{12, 13, 14, 15}));
+  // The last copy never leaves.
+  EXPECT_EQ(b.WithoutCopy(2, 0).WithoutCopy(2, 2).replicas[2], std::vector<uint32_t>{2});
+}
+
 TEST(ShardMap, WithoutAServerItsGroupsAreServedByTheirBackups) {
   ShardMap m = ShardMap::Replicated(8, 4, 2, {}, 3);
   std::vector<uint32_t> lost;

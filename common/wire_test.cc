@@ -121,6 +121,30 @@ TEST(Wire, ClusterCarriesTheServersBeingFilled) {
   EXPECT_EQ(roundtrip(c, &d).code(), Code::kBadMessage);
 }
 
+// [job] groups and add-server: more groups than servers, and more servers
+// (an added one) than the job started with.
+TEST(Wire, ClusterCarriesMoreGroupsThanServers) {
+  ClusterView c;
+  c.num_servers = 3;
+  c.num_workers = 1;
+  c.servers = {"tcp://a:1", "tcp://b:2", "tcp://c:3"};
+  c.map = ShardMap::Replicated(16, 2, 2, {}, 1, 4).WithJoining(2, 2).WithCopy(2, 2).WithoutCopy(2, 0);
+  flatbuffers::FlatBufferBuilder fbb;
+  auto body = BuildCluster(fbb, c);
+  Fields f;
+  zmq::message_t m = Encode(fbb, f, Body::ClusterInfo, body.Union());
+  std::vector<uint64_t> scratch;
+  const Header* h = nullptr;
+  ASSERT_TRUE(ParseHeader(m, scratch, &h).ok());
+  ClusterView d;
+  Status s = DecodeCluster(h->body_as_ClusterInfo(), &d);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(d.map.groups(), 4u);
+  EXPECT_EQ(d.map.replicas, c.map.replicas);
+  EXPECT_EQ(d.map.group, c.map.group);
+  EXPECT_EQ(d.map.owner, c.map.owner);
+}
+
 TEST(Wire, VerifierRejectsGarbageAndTruncation) {
   flatbuffers::FlatBufferBuilder fbb;
   Fields f;

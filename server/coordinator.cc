@@ -67,7 +67,7 @@ Status Coordinator::Bind() {
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("coordinator cannot bind '" + opts_.bind + "': " + e.what());
   }
-  if (Status s = AdvertisedEndpoint(sock_, opts_.advertise, "", &endpoint_); !s.ok()) return s;
+  if (Status s = AdvertisedEndpoint(sock_, opts_.published.advertise, "", &endpoint_); !s.ok()) return s;
   if (!opts_.state_dir.empty()) {
     if (Status s = OpenState(&resumed_); !s.ok()) return s;
     if (resumed_) {
@@ -80,8 +80,8 @@ Status Coordinator::Bind() {
     Status s = PrepareRestore();
     if (!s.ok()) return s;
   }
-  if (!opts_.endpoint_file.empty()) {
-    Status s = WriteFileAtomic(opts_.endpoint_file, endpoint_ + "\n");
+  if (!opts_.published.endpoint_file.empty()) {
+    Status s = WriteFileAtomic(opts_.published.endpoint_file, endpoint_ + "\n");
     if (!s.ok()) return s;
   }
   return Status::OK();

@@ -30,9 +30,10 @@ struct Flags {
   std::string config, consistency, log_level = "info";
   int64_t hb_ms = -1, join_ms = -1;
   uint32_t servers = 0, workers = 0, max_workers = 0, partitions = 0, staleness = 0, replicas = 0, groups = 0;
-  CLI::Option *servers_opt = nullptr, *workers_opt = nullptr, *max_workers_opt = nullptr,
-              *partitions_opt = nullptr, *staleness_opt = nullptr, *replicas_opt = nullptr,
-              *groups_opt = nullptr;
+  struct Given {  // the options given on the command line (over the job file's)
+    CLI::Option *servers = nullptr, *workers = nullptr, *max_workers = nullptr, *partitions = nullptr,
+                *staleness = nullptr, *replicas = nullptr, *groups = nullptr;
+  } given;
   std::string key_file, access_file;
 };
 
@@ -53,13 +54,13 @@ int ResolveJob(Flags& fl, JobConfig* job) {
   CoordinatorOptions& o = job->job;
   if (!fl.config.empty() || !fl.sets.empty())
     if (Status s = LoadJobConfig(fl.config, fl.sets, job); !s.ok()) return Fail("", s.message());
-  if (*fl.servers_opt) o.num_servers = fl.servers;
-  if (*fl.workers_opt) o.num_workers = fl.workers;
-  if (*fl.max_workers_opt) o.max_workers = fl.max_workers;
-  if (*fl.partitions_opt) o.partitions = fl.partitions;
-  if (*fl.staleness_opt) o.staleness = fl.staleness;
-  if (*fl.replicas_opt) o.replicas = fl.replicas;
-  if (*fl.groups_opt) o.groups = fl.groups;
+  if (*fl.given.servers) o.num_servers = fl.servers;
+  if (*fl.given.workers) o.num_workers = fl.workers;
+  if (*fl.given.max_workers) o.max_workers = fl.max_workers;
+  if (*fl.given.partitions) o.partitions = fl.partitions;
+  if (*fl.given.staleness) o.staleness = fl.staleness;
+  if (*fl.given.replicas) o.replicas = fl.replicas;
+  if (*fl.given.groups) o.groups = fl.groups;
   if (!fl.consistency.empty())
     if (Status s = Parse(fl.consistency, &o.consistency); !s.ok()) return Fail("--consistency: ", s.message());
   if (fl.hb_ms > 0) o.heartbeat_timeout = Millis(fl.hb_ms);
@@ -87,7 +88,7 @@ int ServeJob(JobConfig& job) {
   metrics::Registry registry;
   metrics::MetricsServer metrics_http(registry);
   if (job.metrics.enabled) {
-    const std::string advertised = o.advertise.empty() ? "127.0.0.1" : o.advertise;
+    const std::string advertised = o.published.advertise.empty() ? "127.0.0.1" : o.published.advertise;
     const std::string addr = job.metrics.address.empty() ? advertised : job.metrics.address;
     if (Status s = metrics_http.Start(addr, job.metrics.port); !s.ok()) return Fail("metrics: ", s.message(), 1);
     o.metrics.url = metrics::IsWildcard(addr) ? metrics::Url(advertised, metrics_http.port()) : metrics_http.url();
@@ -133,21 +134,21 @@ int main(int argc, char** argv) {
   Flags fl;
   app.add_option("--config", fl.config, "job file (TOML): [job], [[table]], [launch], [metrics]")->check(CLI::ExistingFile);
   app.add_option("--bind", o.bind, "endpoint to listen on; port 0 picks a free port")->capture_default_str();
-  app.add_option("--endpoint-file", o.endpoint_file, "write the bound endpoint to this file");
-  app.add_option("--advertise", o.advertise, "host or address peers dial (with a wildcard --bind; default 127.0.0.1)");
+  app.add_option("--endpoint-file", o.published.endpoint_file, "write the bound endpoint to this file");
+  app.add_option("--advertise", o.published.advertise, "host or address peers dial (with a wildcard --bind; default 127.0.0.1)");
   app.add_option("--set", fl.sets, "override a job-file key: SECTION.KEY=VALUE (repeatable)");
   app.add_flag("--print-config", fl.print_config, "print the resolved job (file, --set, flags) as JSON and exit");
   app.add_option("--metrics-port", fl.metrics_port, "serve Prometheus /metrics on this port (0: a free port)")->check(CLI::Range(0, 65535));
   app.add_option("--metrics-address", fl.metrics_address, "address /metrics binds to (default: the advertised one)");
   app.add_flag("--no-metrics", fl.no_metrics, "serve no /metrics");
-  fl.servers_opt = app.add_option("--servers", fl.servers, "number of servers (overrides the job file)")->check(CLI::Range(1, 4096));
-  fl.workers_opt = app.add_option("--workers", fl.workers, "number of workers (overrides the job file)")->check(CLI::Range(0, 65536));
-  fl.max_workers_opt = app.add_option("--max-workers", fl.max_workers, "worker ranks that may join, up to this many (elastic; default --workers)")->check(CLI::Range(0, 65536));
-  fl.partitions_opt = app.add_option("--partitions", fl.partitions, "virtual partitions (overrides the job file)")->check(CLI::Range(1, 1 << 20));
-  fl.replicas_opt = app.add_option("--replicas", fl.replicas, "copies of each group of partitions, on different servers: 2 or more and a dead server's partitions are served by their backups, without a rollback (overrides the job file)")->check(CLI::Range(1, 4096));
-  fl.groups_opt = app.add_option("--groups", fl.groups, "replica groups, the unit moves copy: more than --servers let servers added later (shardps-ctl add-server) take a share (default: one per server; overrides the job file)")->check(CLI::Range(0, 1 << 20));
+  fl.given.servers = app.add_option("--servers", fl.servers, "number of servers (overrides the job file)")->check(CLI::Range(1, 4096));
+  fl.given.workers = app.add_option("--workers", fl.workers, "number of workers (overrides the job file)")->check(CLI::Range(0, 65536));
+  fl.given.max_workers = app.add_option("--max-workers", fl.max_workers, "worker ranks that may join, up to this many (elastic; default --workers)")->check(CLI::Range(0, 65536));
+  fl.given.partitions = app.add_option("--partitions", fl.partitions, "virtual partitions (overrides the job file)")->check(CLI::Range(1, 1 << 20));
+  fl.given.replicas = app.add_option("--replicas", fl.replicas, "copies of each group of partitions, on different servers: 2 or more and a dead server's partitions are served by their backups, without a rollback (overrides the job file)")->check(CLI::Range(1, 4096));
+  fl.given.groups = app.add_option("--groups", fl.groups, "replica groups, the unit moves copy: more than --servers let servers added later (shardps-ctl add-server) take a share (default: one per server; overrides the job file)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--consistency", fl.consistency, "sync | bounded | async (overrides the job file)");
-  fl.staleness_opt = app.add_option("--staleness", fl.staleness, "bounded staleness s (overrides the job file)");
+  fl.given.staleness = app.add_option("--staleness", fl.staleness, "bounded staleness s (overrides the job file)");
   app.add_option("--heartbeat-timeout-ms", fl.hb_ms, "declare a silent process dead after this long")->check(CLI::Range(1, 3600000));
   app.add_option("--join-timeout-ms", fl.join_ms, "declare a worker that never joined dead after this long")->check(CLI::Range(1, 86400000));
   app.add_option("--snapshot-dir", o.snapshot_dir, "where snapshots are written (and restored from)");

@@ -20,8 +20,10 @@ class Registry;
 
 struct CoordinatorOptions {
   std::string bind = "tcp://127.0.0.1:0";  // port 0: any free port
-  std::string endpoint_file;               // if set, the bound endpoint is written here
-  std::string advertise;                   // host put in the endpoint for a wildcard bind
+  struct Published {
+    std::string endpoint_file;             // if set, the bound endpoint is written here
+    std::string advertise;                 // host put in the endpoint for a wildcard bind
+  } published;
   struct Metrics {
     std::string url;                       // where its /metrics is served, for status
     metrics::Registry* registry = nullptr; // publishes the job's gauges there (not owned)

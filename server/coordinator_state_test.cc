@@ -146,6 +146,32 @@ TEST(DurableState, AnotherFormatOrAnotherJobIsRefused) {
   EXPECT_EQ(s.message(), "the saved job has 2 servers and 2 workers, this one 3 and 2 (a --state-dir holds one job: "
                          "give a new one to start another)");
   EXPECT_EQ(out.restore_dir, "untouched");
+  // Another number of replica groups ([job] groups) is another job too.
+  s = DecodeState(EncodeState(Sample()), StateShape{2, 2, 3, 4}, &out);
+  EXPECT_EQ(s.code(), Code::kConflict);
+  EXPECT_NE(s.message().find("the saved job has 2 replica groups, this one 4"), std::string::npos) << s.message();
+}
+
+// A job of 2 servers and 4 groups that added a third server: its slots and
+// its map (every group's chain, one naming server 2) come back.
+TEST(DurableState, MoreGroupsThanServersAndAnAddedServerSurvive) {
+  DurableState d = Sample();
+  d.groups = 4;
+  d.servers.push_back({"tcp://c:3", 0, "hc", false});
+  d.map_version = 6;
+  d.map_replicas = {{0, 2}, {0, 1}, {1, 2}, {1, 0}};
+  DurableState out;
+  Status s = DecodeState(EncodeState(d), StateShape{2, 2, 3, 4}, &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(out.groups, 4u);
+  EXPECT_EQ(out.servers.size(), 3u);
+  EXPECT_EQ(out.servers[2].endpoint, "tcp://c:3");
+  EXPECT_EQ(out.map_replicas, d.map_replicas);
+  // A map naming a server past the saved slots is refused.
+  d.map_replicas[0] = {0, 3};
+  s = DecodeState(EncodeState(d), StateShape{2, 2, 3, 4}, &out);
+  EXPECT_EQ(s.code(), Code::kBadMessage);
+  EXPECT_EQ(s.message(), "the saved shard map names server 3");
 }
 
 TEST(DurableState, ContentTheJobCannotHoldIsRefusedNamingIt) {

@@ -93,6 +93,7 @@ TEST(JobConfig, ErrorsNameTheProblem) {
       {"[[table]]\nname = \"w\"\nrows = 4\ncompress = \"topk\"\ntopk_fraction = 0.0\n", "topk_fraction must be in (0, 1]"},
       {"[[table]]\nname = \"e\"\nkind = \"sparse\"\nwire_dtype = \"bf16\"\n", "wire_dtype is for dense tables"},
       {"[[table]]\nname = \"w\"\nrows = 4\ncompress = \"sign\"\nstaleness_rule = \"dc\"\n", "do not combine"},
+      {"[job]\ngroups = -1\n", "groups"},
   };
   for (const auto& c : cases) {
     CoordinatorOptions o;
@@ -122,6 +123,16 @@ TEST(JobConfig, ValidateRejectsDuplicateTablesAndBadShapes) {
   EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
   o.replicas = 3;
   EXPECT_TRUE(o.Validate().ok()) << o.Validate().ToString();
+  o.groups = 4;  // fewer groups than servers
+  EXPECT_NE(o.Validate().message().find("groups must be 0 (= servers) or in [servers, partitions], got 4"),
+            std::string::npos) << o.Validate().ToString();
+  o.groups = 65;  // more than partitions
+  EXPECT_EQ(o.Validate().code(), Code::kInvalidArgument);
+  o.groups = 32;
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate().ToString();
+  EXPECT_EQ(o.Groups(), 32u);
+  o.groups = 0;
+  EXPECT_EQ(o.Groups(), 8u);
   o.replicas = 2;
   o.tables[0].kind = TableKind::kSparse;
   o.tables[0].rows = 0;

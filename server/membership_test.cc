@@ -67,7 +67,7 @@ TEST(Membership, ServersTakeTheFirstFreeRankAndKeepItWhenTheyRegisterAgain) {
   int rank = -1;
   Status s = m.RegisterServer("c", Server("tcp://c:1"), now, &rank);
   EXPECT_EQ(s.code(), Code::kConflict);
-  EXPECT_EQ(s.message(), "all 2 server ranks are taken");
+  EXPECT_EQ(s.message(), "all 2 server ranks are taken (shardps-ctl add-server opens one more while the job runs)");
   s = m.RegisterServer("c", Server("tcp://c:1", 1), now, &rank);
   EXPECT_EQ(s.code(), Code::kConflict);
   EXPECT_EQ(s.message(), "server rank 1 is held by a live server at tcp://b:1");
@@ -75,6 +75,33 @@ TEST(Membership, ServersTakeTheFirstFreeRankAndKeepItWhenTheyRegisterAgain) {
   EXPECT_EQ(s.message(), "server rank 2 but the job has 2 servers");
   s = m.RegisterServer("c", Server(""), now, &rank);
   EXPECT_EQ(s.message(), "a server must give its endpoint");
+}
+
+// add-server: a rank opened while the job runs is not waited for, the next
+// server without a rank of its own takes it, and it is saved and restored.
+TEST(Membership, ARankOpenedByAddServerIsTakenByTheNextServer) {
+  Membership m(Job(2, 1));
+  const auto now = Clock::now();
+  MustRegisterServer(m, "a", Server("tcp://a:1"), now);
+  MustRegisterServer(m, "b", Server("tcp://b:1"), now);
+  EXPECT_FALSE(m.OpenServerRank());
+  EXPECT_EQ(m.AddServer(), 2u);
+  EXPECT_TRUE(m.OpenServerRank());
+  EXPECT_TRUE(m.AllServersRegistered());  // (not waited for)
+  EXPECT_EQ(m.servers().size(), 3u);
+  EXPECT_EQ(MustRegisterServer(m, "c", Server("tcp://c:1"), now), 2);
+  EXPECT_FALSE(m.OpenServerRank());
+  EXPECT_EQ(m.RegisteredServers(), (std::vector<uint32_t>{0, 1, 2}));
+  int rank = -1;
+  EXPECT_EQ(m.RegisterServer("d", Server("tcp://d:1"), now, &rank).code(), Code::kConflict);
+  // A resumed coordinator gets the added rank back with the others.
+  Membership r(Job(2, 1));
+  r.Restore(m.SavedServers(), m.SavedWorkers(), m.version(), now);
+  ASSERT_EQ(r.servers().size(), 3u);
+  EXPECT_EQ(r.servers()[2].endpoint, "tcp://c:1");
+  r.AdoptServers();
+  EXPECT_TRUE(r.servers()[2].adopt);
+  EXPECT_FALSE(r.AllServersRegistered());  // (it held copies: waited for like the others)
 }
 
 TEST(Membership, ASilentServersRankIsTakenByItsReplacement) {

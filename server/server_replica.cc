@@ -338,18 +338,7 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
   }
   auto refuse = [&](const std::string& why) { RefuseStream(h, frames[0], why); };
   if (!sh) return refuse("server " + std::to_string(rank_) + " holds no copy of group " + std::to_string(g));
-  // A move (rebalance): this copy left the group, or the sender's did. Its
-  // inputs are not lost: the copy before the one that left keeps what the
-  // copies after it have not acknowledged, and sends it on in the new map.
-  if (sh->left) {
-    // (A fill into it again may come before the map that makes it a copy
-    // again: kept until then, as for a server that never held the group.)
-    const bool fill_start = h.rep() == wire::RepKind::FillBegin;
-    if ((fill_start || sh->early_fill_from == sender) && !dead && KeepEarly(frames) && fill_start)
-      sh->early_fill_from = sender;
-    return;
-  }
-  if (sender >= 0 && !dead && view_.complete() && !view_.map.Holds(static_cast<uint32_t>(sender), g)) return;
+  if (MovedAway(*sh, h, sender, dead, frames)) return;
   if (sh->primary)
     return refuse("server " + std::to_string(rank_) + " is the primary of group " + std::to_string(g) +
                   " in shard map v" + std::to_string(view_.map.version) + ": the sender was declared dead");
@@ -405,6 +394,22 @@ void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>&
   sh->applied = fseq;
   AckUpstream(*sh);
   ApplyReplicated(*sh, h, frames);
+}
+
+bool Server::MovedAway(Shard& sh, const wire::Header& h, int32_t sender, bool dead,
+                       std::vector<zmq::message_t>& frames) {
+  // A move (rebalance): this copy left the group, or the sender's did. Its
+  // inputs are not lost: the copy before the one that left keeps what the
+  // copies after it have not acknowledged, and sends it on in the new map.
+  if (sh.left) {
+    // (A fill into it again may come before the map that makes it a copy
+    // again: kept until then, as for a server that never held the group.)
+    const bool fill_start = h.rep() == wire::RepKind::FillBegin;
+    if ((fill_start || sh.early_fill_from == sender) && !dead && KeepEarly(frames) && fill_start)
+      sh.early_fill_from = sender;
+    return true;
+  }
+  return sender >= 0 && !dead && view_.complete() && !view_.map.Holds(static_cast<uint32_t>(sender), sh.group);
 }
 
 void Server::RefuseStream(const wire::Header& h, const zmq::message_t& from, const std::string& why) {

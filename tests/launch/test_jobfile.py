@@ -26,7 +26,7 @@ from shardps_launch.jobfile import check_job, overrides, parse_args  # noqa: E40
 # (test_defaults_are_the_coordinators checks it still does).
 DEFAULTS = {
     "job": {"servers": 1, "workers": 1, "max_workers": 1, "partitions": 64, "consistency": "sync", "staleness": 0,
-            "replicas": 1,
+            "replicas": 1, "groups": 1,
             "heartbeat_timeout_ms": 5000, "join_timeout_ms": 120000, "snapshot_dir": "", "state_dir": "",
             "snapshot_every_clocks": 0, "snapshot_every_sec": 0, "keep_snapshots": 3, "server_memory_mb": 0},
     "tables": [],
