@@ -210,6 +210,8 @@ void AddServer(LocalCluster& c, std::atomic<int>* hold, int to) {
       << c.Log("coordinator");
   ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "rebalance", c.coordinator()}, &out), 0) << out;
   EXPECT_NE(out.find("nothing to move (each live server holds 2-3"), std::string::npos) << out;
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "status", c.coordinator(), "--json"}, &out), 0);
+  EXPECT_NE(out.find("\"num_servers\": 3"), std::string::npos) << out;
 }
 
 // Two servers, two copies of 4 groups; with `add`, worker 0 pauses at
@@ -482,6 +484,26 @@ TEST_F(ReplicaTest, AServerAddedWhileTrainingRunsTakesCopiesWithTheModelOfTheJob
   EXPECT_NE(coord.find("server 2 joined the running job"), std::string::npos) << coord;
   EXPECT_EQ(Count(s2, "fill is complete"), 2) << s2;
   EXPECT_EQ(Count(b_.Log("server0") + b_.Log("server1"), "this copy leaves"), 2);
+}
+
+// One copy of each group: nothing can move while the job runs (a client
+// sends again what was unanswered only with replicas), and each move
+// command says so, changing nothing.
+TEST_F(ReplicaTest, MovesAreRefusedWithOneCopySayingWhy) {
+  ClusterOptions o = Replicated("sync");
+  o.coordinator_args = {"--groups", "4"};
+  ASSERT_TRUE(a_.Start(o).ok());
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"add-server"}, {"rebalance"}, {"drain-server", "1"}}) {
+    std::vector<std::string> argv = {testing::BinaryPath("SHARDPS_CTL"), cmd[0], a_.coordinator()};
+    argv.insert(argv.end(), cmd.begin() + 1, cmd.end());
+    std::string out;
+    EXPECT_NE(testing::RunCommand(argv, &out), 0) << out;
+    EXPECT_NE(out.find("[job] replicas = 1): its partitions cannot be moved"), std::string::npos) << out;
+  }
+  std::string out;
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "status", a_.coordinator(), "--json"}, &out), 0);
+  EXPECT_NE(out.find("\"num_servers\": 2"), std::string::npos) << out;
 }
 
 // Bounded staleness: a server added, copies moved onto it, then one of the
