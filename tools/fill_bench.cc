@@ -12,6 +12,11 @@
 // of both groups — the whole table — from server 0, while the probe goes on.
 // Printed: the fill's duration and rate, and the probe's rate before and
 // during the fill.
+//
+// With --add (docs/fault-tolerance.md, "Moves"): 4 replica groups, and
+// instead of the kill a third server added (shardps-ctl add-server): two
+// groups' copies — half the table — move onto it (a fill, then the old
+// copy leaves) while the probe goes on.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,14 +84,47 @@ double ProbeRate(Client& c, const Table& t, double seconds, Until&& until) {
   return static_cast<double>(done) / Since(start);
 }
 
-int Run(const std::string& bin, double gib, double seconds) {
+int Finish(Client& c, const std::string& dir) {
+  (void)c.Close();
+  if (std::getenv("SHARDPS_KEEP_BENCH_DIRS"))
+    std::printf("logs kept in %s\n", dir.c_str());
+  else
+    std::system(("rm -rf '" + dir + "'").c_str());
+  return 0;
+}
+
+// --add: shardps-ctl add-server, a server started on the rank it opens, and
+// the two moves onto it timed from that server's start.
+template <typename StartServer>
+int Add(const std::string& bin, const std::string& dir, const std::string& ep, Client& c, const Table& tp,
+        double before, double bytes, StartServer&& start_server) {
+  const std::string ctl = SiblingServerDir() + "/../tools/shardps-ctl";
+  const std::string ctl_bin = access(ctl.c_str(), X_OK) == 0 ? ctl : bin + "/shardps-ctl";
+  if (std::system(("'" + ctl_bin + "' add-server " + ep + " > '" + dir + "/add-server.out' 2>&1").c_str()) != 0)
+    return std::fprintf(stderr, "error: add-server failed: %s\n", Slurp(dir + "/add-server.out").c_str()), 1;
+  const std::string log = dir + "/coordinator.log";
+  const auto start = Clock::now();
+  start_server(2, "server2");
+  auto moved = [&] { return Count(Slurp(log), "moved off server") >= 2; };
+  const double during = ProbeRate(c, tp, 600, moved);
+  while (!moved() && Since(start) < 600) usleep(20000);
+  const double took = Since(start);
+  if (!moved()) return std::fprintf(stderr, "error: not moved within 600 s (logs in %s)\n", dir.c_str()), 1;
+  std::printf("two groups moved onto the added server (its start to both old copies gone): %.2f s, %.2f GB/s of "
+              "table (%.2f GiB)\n", took, bytes / 2 / took / 1e9, bytes / 2 / (1 << 30));
+  std::printf("probe (1 MiB push + pull, 4 in flight): %.0f /s before, %.0f /s during the moves (%.0f %%)\n", before,
+              during, 100 * during / before);
+  return Finish(c, dir);
+}
+
+int Run(const std::string& bin, double gib, double seconds, bool add) {
   char tmpl[] = "/tmp/shardps-fill-bench-XXXXXX";
   if (!mkdtemp(tmpl)) return 1;
   const std::string dir = tmpl;
   Child coord, s0, s1, s1b;
   coord.pid = SpawnProcess({bin + "/shardps-coordinator", "--servers", "2", "--workers", "1", "--consistency", "async",
                             "--replicas", "2", "--partitions", "64", "--heartbeat-timeout-ms", "8000",
-                            "--endpoint-file", dir + "/coordinator.endpoint"},
+                            "--endpoint-file", dir + "/coordinator.endpoint", "--groups", add ? "4" : "2"},
                            dir + "/coordinator.log");
   const std::string ep = WaitForFileLine(dir + "/coordinator.endpoint", 30);
   if (ep.empty()) return std::fprintf(stderr, "error: the coordinator did not start (%s)\n", dir.c_str()), 1;
@@ -120,10 +158,13 @@ int Run(const std::string& bin, double gib, double seconds) {
   std::printf("shardps-fill-bench: a %.2f GiB dense table on 2 servers, replicas 2 (made in %.1f s)\n", bytes / (1 << 30),
               Since(made));
   const double before = ProbeRate(*c, tp, seconds, [] { return false; });
+  const std::string log = dir + "/coordinator.log";
+  if (add) return Add(bin, dir, ep, *c, tp, before, bytes, [&](int rank, const std::string& name) {
+    s1b.pid = server(rank, name);
+  });
   kill(s1.pid, SIGKILL);
   ReapSpawned(s1.pid, false);
   s1.pid = -1;
-  const std::string log = dir + "/coordinator.log";
   const auto killed = Clock::now();
   while (Count(Slurp(log), "fail-over to shard map") == 0 && Since(killed) < 30) usleep(20000);
   const double failover = Since(killed);
@@ -139,12 +180,7 @@ int Run(const std::string& bin, double gib, double seconds) {
               bytes / took / 1e9);
   std::printf("probe (1 MiB push + pull, 4 in flight): %.0f /s before, %.0f /s during the fill (%.0f %%)\n", before,
               during, 100 * during / before);
-  (void)c->Close();
-  if (std::getenv("SHARDPS_KEEP_BENCH_DIRS"))
-    std::printf("logs kept in %s\n", dir.c_str());
-  else
-    std::system(("rm -rf '" + dir + "'").c_str());
-  return 0;
+  return Finish(*c, dir);
 }
 
 }  // namespace
@@ -158,8 +194,10 @@ int main(int argc, char** argv) {
   app.add_option("--gib", gib, "size of the dense table")->check(CLI::Range(0.001, 64.0))->capture_default_str();
   app.add_option("--seconds", seconds, "probe time before the kill")->check(CLI::Range(0.1, 60.0))->capture_default_str();
   app.add_option("--bin-dir", bin_dir, "directory with shardps-server and shardps-coordinator");
+  bool add = false;
+  app.add_flag("--add", add, "add a third server (4 groups) instead of a replacement: half the table moves onto it");
   CLI11_PARSE(app, argc, argv);
   shardps::StopSpawnedOnSignal();
   if (bin_dir.empty()) bin_dir = shardps::SiblingServerDir();
-  return shardps::Run(bin_dir, gib, seconds);
+  return shardps::Run(bin_dir, gib, seconds, add);
 }
