@@ -5,8 +5,9 @@ moment drawn from a seeded generator. The job must finish (exit 0), reach
 the test accuracy of the same job without faults within a point (the
 mean of its last two epochs), and
 every snapshot it completed must still verify. Under sync and under
-bounded staleness, and under bounded staleness with replicas = 2 (the
-server's groups fail over to their backups: nothing rolls back).
+bounded staleness, and under bounded staleness with replicas = 2 and 4
+replica groups on the 2 servers (the server's groups fail over to their
+backups: nothing rolls back).
 SHARDPS_CHAOS_SEED picks another seed (default 1); the seed is printed."""
 
 import json
@@ -43,7 +44,7 @@ def final_accuracy(out):
 def job_args(consistency, replicas=1):
     return ["--servers", "2", "--workers", "3", "--consistency", consistency, "--staleness",
             "2" if consistency == "bounded" else "0", "--replicas", str(replicas),
-            "--set", "job.heartbeat_timeout_ms=1500"]
+            "--set", "job.heartbeat_timeout_ms=1500"] + (["--set", "job.groups=4"] if replicas > 1 else [])
 
 
 @pytest.mark.parametrize("consistency,replicas", [("sync", 1), ("bounded", 1), ("bounded", 2)])
