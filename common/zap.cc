@@ -194,6 +194,7 @@ unsigned Allowed(MsgType type, wire::Role declared) {
     case MsgType::DrainServer:
     case MsgType::AddServer:
     case MsgType::Rebalance:
+    case MsgType::MoveGroup:
     case MsgType::SnapshotNow: return kA;
     case MsgType::Filled:  // a server's copy of a group is filled (to the coordinator)
     case MsgType::SnapshotDone:

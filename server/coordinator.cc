@@ -136,6 +136,7 @@ const Coordinator::Route Coordinator::kRoutes[] = {
     {wire::MsgType::DrainServer, &Coordinator::HandleDrainServer, true},
     {wire::MsgType::AddServer, &Coordinator::HandleAddServer, true},
     {wire::MsgType::Rebalance, &Coordinator::HandleRebalance, true},
+    {wire::MsgType::MoveGroup, &Coordinator::HandleMoveGroup, true},
     {wire::MsgType::Shutdown, &Coordinator::HandleShutdown, false},
 };
 

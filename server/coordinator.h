@@ -196,6 +196,9 @@ class Coordinator {
   // asked for (shardps-ctl rebalance).
   void HandleAddServer(const std::string& from, const wire::Header& h);
   void HandleRebalance(const std::string& from, const wire::Header& h);
+  // shardps-ctl move-group: one move asked for by name (the same fill, then
+  // leave, as a rebalance's).
+  void HandleMoveGroup(const std::string& from, const wire::Header& h);
   // Plans in *m moves of copies from the most to the least loaded live
   // servers (not draining) until their loads (groups held, minus those
   // leaving) differ by at most one: each a fill of the group into the

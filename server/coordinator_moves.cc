@@ -72,6 +72,43 @@ void Coordinator::HandleRebalance(const std::string& from, const wire::Header& h
   Reply(from, wire::EncodeSimple(fbb_, f));
 }
 
+void Coordinator::HandleMoveGroup(const std::string& from, const wire::Header& h) {
+  auto refuse = [&](const std::string& why) {
+    ReplyError(from, h.request_id(), Status::InvalidArgument("move-group: " + why));
+  };
+  const auto* mv = h.body_as_MoveRequest();
+  if (!mv) return ReplyError(from, h.request_id(), Status::BadMessage("MoveGroup without a MoveRequest body"));
+  if (opts_.replicas < 2) return refuse(NoMovesWithOneCopy("its groups"));
+  if (!tables_.complete()) return ReplyError(from, h.request_id(), Status::NotReady("the job has no shard map yet"));
+  const ShardMap& m = tables_.map();
+  const uint32_t g = mv->group(), a = mv->from(), b = mv->to();
+  const auto& servers = members_.servers();
+  const std::string G = "group " + std::to_string(g), A = "server " + std::to_string(a), B = "server " + std::to_string(b);
+  if (g >= m.groups()) return refuse(G + " is not a group of this job (0.." + std::to_string(m.groups() - 1) + ")");
+  if (a >= servers.size() || !m.IsCopy(a, g)) return refuse(A + " holds no full copy of " + G);
+  if (b >= servers.size() || !servers[b].registered || !servers[b].alive || moves_.draining.count(b))
+    return refuse(B + " is not a live server of this job (or it is being drained)");
+  if (m.Holds(b, g)) return refuse(B + " holds a copy of " + G + " already");
+  if (m.Joining(g) != ShardMap::kNone || moves_.leaving.count(g))
+    return refuse(G + " is being filled or moved already: one move of a group at a time");
+  if (moves_.draining.count(a)) return refuse(A + " is being drained: its copies move already");
+  if (!FitsBudget(m, b, g)) return refuse(G + " does not fit in " + B + "'s memory budget");
+  ShardMap next = m.WithJoining(g, b);
+  moves_.leaving[g] = a;
+  const std::string msg = "moving " + G + ": " + B + " is filled with a copy from server " +
+                          std::to_string(m.replicas[g].back()) + ", then " + A + "'s copy leaves" +
+                          (m.Primary(g) == a ? " (server " + std::to_string(m.replicas[g].size() > 1 ? m.replicas[g][1] : b) +
+                                                " serves it then)"
+                                              : "");
+  LOG_INFO << msg << " (move-group)";
+  ChangeMapTo(std::move(next));
+  wire::Fields f;
+  f.request_id = h.request_id();
+  f.map_version = tables_.map().version;
+  f.message = msg;
+  Reply(from, wire::EncodeSimple(fbb_, f));
+}
+
 uint32_t Coordinator::PlanRebalance(ShardMap* m, std::string* said) {
   if (opts_.replicas < 2 || m->owner.empty()) return 0;
   std::vector<uint32_t> live;

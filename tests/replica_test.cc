@@ -229,6 +229,19 @@ void RunAdd(LocalCluster& c, bool add, std::vector<float>* w, std::vector<float>
   if (add) {
     ASSERT_TRUE(testing::WaitFor([&] { return clocks[0].load() >= 20; }, 120s));
     AddServer(c, &hold, 40);
+    // Then a primary's copy moves (move-group): group 1's, on server 0, to
+    // server 2; server 1 serves the group from then on.
+    std::string out;
+    ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "move-group", c.coordinator(), "1", "0", "2"},
+                                  &out), 0) << out;
+    EXPECT_NE(out.find("moving group 1: server 2 is filled with a copy from server 1, then server 0's copy leaves "
+                       "(server 1 serves it then)"), std::string::npos) << out;
+    hold = 50;
+    ASSERT_TRUE(testing::WaitFor([&] { return Count(c.Log("coordinator"), "group 1 moved off server 0") == 1; }, 120s))
+        << c.Log("coordinator");
+    ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "move-group", c.coordinator(), "1", "0", "2"},
+                                  &out), 1) << out;
+    EXPECT_NE(out.find("server 0 holds no full copy of group 1"), std::string::npos) << out;
     hold = kClocks;
   }
   for (auto& t : workers) t.join();
@@ -482,8 +495,9 @@ TEST_F(ReplicaTest, AServerAddedWhileTrainingRunsTakesCopiesWithTheModelOfTheJob
   ExpectSameModel(w0, e0, w1, e1);
   const std::string coord = b_.Log("coordinator"), s2 = b_.Log("server2");
   EXPECT_NE(coord.find("server 2 joined the running job"), std::string::npos) << coord;
-  EXPECT_EQ(Count(s2, "fill is complete"), 2) << s2;
-  EXPECT_EQ(Count(b_.Log("server0") + b_.Log("server1"), "this copy leaves"), 2);
+  EXPECT_EQ(Count(s2, "fill is complete"), 3) << s2;
+  EXPECT_EQ(Count(b_.Log("server0") + b_.Log("server1"), "this copy leaves"), 3);
+  EXPECT_NE(b_.Log("server1").find("taking over group 1"), std::string::npos);
 }
 
 // One copy of each group: nothing can move while the job runs (a client

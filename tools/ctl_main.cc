@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <functional>
 #include <ctime>
 #include <cstdarg>
 #include <chrono>
@@ -52,8 +53,14 @@ int Fail(const std::string& msg, int rc = 1) {
 std::optional<KeyFile> g_key;  // --key / $SHARDPS_KEY
 
 // One request to the coordinator and its reply (a header), within `timeout_sec`.
+// A request's body, if any: built into the header's builder.
+struct BodyOf {
+  wire::Body type = wire::Body::NONE;
+  std::function<flatbuffers::Offset<void>(flatbuffers::FlatBufferBuilder&)> build;
+};
+
 Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec, zmq::message_t* reply,
-            const wire::Header** h, std::vector<uint64_t>* scratch, int rank = -1) {
+            const wire::Header** h, std::vector<uint64_t>* scratch, int rank = -1, const BodyOf& body = {}) {
   static zmq::context_t ctx(1);
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
@@ -72,7 +79,8 @@ Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec,
   f.request_id = 1;
   f.role = wire::Role::Observer;
   f.rank = rank;  // DeclareDead: the server
-  zmq::message_t request = wire::EncodeSimple(fbb, f);
+  zmq::message_t request =
+      body.build ? wire::Encode(fbb, f, body.type, body.build(fbb)) : wire::EncodeSimple(fbb, f);
   const auto deadline = Clock::now() + std::chrono::seconds(timeout_sec);
   if (Status s = RequestReply(sock, monitor, g_key ? &*g_key : nullptr, request, deadline, "coordinator " + coordinator,
                               reply);
@@ -424,6 +432,20 @@ int CmdServerAction(const std::string& coordinator, wire::MsgType type, const ch
   return 0;
 }
 
+// move-group: server `from`'s copy of group `group` moves to server `to`.
+int CmdMoveGroup(const std::string& coordinator, uint32_t group, uint32_t from, uint32_t to, int timeout_sec) {
+  zmq::message_t m;
+  const wire::Header* h = nullptr;
+  std::vector<uint64_t> scratch;
+  BodyOf body{wire::Body::MoveRequest, [&](flatbuffers::FlatBufferBuilder& b) {
+                return wire::CreateMoveRequest(b, group, from, to).Union();
+              }};
+  Status s = Call(coordinator, wire::MsgType::MoveGroup, timeout_sec, &m, &h, &scratch, -1, body);
+  if (!s.ok()) return Fail("move-group: " + s.ToString());
+  std::printf("%s\n", Str(h->message()).c_str());
+  return 0;
+}
+
 bool Resolve(const std::string& host, const std::string& port, addrinfo** res, std::string* err) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -559,6 +581,13 @@ int main(int argc, char** argv) {
   auto* rebalance = app.add_subcommand("rebalance", "move copies of groups from the most to the least loaded live servers while the job runs (replicas >= 2)");
   rebalance->add_option("COORDINATOR", coordinator)->required();
   rebalance->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
+  uint32_t move_group = 0, move_from = 0, move_to = 0;
+  auto* move = app.add_subcommand("move-group", "move server FROM's copy of group GROUP to server TO while the job runs (replicas >= 2): TO is filled with a copy, then FROM's copy leaves");
+  move->add_option("COORDINATOR", coordinator)->required();
+  move->add_option("GROUP", move_group, "the replica group")->required()->check(CLI::Range(0, 1 << 20));
+  move->add_option("FROM", move_from, "the server whose copy leaves")->required()->check(CLI::Range(0, 4095));
+  move->add_option("TO", move_to, "the server that takes a copy")->required()->check(CLI::Range(0, 4095));
+  move->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* declare = app.add_subcommand("declare-dead", "server SERVER's process ended: with replicas, its groups are served by their backups now (no rollback); fails, saying why, where a group would lose its last copy");
   declare->add_option("COORDINATOR", coordinator)->required();
   declare->add_option("SERVER", dead_server, "the dead server's rank")->required()->check(CLI::Range(0, 4095));
@@ -583,6 +612,7 @@ int main(int argc, char** argv) {
   if (*declare) return CmdServerAction(coordinator, wire::MsgType::DeclareDead, "declare-dead", dead_server, timeout_sec);
   if (*drain) return CmdServerAction(coordinator, wire::MsgType::DrainServer, "drain-server", drain_server, timeout_sec);
   if (*add) return CmdServerAction(coordinator, wire::MsgType::AddServer, "add-server", -1, timeout_sec);
+  if (*move) return CmdMoveGroup(coordinator, move_group, move_from, move_to, timeout_sec);
   if (*rebalance) return CmdServerAction(coordinator, wire::MsgType::Rebalance, "rebalance", -1, timeout_sec);
   if (*listen) return CmdProbeListen(address, seconds);
   if (*connect) return CmdProbeConnect(targets, timeout_ms);
