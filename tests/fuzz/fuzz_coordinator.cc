@@ -2,14 +2,17 @@
 // its dispatch table and, through it, every part of server/coordinator.h:
 // Register, Heartbeat with ServerStats, GetCluster, CreateTable, Barrier,
 // ClaimWork, Leave, GetStatus, Stop, SnapshotNow, SnapshotDone with its
-// report, replies to its own requests, Rollback, Shutdown). A Coordinator is built
+// report, replies to its own requests, Rollback, Shutdown, and with replicas DeclareDead, Filled, DrainServer, AddServer,
+// Rebalance, MoveGroup). A Coordinator is built
 // for each input (never bound: replies go to unknown peers and are
 // dropped, ROUTER_MANDATORY as Bind() sets it) for a job of 2 servers and 2
 // workers with one table and a snapshot directory in a temp dir, and the
 // input's messages are handed to Handle() in order, each from one of four
 // peers (so a peer that registered as a server can then report as one):
 //
-//   byte 0: consistency (bits 0-1: sync, bounded, async, async)
+//   byte 0: consistency (bits 0-1: sync, bounded, async, async); bit 2:
+//           replicas 2 (fail-overs, fills, drains and moves: AddServer,
+//           Rebalance, MoveGroup); bit 3: 4 replica groups on the 2 servers
 //   then operations, each [u8 op] then:
 //     op % 4 in 0-2: [u8 peer % 4][u8 n % 4] n frames -> Handle
 //     3: the periodic checks (timeouts, snapshot timers; nothing is old
@@ -52,6 +55,8 @@ void CoordinatorFuzzAccess::Run(const uint8_t* data, size_t size) {
   o.num_servers = 2;
   o.num_workers = 2;
   o.partitions = 8;
+  o.replicas = (cfg & 4) ? 2 : 1;
+  o.groups = (cfg & 8) ? 4 : 0;
   o.metrics.registry = &registry;
   o.snapshot_dir = fuzz::TempDir("coordinator");
   o.heartbeat_timeout = Millis(3600 * 1000);

@@ -505,6 +505,39 @@ void CoordinatorCorpus() {
   s.Msg(3, Header(Fields(wire::MsgType::Stop, 51, wire::Role::Observer, -1)));
   s.Msg(3, Header(Fields(wire::MsgType::Shutdown, 52, wire::Role::Observer, -1)));
   Save("coordinator", "snapshot_and_stop", s.w.str());
+
+  // Moves (replicas 2, 4 groups on 2 servers): a rank added, a third
+  // server registering into it (the rebalance fills it with groups 2 and 0),
+  // its fills reported, the leaving copies' acknowledgements, a rebalance
+  // and a move by name.
+  CoordOps m(4 | 8);
+  m.Msg(0, Register(wire::Role::Server, 0, 1)).Msg(1, Register(wire::Role::Server, 1, 2));
+  ack = Fields(wire::MsgType::Reply, 1, wire::Role::Server, 0);
+  m.Msg(0, Header(ack));
+  ack.rank = 1;
+  m.Msg(1, Header(ack));
+  m.Msg(3, Header(Fields(wire::MsgType::AddServer, 60, wire::Role::Observer, -1)));
+  m.Msg(2, Register(wire::Role::Server, -1, 61));
+  for (int g : {2, 0}) {
+    wire::Fields filled = Fields(wire::MsgType::Filled, 62 + g, wire::Role::Server, 2);
+    filled.group = g;
+    m.Msg(2, Header(filled));
+  }
+  for (uint64_t id = 2; id <= 8; ++id) {
+    wire::Fields r = Fields(wire::MsgType::Reply, id, wire::Role::Server, static_cast<int>(id % 2));
+    r.group = id % 2 ? 0 : 2;
+    m.Msg(static_cast<uint8_t>(id % 2), Header(r));
+  }
+  m.Msg(3, Header(Fields(wire::MsgType::Rebalance, 70, wire::Role::Observer, -1)));
+  {
+    flatbuffers::FlatBufferBuilder fbb;
+    auto mv = wire::CreateMoveRequest(fbb, 1, 0, 2);
+    m.Msg(3, Str(wire::Encode(fbb, Fields(wire::MsgType::MoveGroup, 71, wire::Role::Observer, -1), wire::Body::MoveRequest,
+                              mv.Union())));
+  }
+  m.Msg(3, Header(Fields(wire::MsgType::GetStatus, 72, wire::Role::Observer, -1)));
+  m.Checks();
+  Save("coordinator", "moves", m.w.str());
 }
 
 // ---- job_config: TOML text, NUL, --set values ----
