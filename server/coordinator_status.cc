@@ -204,7 +204,14 @@ void Coordinator::HandleStop(const std::string& from, const wire::Header& h) {
 
 void Coordinator::MaybeFinishStop() {
   if (!stop_.stopping || shutdown_) return;
-  if (!members_.NoWorkerAlive()) return;  // one is still finishing its step
+  bool pending_left = false;
+  const bool none_alive = members_.NoWorkerAlive(&pending_left);
+  // Workers that had not joined (yet: after a rollback, the restarted ones)
+  // never will: the servers stop waiting for their clocks, or the final
+  // snapshot's cut would wait for them (seen: a stop right after a rollback
+  // hung until the snapshot timeout).
+  if (pending_left) MembershipChanged();
+  if (!none_alive) return;  // one is still finishing its step
   if (!opts_.snapshot_dir.empty() && tables_.ready()) {
     if (!stop_.final_snapshot_started) {
       stop_.final_snapshot_started = true;

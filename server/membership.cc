@@ -222,10 +222,14 @@ std::vector<uint32_t> Membership::DeadServers() const {
   return out;
 }
 
-bool Membership::NoWorkerAlive() {
+bool Membership::NoWorkerAlive(bool* changed) {
+  if (changed) *changed = false;
   for (auto& w : workers_) {
-    if (w.state == WorkerState::kAlive) return false;                    // still finishing its step
-    if (w.state == WorkerState::kPending) w.state = WorkerState::kLeft;  // never to join now
+    if (w.state == WorkerState::kAlive) return false;  // still finishing its step
+    if (w.state == WorkerState::kPending) {            // never to join now
+      w.state = WorkerState::kLeft;
+      if (changed) *changed = true;
+    }
   }
   return true;
 }

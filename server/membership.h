@@ -172,7 +172,9 @@ class Membership {
   std::vector<uint32_t> DeadServers() const;
   // A Stop waits for this: false while a worker is alive (finishing its
   // step); a pending worker met before it is marked kLeft (never to join).
-  bool NoWorkerAlive();
+  // *changed (optional): whether a pending worker became kLeft (the live
+  // workers changed: the servers must stop waiting for it).
+  bool NoWorkerAlive(bool* changed = nullptr);
   // The live workers changed: the next membership version (logged).
   void Changed();
   // A rollback: every server and worker slot as at the job's start (the

@@ -233,11 +233,16 @@ TEST(Membership, AStopWaitsForTheLiveWorkersAndPendingOnesNeverJoin) {
   Membership m(Job(1, 3));
   const auto t0 = Clock::now();
   MustRegisterWorker(m, "w0", Worker(1, 1), t0, Membership::Join::kJoined);  // rank 1 alive, 0 and 2 pending
-  EXPECT_FALSE(m.NoWorkerAlive());
+  bool changed = false;
+  EXPECT_FALSE(m.NoWorkerAlive(&changed));
+  EXPECT_TRUE(changed);
   EXPECT_EQ(m.workers()[0].state, WorkerState::kLeft);     // met before the live one
   EXPECT_EQ(m.workers()[2].state, WorkerState::kPending);  // not yet
+  EXPECT_FALSE(m.NoWorkerAlive(&changed));
+  EXPECT_FALSE(changed);
   m.Leave(1);
-  EXPECT_TRUE(m.NoWorkerAlive());
+  EXPECT_TRUE(m.NoWorkerAlive(&changed));
+  EXPECT_TRUE(changed);  // (the servers are told: they stop waiting for it)
   EXPECT_EQ(m.workers()[2].state, WorkerState::kLeft);
 }
 

@@ -62,6 +62,8 @@ class Supervisor:
             if all(p.poll() is not None for p in self.workers.values()):
                 return self.finish(deadline, timeout)
             if self.quiet_since and time.monotonic() - self.quiet_since > 30:
+                if self.ended_before_joining():
+                    return self.finish_stopped()
                 ended = [p for p in self.others if p.poll() is not None]
                 raise JobFailed(ended[0], f"{ended[0].name} on {ended[0].host} exited while workers still ran")
             if time.monotonic() > deadline:
@@ -185,6 +187,27 @@ class Supervisor:
                 self.files.note(self.failures[-1])
             else:
                 raise JobFailed(p, f"{p.name} on {p.host} {p.describe_exit()}")
+
+    def ended_before_joining(self):
+        """The coordinator and every server ended cleanly (a stop) while
+        workers still run: those never joined — started again after a
+        rollback, they were still starting when the stop came (the
+        coordinator, gone, cannot tell them the job is stopping)."""
+        coords = [p for p in self.others if p.role == "coordinator"]
+        return (bool(coords) and coords[-1].rc == 0 and
+                all(p.poll() is not None and (p.rc == 0 or p.failed_over) for p in self.others))
+
+    def finish_stopped(self):
+        """The job ended while workers were still starting: they are stopped."""
+        late = [p for p in self.workers.values() if p.poll() is None]
+        for p in late:
+            p.handled = True  # (not a failure to restart or report)
+            report(p, f"{p.name} on {p.host} had not joined when the job ended (it was starting again): stopping it")
+        terminate(late, GRACE_SEC)
+        for line in self.failures:
+            say(f"on the way: {line}")
+        say("the job stopped on request")
+        return 0
 
     def finish(self, deadline, timeout):
         """Every worker ended: the job completed (0) unless none finished;
