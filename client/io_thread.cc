@@ -375,9 +375,11 @@ bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
   std::shared_ptr<const ShardMap> old = std::move(map);
   map = std::move(m);
   if (first) return true;
-  // A server that served a group and serves none now is dead: its socket
-  // goes, and with it what was queued for it (a push's borrowed gradients
-  // are the caller's again once every copy of them is released).
+  // A server that served a group and holds none now is dead (or drained):
+  // its socket goes, and with it what was queued for it (a push's borrowed
+  // gradients are the caller's again once every copy of them is released).
+  // One that still holds copies (a move took its primaries) keeps its
+  // socket: it may serve again.
   std::vector<uint8_t> serves(servers.size(), 0);
   for (uint32_t g = 0; g < map->groups(); ++g)
     if (map->Primary(g) < serves.size()) serves[map->Primary(g)] = 1;
@@ -385,10 +387,12 @@ bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
     const uint32_t r = old->Primary(g);
     if (r >= servers.size() || serves[r]) continue;
     serves[r] = 1;  // once
+    if (map->Load(r) > 0) continue;
     servers[r].close();
     servers[r] = zmq::socket_t(ctx, zmq::socket_type::dealer);  // never connected: nothing goes there
     std::erase_if(monitors, [&](const Monitor& mon) { return mon.target == static_cast<int>(r); });
     LOG_INFO << "shard map v" << map->version << ": " << PeerName(static_cast<int>(r)) << " serves nothing any more";
+    endpoints[r].clear();  // (a later view naming it connects it again: a server given copies again)
   }
   // The requests in flight to a group now served elsewhere, sent again there
   // in the order they were first sent.

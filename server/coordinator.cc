@@ -326,6 +326,10 @@ void Coordinator::MaybeCompleteMap() {
   const auto registered = members_.RegisteredServers();  // (a resumed job after a fail-over: not the dead)
   tables_.AwaitMap(update, std::set<uint32_t>(registered.begin(), registered.end()));
   BroadcastUpdate(update);
+  // A resumed coordinator knows of no move under way: a copy the previous
+  // one told to leave a group takes its requests again.
+  if (resumed_)
+    for (uint32_t r : registered) SendResume(r, -1);
   // A resumed job whose groups are short of copies (a fail-over, a fill
   // the previous coordinator did not see end): filled again.
   if (ShardMap next = tables_.map(); PlanFills(&next)) ChangeMapTo(std::move(next));

@@ -211,8 +211,12 @@ class Coordinator {
   // (OnLeaveAck: true when it was that) the map goes on without it.
   void StartLeave(uint32_t g);
   bool OnLeaveAck(uint32_t server, const wire::Header& h);
-  // A move of group g called off (its fill failed or its target died).
+  // A move of group g called off (its fill failed or its target died); a
+  // copy told to leave already takes the group's requests again (Resume).
   void CancelMove(uint32_t g);
+  void SendResume(uint32_t server, int32_t group);  // group -1: every group
+  // Every move called off (a rollback: the job starts again from a snapshot).
+  void ForgetMoves(const std::string& why);
   // A message from a server declared dead: told to shut down (it is fenced
   // off; its partitions are served by others). True when it was one.
   bool FenceDeadServer(const std::string& from, const wire::Header& h);

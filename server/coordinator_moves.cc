@@ -192,10 +192,19 @@ bool Coordinator::OnLeaveAck(uint32_t server, const wire::Header& h) {
   if (ack == moves_.leave_acks.end() || ack->second != h.request_id()) return false;
   moves_.leave_acks.erase(ack);
   const auto it = moves_.leaving.find(g);
-  if (it == moves_.leaving.end() || it->second != server) return true;
+  if (it == moves_.leaving.end() || it->second != server) {  // called off meanwhile (Resume sent then)
+    return true;
+  }
   moves_.leaving.erase(it);
   const ShardMap& m = tables_.map();
-  if (!m.IsCopy(server, g) || m.Copies(g) < 2) return true;
+  if (!m.IsCopy(server, g)) return true;
+  if (m.Copies(g) < 2) {
+    // The copy that was to take its place died: this one stays, and takes
+    // the group's requests again.
+    LOG_WARN << "group " << g << ": the move off server " << server << " is called off (no other copy is left)";
+    SendResume(server, static_cast<int32_t>(g));
+    return true;
+  }
   const bool was_primary = m.Primary(g) == server;
   ShardMap next = m.WithoutCopy(g, server);
   std::string chain;
@@ -218,8 +227,29 @@ bool Coordinator::OnLeaveAck(uint32_t server, const wire::Header& h) {
 }
 
 void Coordinator::CancelMove(uint32_t g) {
-  moves_.leaving.erase(g);
+  const auto it = moves_.leaving.find(g);
+  // Told to leave already (its acknowledgement not in): it takes the
+  // group's requests again (the Resume comes after the Drain).
+  if (it != moves_.leaving.end() && moves_.leave_acks.count(g)) SendResume(it->second, static_cast<int32_t>(g));
+  if (it != moves_.leaving.end()) moves_.leaving.erase(it);
   moves_.leave_acks.erase(g);
+}
+
+void Coordinator::SendResume(uint32_t server, int32_t group) {
+  if (server >= members_.servers().size() || !members_.servers()[server].registered) return;
+  wire::Fields f;
+  f.type = wire::MsgType::Resume;
+  f.request_id = next_update_id_++;
+  f.group = group;
+  Reply(members_.servers()[server].routing_id, wire::EncodeSimple(fbb_, f));
+}
+
+void Coordinator::ForgetMoves(const std::string& why) {
+  if (moves_.leaving.empty() && moves_.leave_acks.empty()) return;
+  LOG_WARN << moves_.leaving.size() << " move(s) of groups called off: " << why;
+  for (uint32_t r = 0; r < members_.servers().size(); ++r) SendResume(r, -1);
+  moves_.leaving.clear();
+  moves_.leave_acks.clear();
 }
 
 }  // namespace shardps

@@ -193,6 +193,7 @@ void Coordinator::RollBackTo(const std::string& dir, const snapshot::Manifest& m
   members_.RollBack();
   work_.Clear();
   retiring_.clear();  // every worker starts again from the snapshot: nothing of theirs to settle
+  moves_ = {};        // (new server processes: no drain, fill or move of the old ones goes on)
   retired_.clear();
   for (const auto& w : barrier_.Cancel())
     ReplyError(w.routing_id, w.request_id, Status::Unavailable("the job was rolled back"));

@@ -242,6 +242,8 @@ void Membership::Changed() {
 }
 
 void Membership::RollBack() {
+  // (ranks added while the job ran are not the job's: it starts again on its own servers)
+  servers_.resize(opts_.num_servers);
   for (auto& srv : servers_) {
     srv.registered = srv.alive = srv.adopt = srv.dead = false;
     srv.routing_id.clear();

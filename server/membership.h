@@ -178,7 +178,8 @@ class Membership {
   // The live workers changed: the next membership version (logged).
   void Changed();
   // A rollback: every server and worker slot as at the job's start (the
-  // identities kept), the next membership version.
+  // identities kept; ranks added by AddServer gone), the next membership
+  // version.
   void RollBack();
   // A resumed job: each server of the saved job with an endpoint is taken
   // back on its first message.

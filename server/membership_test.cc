@@ -102,6 +102,13 @@ TEST(Membership, ARankOpenedByAddServerIsTakenByTheNextServer) {
   r.AdoptServers();
   EXPECT_TRUE(r.servers()[2].adopt);
   EXPECT_FALSE(r.AllServersRegistered());  // (it held copies: waited for like the others)
+  // A rollback starts the job again on its own servers: the added rank goes.
+  m.RollBack();
+  EXPECT_EQ(m.servers().size(), 2u);
+  EXPECT_FALSE(m.AllServersRegistered());
+  EXPECT_EQ(MustRegisterServer(m, "a2", Server("tcp://a:2"), now), 0);
+  EXPECT_EQ(MustRegisterServer(m, "b2", Server("tcp://b:2"), now), 1);
+  EXPECT_TRUE(m.AllServersRegistered());
 }
 
 TEST(Membership, ASilentServersRankIsTakenByItsReplacement) {

@@ -156,6 +156,41 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
   }
 }
 
+void Server::HandleDrain(const wire::Header& h) {
+  if (h.type() == wire::MsgType::Resume) {
+    // A move called off after this copy was told to leave (the copy that
+    // was to take its place died), or a resumed coordinator that knows of
+    // no move: the group's requests are taken again.
+    for (auto& sh : shards_)
+      if (sh && sh->leaving && (h.group() < 0 || sh->group == static_cast<uint32_t>(h.group()))) {
+        sh->leaving = false;
+        LOG_INFO << "group " << sh->group << ": its move was called off: taking its requests again";
+      }
+    return;
+  }
+  // shardps-ctl drain-server: every group held here has its copies
+  // elsewhere now; requests taken so far are answered as their copies
+  // acknowledge them, new ones are left to the copies taking over. With a
+  // group: only this server's copy of it leaves (a move).
+  wire::Fields ack;
+  ack.type = wire::MsgType::Reply;
+  ack.request_id = h.request_id();
+  ack.role = wire::Role::Server;
+  ack.rank = static_cast<int32_t>(rank_);
+  if (h.group() >= 0) {
+    const auto g = static_cast<uint32_t>(h.group());
+    if (g < shards_.size() && shards_[g] && !shards_[g]->left) {
+      shards_[g]->leaving = true;
+      LOG_INFO << "group " << g << ": this copy leaves (moved to another server): taking no more of its requests";
+    }
+    ack.group = h.group();
+  } else {
+    LOG_INFO << "drained: taking no more requests (the coordinator moves this server's groups to their other copies)";
+    draining_ = true;
+  }
+  coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
+}
+
 Shard* Server::ServingShard(const wire::Header& h, const zmq::message_t& from) {
   const uint32_t g = h.group() >= 0 ? static_cast<uint32_t>(h.group()) : rank_;
   Shard* sh = g < shards_.size() ? shards_[g].get() : nullptr;
@@ -226,31 +261,9 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
       LOG_INFO << "coordinator asked to shut down" << (draining_ ? " (drained: its copies are held by others)" : "");
       shutdown_ = true;
       return;
-    case wire::MsgType::Drain: {
-      // shardps-ctl drain-server: every group held here has its copies
-      // elsewhere now; requests taken so far are answered as their copies
-      // acknowledge them, new ones are left to the copies taking over. With
-      // a group: only this server's copy of it leaves (a move).
-      wire::Fields ack;
-      ack.type = wire::MsgType::Reply;
-      ack.request_id = h->request_id();
-      ack.role = wire::Role::Server;
-      ack.rank = static_cast<int32_t>(rank_);
-      if (h->group() >= 0) {
-        const auto g = static_cast<uint32_t>(h->group());
-        if (g < shards_.size() && shards_[g] && !shards_[g]->left) {
-          shards_[g]->leaving = true;
-          LOG_INFO << "group " << g << ": this copy leaves (moved to another server): taking no more of its requests";
-        }
-        ack.group = h->group();
-        coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
-        return;
-      }
-      LOG_INFO << "drained: taking no more requests (the coordinator moves this server's groups to their other copies)";
-      draining_ = true;
-      coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
-      return;
-    }
+    case wire::MsgType::Drain:
+    case wire::MsgType::Resume:
+      return HandleDrain(*h);
     case wire::MsgType::Reply:
       s = wire::ReplyStatus(h);
       if (!s.ok()) LOG_WARN << "coordinator: " << s.ToString();

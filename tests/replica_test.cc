@@ -271,9 +271,11 @@ std::vector<uint64_t> CountIds() {
   return ids;
 }
 
-void StartCounting(LocalCluster& c, std::atomic<int>* pushed, std::atomic<int>* acked, std::vector<std::thread>* workers) {
+// With `hold`, a worker waits before push k until k is below *hold.
+void StartCounting(LocalCluster& c, std::atomic<int>* pushed, std::atomic<int>* acked, std::vector<std::thread>* workers,
+                   const std::atomic<int>* hold = nullptr) {
   for (int r = 0; r < kWorkers; ++r)
-    workers->emplace_back([&c, pushed, acked, r] {
+    workers->emplace_back([&c, pushed, acked, r, hold] {
       auto ps = testing::ConnectClient(c, ClientRole::kWorker, r);
       ASSERT_TRUE(ps);
       Table w, e;
@@ -283,6 +285,7 @@ void StartCounting(LocalCluster& c, std::atomic<int>* pushed, std::atomic<int>* 
       const std::vector<uint64_t> ids = CountIds();
       std::vector<float> seen(kCountRows);
       for (int k = 0; k < kPushes; ++k) {
+        if (hold) ASSERT_TRUE(testing::WaitFor([&] { return k < hold->load(); }, 300s)) << "held at push " << k;
         Request a = ps->Push(w, minus), b = ps->Push(e, ids, minus_ids);
         Status s = a.Wait(), t = b.Wait();
         ASSERT_TRUE(s.ok() && t.ok()) << "worker " << r << " push " << k << ": " << s.ToString() << " / " << t.ToString();
@@ -538,6 +541,40 @@ TEST_F(ReplicaTest, BoundedEveryAcknowledgedPushIsAppliedExactlyOnceAcrossAnAdde
   for (auto& t : workers) t.join();
   ASSERT_FALSE(HasFailure());
   ExpectCounted(a_, acked.load());
+}
+
+// Bounded staleness: a server added, then killed as soon as it registered
+// — mid-fill, or as a copy leaves, or after the moves, as the timing falls:
+// the moves are called off (a copy told to leave takes its requests again)
+// or its groups fail over and are filled again. The workers push while it
+// joins, pause until it is declared dead, then push on: every
+// acknowledged push is applied exactly once and every request answered.
+void AddThenKill(LocalCluster& c, const std::string& kill_after, int count) {
+  ClusterOptions o = Replicated("bounded");
+  o.coordinator_args.insert(o.coordinator_args.end(), {"--groups", "4"});
+  ASSERT_TRUE(c.Start(o).ok());
+  std::atomic<int> pushed[kWorkers] = {};
+  std::atomic<int> acked{0}, hold{kPushes / 2};
+  std::vector<std::thread> workers;
+  StartCounting(c, pushed, &acked, &workers, &hold);
+  ASSERT_TRUE(testing::WaitFor([&] { return pushed[0].load() >= kPushes / 4; }, 120s));
+  std::string out;
+  ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "add-server", c.coordinator()}, &out), 0) << out;
+  ASSERT_TRUE(c.StartServer(2).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return Count(c.Log("coordinator"), kill_after) >= count; }, 60s))
+      << c.Log("coordinator");
+  c.KillServer(2, SIGKILL);
+  ASSERT_TRUE(testing::WaitFor([&] { return Count(c.Log("coordinator"), "server 2 silent for more than") >= 1; }, 60s))
+      << c.Log("coordinator");
+  hold = kPushes;
+  for (auto& t : workers) t.join();
+  ExpectCounted(c, acked.load());
+}
+
+TEST_F(ReplicaTest, BoundedAServerAddedThenKilledMidMoveLosesNothing) {
+  AddThenKill(a_, "server 2 joined the running job", 1);  // (mid-fill, mostly)
+  ASSERT_FALSE(HasFailure());
+  AddThenKill(b_, "moved off server", 2);  // after both moves: its copies fail over and are filled again
 }
 
 // Bounded staleness, three servers, two copies: server 2 drained (exits

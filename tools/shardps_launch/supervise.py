@@ -21,6 +21,31 @@ def stop_watcher(event):
     return lambda line: " stop requested" in line and event.set()
 
 
+def ended_before_joining(others, stop_requested):
+    """A stop (shardps-ctl stop or this launcher's) ended the coordinator and
+    every server (`others`) cleanly while workers still run: a stop
+    completes only once no joined worker is live, so those never joined —
+    started again after a rollback, they were still starting when the stop
+    came (the coordinator, gone, cannot tell them the job is stopping)."""
+    coords = [p for p in others if p.role == "coordinator"]
+    return (stop_requested.is_set() and bool(coords) and coords[-1].rc == 0 and
+            all(p.poll() is not None and (p.rc == 0 or p.failed_over) for p in others))
+
+
+def finish_stopped(workers, failures):
+    """The job ended while workers (rank -> process) were still starting:
+    they are stopped; 0."""
+    late = [p for p in workers.values() if p.poll() is None]
+    for p in late:
+        p.handled = True  # (not a failure to restart or report)
+        report(p, f"{p.name} on {p.host} had not joined when the job ended (it was starting again): stopping it")
+    terminate(late, GRACE_SEC)
+    for line in failures:
+        say(f"on the way: {line}")
+    say("the job stopped on request")
+    return 0
+
+
 class Supervisor:
     """Watches a started job until it ends. Main thread only (the
     stop_requested event is set by the coordinator's reader thread)."""
@@ -62,8 +87,8 @@ class Supervisor:
             if all(p.poll() is not None for p in self.workers.values()):
                 return self.finish(deadline, timeout)
             if self.quiet_since and time.monotonic() - self.quiet_since > 30:
-                if self.ended_before_joining():
-                    return self.finish_stopped()
+                if ended_before_joining(self.others, self.stop_requested):
+                    return finish_stopped(self.workers, self.failures)
                 ended = [p for p in self.others if p.poll() is not None]
                 raise JobFailed(ended[0], f"{ended[0].name} on {ended[0].host} exited while workers still ran")
             if time.monotonic() > deadline:
@@ -187,27 +212,6 @@ class Supervisor:
                 self.files.note(self.failures[-1])
             else:
                 raise JobFailed(p, f"{p.name} on {p.host} {p.describe_exit()}")
-
-    def ended_before_joining(self):
-        """The coordinator and every server ended cleanly (a stop) while
-        workers still run: those never joined — started again after a
-        rollback, they were still starting when the stop came (the
-        coordinator, gone, cannot tell them the job is stopping)."""
-        coords = [p for p in self.others if p.role == "coordinator"]
-        return (bool(coords) and coords[-1].rc == 0 and
-                all(p.poll() is not None and (p.rc == 0 or p.failed_over) for p in self.others))
-
-    def finish_stopped(self):
-        """The job ended while workers were still starting: they are stopped."""
-        late = [p for p in self.workers.values() if p.poll() is None]
-        for p in late:
-            p.handled = True  # (not a failure to restart or report)
-            report(p, f"{p.name} on {p.host} had not joined when the job ended (it was starting again): stopping it")
-        terminate(late, GRACE_SEC)
-        for line in self.failures:
-            say(f"on the way: {line}")
-        say("the job stopped on request")
-        return 0
 
     def finish(self, deadline, timeout):
         """Every worker ended: the job completed (0) unless none finished;
