@@ -89,6 +89,18 @@ TEST(Wire, ClusterRoundTrip) {
   EXPECT_EQ(d.live_workers, c.live_workers);
 }
 
+// `v` encoded as a ClusterInfo and decoded again into *out.
+Status RoundTrip(const ClusterView& v, ClusterView* out) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto body = BuildCluster(fbb, v);
+  Fields f;
+  zmq::message_t m = Encode(fbb, f, Body::ClusterInfo, body.Union());
+  std::vector<uint64_t> scratch;
+  const Header* h = nullptr;
+  if (Status s = ParseHeader(m, scratch, &h); !s.ok()) return s;
+  return DecodeCluster(h->body_as_ClusterInfo(), out);
+}
+
 // Re-replication: the server being filled with each group travels; one
 // that could not take it (no such server, or a copy already) is refused.
 TEST(Wire, ClusterCarriesTheServersBeingFilled) {
@@ -98,27 +110,17 @@ TEST(Wire, ClusterCarriesTheServersBeingFilled) {
   c.servers = {"tcp://a:1", "tcp://b:2", "tcp://c:3"};
   std::vector<uint32_t> lost;
   c.map = ShardMap::Replicated(6, 3, 2, {}, 1).Without(2, &lost).WithJoining(1, 0);
-  auto roundtrip = [](const ClusterView& v, ClusterView* out) {
-    flatbuffers::FlatBufferBuilder fbb;
-    auto body = BuildCluster(fbb, v);
-    Fields f;
-    zmq::message_t m = Encode(fbb, f, Body::ClusterInfo, body.Union());
-    std::vector<uint64_t> scratch;
-    const Header* h = nullptr;
-    if (Status s = ParseHeader(m, scratch, &h); !s.ok()) return s;
-    return DecodeCluster(h->body_as_ClusterInfo(), out);
-  };
   ClusterView d;
-  ASSERT_TRUE(roundtrip(c, &d).ok());
+  ASSERT_TRUE(RoundTrip(c, &d).ok());
   EXPECT_EQ(d.map.joining, c.map.joining);
   EXPECT_EQ(d.map.Joining(1), 0u);
   EXPECT_EQ(d.map.HeldBy(0), c.map.HeldBy(0));
   c.map.joining[1] = 1;  // server 1 holds group 1 already
-  Status s = roundtrip(c, &d);
+  Status s = RoundTrip(c, &d);
   EXPECT_EQ(s.code(), Code::kBadMessage);
   EXPECT_NE(s.message().find("cannot take it"), std::string::npos) << s.message();
   c.map.joining[1] = 7;  // no such server
-  EXPECT_EQ(roundtrip(c, &d).code(), Code::kBadMessage);
+  EXPECT_EQ(RoundTrip(c, &d).code(), Code::kBadMessage);
 }
 
 // [job] groups and add-server: more groups than servers, and more servers
@@ -129,15 +131,8 @@ TEST(Wire, ClusterCarriesMoreGroupsThanServers) {
   c.num_workers = 1;
   c.servers = {"tcp://a:1", "tcp://b:2", "tcp://c:3"};
   c.map = ShardMap::Replicated(16, 2, 2, {}, 1, 4).WithJoining(2, 2).WithCopy(2, 2).WithoutCopy(2, 0);
-  flatbuffers::FlatBufferBuilder fbb;
-  auto body = BuildCluster(fbb, c);
-  Fields f;
-  zmq::message_t m = Encode(fbb, f, Body::ClusterInfo, body.Union());
-  std::vector<uint64_t> scratch;
-  const Header* h = nullptr;
-  ASSERT_TRUE(ParseHeader(m, scratch, &h).ok());
   ClusterView d;
-  Status s = DecodeCluster(h->body_as_ClusterInfo(), &d);
+  Status s = RoundTrip(c, &d);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(d.map.groups(), 4u);
   EXPECT_EQ(d.map.replicas, c.map.replicas);

@@ -301,11 +301,15 @@ void Coordinator::ReleaseBarrier() {
   }
 }
 
-void Coordinator::MaybeCompleteMap() {
-  if (tables_.complete() || !members_.AllServersRegistered()) return;
+ShardMap Coordinator::JobMap() const {
   std::vector<std::string> hosts;
   for (const auto& s : members_.servers()) hosts.push_back(s.id.host);
-  tables_.SetMap(tables_.FirstMap(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1, opts_.Groups())));
+  return ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1, opts_.Groups());
+}
+
+void Coordinator::MaybeCompleteMap() {
+  if (tables_.complete() || !members_.AllServersRegistered()) return;
+  tables_.SetMap(tables_.FirstMap(JobMap()));
   LOG_INFO << "all " << opts_.num_servers << " servers registered: shard map v" << tables_.map().version << " with "
            << opts_.partitions
            << " partitions" << (opts_.Groups() != opts_.num_servers ? " in " + std::to_string(opts_.Groups()) + " groups" : "")

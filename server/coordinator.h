@@ -162,6 +162,9 @@ class Coordinator {
   // Once every server registered: the shard map, the tables' budgets
   // checked against the servers', the map sent out for acknowledgement.
   void MaybeCompleteMap();
+  // The job's first map: its partitions in [job] groups on its own servers
+  // (their hosts as registered), [job] replicas copies of each.
+  ShardMap JobMap() const;
   // Replicas (coordinator_failover.cc): server `rank` is dead; each group
   // it served is served by its first backup from a new map version, sent
   // to every live server and told to clients once they all hold it. OK
@@ -173,6 +176,8 @@ class Coordinator {
   // every live server, told to clients once they all hold it.
   // Returns the cluster update that carries it.
   uint64_t ChangeMapTo(ShardMap next);
+  // The refusal of a drain or a move (`command`) in a job with one copy.
+  static Status OneCopyRefusal(const std::string& command);
   // Names in *m a server to be filled with each group that has fewer
   // copies than [job] replicas (not counting servers being drained) and
   // no fill under way; true (and m's version the next) when it named any.
@@ -215,8 +220,6 @@ class Coordinator {
   // copy told to leave already takes the group's requests again (Resume).
   void CancelMove(uint32_t g);
   void SendResume(uint32_t server, int32_t group);  // group -1: every group
-  // Every move called off (a rollback: the job starts again from a snapshot).
-  void ForgetMoves(const std::string& why);
   // A message from a server declared dead: told to shut down (it is fenced
   // off; its partitions are served by others). True when it was one.
   bool FenceDeadServer(const std::string& from, const wire::Header& h);

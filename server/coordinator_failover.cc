@@ -31,10 +31,7 @@ Status Coordinator::FailOver(uint32_t rank, const std::string& why) {
   if (!tables_.complete()) {
     // A resumed job whose servers are not all back: the map is made again
     // without it once they are.
-    std::vector<std::string> hosts;
-    for (const auto& s : members_.servers()) hosts.push_back(s.id.host);
-    tables_.DropFromResumed(ShardMap::Replicated(opts_.partitions, opts_.num_servers, opts_.replicas, hosts, 1, opts_.Groups()), rank,
-                            &lost);
+    tables_.DropFromResumed(JobMap(), rank, &lost);
     if (!lost.empty()) return lost_every_copy();
     members_.DeclareServerDead(rank);
     LOG_WARN << "server " << rank << " " << why << ": declared dead; the map is made without it";

@@ -15,6 +15,12 @@
 
 namespace shardps {
 
+Status Coordinator::OneCopyRefusal(const std::string& command) {
+  return Status::InvalidArgument(command + ": this job keeps one copy of each partition ([job] replicas = 1): its "
+                                 "partitions cannot be moved while it runs (clients send again what was unanswered "
+                                 "only in a job with replicas)");
+}
+
 uint64_t Coordinator::ChangeMapTo(ShardMap next) {
   const uint64_t update = next_update_id_++;
   std::set<uint32_t> live(members_.AnsweringServers());
@@ -125,8 +131,7 @@ void Coordinator::HandleDrainServer(const std::string& from, const wire::Header&
     return refuse("not a server of this job (0.." + std::to_string(members_.servers().size() - 1) + ")");
   const auto r = static_cast<uint32_t>(rank);
   if (opts_.replicas < 2)
-    return refuse("this job keeps one copy of each partition ([job] replicas = 1): its partitions cannot be moved "
-                  "while it runs (clients send again what was unanswered only in a job with replicas)");
+    return ReplyError(from, h.request_id(), OneCopyRefusal("drain-server " + std::to_string(rank)));
   if (!tables_.complete()) return ReplyError(from, h.request_id(), Status::NotReady("the job has no shard map yet"));
   const ServerSlot& slot = members_.servers()[r];
   if (!slot.registered || !slot.alive) return refuse("it is not a live server of this job");

@@ -16,17 +16,8 @@
 
 namespace shardps {
 
-namespace {
-
-std::string NoMovesWithOneCopy(const std::string& what) {
-  return what + ": this job keeps one copy of each partition ([job] replicas = 1): its partitions cannot be moved "
-                "while it runs (clients send again what was unanswered only in a job with replicas)";
-}
-
-}  // namespace
-
 void Coordinator::HandleAddServer(const std::string& from, const wire::Header& h) {
-  if (opts_.replicas < 2) return ReplyError(from, h.request_id(), Status::InvalidArgument(NoMovesWithOneCopy("add-server")));
+  if (opts_.replicas < 2) return ReplyError(from, h.request_id(), OneCopyRefusal("add-server"));
   if (!tables_.complete()) return ReplyError(from, h.request_id(), Status::NotReady("the job has no shard map yet"));
   if (stop_.stopping) return ReplyError(from, h.request_id(), Status::Unavailable("the job is stopping"));
   if (members_.servers().size() >= 4096)
@@ -45,7 +36,7 @@ void Coordinator::HandleAddServer(const std::string& from, const wire::Header& h
 }
 
 void Coordinator::HandleRebalance(const std::string& from, const wire::Header& h) {
-  if (opts_.replicas < 2) return ReplyError(from, h.request_id(), Status::InvalidArgument(NoMovesWithOneCopy("rebalance")));
+  if (opts_.replicas < 2) return ReplyError(from, h.request_id(), OneCopyRefusal("rebalance"));
   if (!tables_.complete()) return ReplyError(from, h.request_id(), Status::NotReady("the job has no shard map yet"));
   ShardMap next = tables_.map();
   std::string said;
@@ -78,7 +69,7 @@ void Coordinator::HandleMoveGroup(const std::string& from, const wire::Header& h
   };
   const auto* mv = h.body_as_MoveRequest();
   if (!mv) return ReplyError(from, h.request_id(), Status::BadMessage("MoveGroup without a MoveRequest body"));
-  if (opts_.replicas < 2) return refuse(NoMovesWithOneCopy("its groups"));
+  if (opts_.replicas < 2) return ReplyError(from, h.request_id(), OneCopyRefusal("move-group"));
   if (!tables_.complete()) return ReplyError(from, h.request_id(), Status::NotReady("the job has no shard map yet"));
   const ShardMap& m = tables_.map();
   const uint32_t g = mv->group(), a = mv->from(), b = mv->to();
@@ -212,7 +203,6 @@ bool Coordinator::OnLeaveAck(uint32_t server, const wire::Header& h) {
   LOG_INFO << "group " << g << " moved off server " << server << ": its chain is servers " << chain << " (shard map v"
            << next.version << ")";
   PlanRebalance(&next);  // (what could not move while this group did)
-  next.version = m.version + 1;
   const uint64_t update = ChangeMapTo(std::move(next));
   metrics_.Moved();
   if (was_primary) {
@@ -227,11 +217,12 @@ bool Coordinator::OnLeaveAck(uint32_t server, const wire::Header& h) {
 }
 
 void Coordinator::CancelMove(uint32_t g) {
-  const auto it = moves_.leaving.find(g);
-  // Told to leave already (its acknowledgement not in): it takes the
-  // group's requests again (the Resume comes after the Drain).
-  if (it != moves_.leaving.end() && moves_.leave_acks.count(g)) SendResume(it->second, static_cast<int32_t>(g));
-  if (it != moves_.leaving.end()) moves_.leaving.erase(it);
+  if (const auto it = moves_.leaving.find(g); it != moves_.leaving.end()) {
+    // Told to leave already (its acknowledgement not in): it takes the
+    // group's requests again (the Resume comes after the Drain).
+    if (moves_.leave_acks.count(g)) SendResume(it->second, static_cast<int32_t>(g));
+    moves_.leaving.erase(it);
+  }
   moves_.leave_acks.erase(g);
 }
 
@@ -242,14 +233,6 @@ void Coordinator::SendResume(uint32_t server, int32_t group) {
   f.request_id = next_update_id_++;
   f.group = group;
   Reply(members_.servers()[server].routing_id, wire::EncodeSimple(fbb_, f));
-}
-
-void Coordinator::ForgetMoves(const std::string& why) {
-  if (moves_.leaving.empty() && moves_.leave_acks.empty()) return;
-  LOG_WARN << moves_.leaving.size() << " move(s) of groups called off: " << why;
-  for (uint32_t r = 0; r < members_.servers().size(); ++r) SendResume(r, -1);
-  moves_.leaving.clear();
-  moves_.leave_acks.clear();
 }
 
 }  // namespace shardps

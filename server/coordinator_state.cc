@@ -47,7 +47,7 @@ std::vector<uint32_t> FlatReplicas(const DurableState& s) {
 Status DecodeMap(const wire::CoordinatorState* st, const StateShape& job, DurableState* out) {
   if (!st->map_replicas() || st->map_stride() == 0) return Status::OK();
   const uint32_t stride = st->map_stride();
-  const uint32_t groups = job.groups ? job.groups : job.num_servers;
+  const uint32_t groups = job.Groups();
   const auto servers = std::max<uint32_t>(job.num_servers, static_cast<uint32_t>(out->servers.size()));
   if (stride > servers || st->map_replicas()->size() != static_cast<size_t>(stride) * groups)
     return Status::BadMessage("the saved shard map does not hold a replica list per group");
@@ -176,9 +176,9 @@ Status VerifiedRoot(std::string_view value, const StateShape& job, std::vector<u
                             std::to_string(job.num_servers) + " and " + std::to_string(job.num_workers) +
                             " (a --state-dir holds one job: give a new one to start another)");
   const uint32_t saved_groups = st->num_groups() ? st->num_groups() : st->num_servers();
-  if (saved_groups != (job.groups ? job.groups : job.num_servers))
+  if (saved_groups != job.Groups())
     return Status::Conflict("the saved job has " + std::to_string(saved_groups) + " replica groups, this one " +
-                            std::to_string(job.groups ? job.groups : job.num_servers) +
+                            std::to_string(job.Groups()) +
                             " (a --state-dir holds one job: give a new one to start another)");
   if (st->partitions() < saved_groups || st->partitions() > (1u << 20))
     return Status::BadMessage("the saved state has " + std::to_string(st->partitions()) + " partitions");

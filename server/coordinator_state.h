@@ -55,6 +55,7 @@ struct StateShape {
   uint32_t num_workers = 0;
   uint32_t worker_ranks = 0;  // max(num_workers, max_workers)
   uint32_t groups = 0;        // replica groups (0: num_servers)
+  uint32_t Groups() const { return groups ? groups : num_servers; }
 };
 
 // The FlatBuffers CoordinatorState of `s`.

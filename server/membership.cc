@@ -281,12 +281,6 @@ uint32_t Membership::AddServer() {
   return static_cast<uint32_t>(servers_.size() - 1);
 }
 
-bool Membership::OpenServerRank() const {
-  for (uint32_t r = opts_.num_servers; r < servers_.size(); ++r)
-    if (!servers_[r].registered && !servers_[r].dead && servers_[r].endpoint.empty()) return true;
-  return false;
-}
-
 std::vector<uint32_t> Membership::RegisteredServers() const {
   std::vector<uint32_t> out;
   for (uint32_t r = 0; r < servers_.size(); ++r)

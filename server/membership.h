@@ -192,8 +192,6 @@ class Membership {
   // next server that registers; the job's own `num_servers` stay as they
   // are (the map's groups do not change).
   uint32_t AddServer();
-  // Whether a rank opened by AddServer waits for its server.
-  bool OpenServerRank() const;
   std::vector<uint32_t> RegisteredServers() const;
   std::set<uint32_t> AnsweringServers() const;  // registered and alive
   // Each server's memory budget in bytes; 0 when unknown or not registered.

@@ -84,13 +84,12 @@ TEST(Membership, ARankOpenedByAddServerIsTakenByTheNextServer) {
   const auto now = Clock::now();
   MustRegisterServer(m, "a", Server("tcp://a:1"), now);
   MustRegisterServer(m, "b", Server("tcp://b:1"), now);
-  EXPECT_FALSE(m.OpenServerRank());
   EXPECT_EQ(m.AddServer(), 2u);
-  EXPECT_TRUE(m.OpenServerRank());
+  EXPECT_FALSE(m.servers()[2].registered);
   EXPECT_TRUE(m.AllServersRegistered());  // (not waited for)
   EXPECT_EQ(m.servers().size(), 3u);
   EXPECT_EQ(MustRegisterServer(m, "c", Server("tcp://c:1"), now), 2);
-  EXPECT_FALSE(m.OpenServerRank());
+  EXPECT_TRUE(m.servers()[2].registered);
   EXPECT_EQ(m.RegisteredServers(), (std::vector<uint32_t>{0, 1, 2}));
   int rank = -1;
   EXPECT_EQ(m.RegisterServer("d", Server("tcp://d:1"), now, &rank).code(), Code::kConflict);

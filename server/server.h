@@ -158,12 +158,12 @@ class Server {
   // or for a fill, ends it).
   void RefuseStream(const wire::Header& h, const zmq::message_t& from, const std::string& why);
   void ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames);
-  // A stream message for a copy that left its group, or from a copy that
-  // left it (a move): dropped (true), or a fill into it kept until the map
-  // that makes it a copy again.
   // The coordinator's Drain (the whole server, or one group's copy: a
   // move) and Resume (a move called off).
   void HandleDrain(const wire::Header& h);
+  // A stream message for a copy that left its group, or from a copy that
+  // left it (a move): dropped (true), or a fill into it kept until the map
+  // that makes it a copy again.
   bool MovedAway(Shard& sh, const wire::Header& h, int32_t sender, bool dead, std::vector<zmq::message_t>& frames);
   // A backup's acknowledgement upstream of what it and every copy after it
   // applied (when that moved).

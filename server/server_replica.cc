@@ -404,9 +404,8 @@ bool Server::MovedAway(Shard& sh, const wire::Header& h, int32_t sender, bool de
   if (sh.left) {
     // (A fill into it again may come before the map that makes it a copy
     // again: kept until then, as for a server that never held the group.)
-    const bool fill_start = h.rep() == wire::RepKind::FillBegin;
-    if ((fill_start || sh.early_fill_from == sender) && !dead && KeepEarly(frames) && fill_start)
-      sh.early_fill_from = sender;
+    const bool early_fill = h.rep() == wire::RepKind::FillBegin || sh.early_fill_from == sender;
+    if (early_fill && !dead && KeepEarly(frames)) sh.early_fill_from = sender;
     return true;
   }
   return sender >= 0 && !dead && view_.complete() && !view_.map.Holds(static_cast<uint32_t>(sender), sh.group);
@@ -521,9 +520,9 @@ void Server::ReceiveAcks() {
           continue;
         }
         if (draining_ || (sh && (sh->leaving || sh->left))) {
-          // Drained: the copy after it took its place (its last inputs
-          // were for a map that no longer has it).
-          LOG_INFO << "group " << g << ": server " << server << " no longer takes this server's stream (drained): "
+          // Drained, or this copy moved away: the copy after it took its
+          // place (its last inputs were for a map that no longer has it).
+          LOG_INFO << "group " << g << ": server " << server << " no longer takes this server's stream (drained or moved): "
                    << s.message();
           continue;
         }

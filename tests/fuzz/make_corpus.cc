@@ -422,16 +422,22 @@ std::string Register(wire::Role role, int rank, uint64_t id) {
   return Str(wire::Encode(fbb, Fields(wire::MsgType::Register, id, role, -1), wire::Body::RegisterRequest, req.Union()));
 }
 
+// Both servers register and acknowledge the first map (update 1).
+void TwoServersReady(CoordOps& o) {
+  o.Msg(0, Register(wire::Role::Server, 0, 1)).Msg(1, Register(wire::Role::Server, 1, 2));
+  wire::Fields ack = Fields(wire::MsgType::Reply, 1, wire::Role::Server, 0);
+  o.Msg(0, Header(ack));
+  ack.rank = 1;
+  o.Msg(1, Header(ack));
+}
+
 void CoordinatorCorpus() {
   // A whole job: two servers register (the map is complete), both ack it,
   // two workers join, a table is created and acked, heartbeats with stats,
   // a barrier, work claims, status, a snapshot, a stop.
   CoordOps o(0);
-  wire::Fields ack = Fields(wire::MsgType::Reply, 1, wire::Role::Server, 0);
-  o.Msg(0, Register(wire::Role::Server, 0, 1)).Msg(1, Register(wire::Role::Server, 1, 2));
-  o.Msg(0, Header(ack));
-  ack.rank = 1;
-  o.Msg(1, Header(ack));
+  TwoServersReady(o);
+  wire::Fields ack = Fields(wire::MsgType::Reply, 1, wire::Role::Server, 1);
   o.Msg(2, Register(wire::Role::Worker, 0, 3)).Msg(3, Register(wire::Role::Worker, 1, 4));
   o.Msg(2, Header(Fields(wire::MsgType::GetCluster, 5)));
   {
@@ -479,11 +485,7 @@ void CoordinatorCorpus() {
   // The servers answer the snapshot's clock query, accept the cut and
   // report it done (request ids continue from the updates above).
   CoordOps s(2);
-  s.Msg(0, Register(wire::Role::Server, 0, 1)).Msg(1, Register(wire::Role::Server, 1, 2));
-  ack = Fields(wire::MsgType::Reply, 1, wire::Role::Server, 0);
-  s.Msg(0, Header(ack));
-  ack.rank = 1;
-  s.Msg(1, Header(ack));
+  TwoServersReady(s);
   s.Msg(2, Header(Fields(wire::MsgType::SnapshotNow, 30, wire::Role::Observer, -1)));
   for (uint64_t id = 2; id <= 5; ++id) {
     wire::Fields r = Fields(wire::MsgType::Reply, id, wire::Role::Server, static_cast<int>(id % 2));
@@ -511,11 +513,7 @@ void CoordinatorCorpus() {
   // its fills reported, the leaving copies' acknowledgements, a rebalance
   // and a move by name.
   CoordOps m(4 | 8);
-  m.Msg(0, Register(wire::Role::Server, 0, 1)).Msg(1, Register(wire::Role::Server, 1, 2));
-  ack = Fields(wire::MsgType::Reply, 1, wire::Role::Server, 0);
-  m.Msg(0, Header(ack));
-  ack.rank = 1;
-  m.Msg(1, Header(ack));
+  TwoServersReady(m);
   m.Msg(3, Header(Fields(wire::MsgType::AddServer, 60, wire::Role::Observer, -1)));
   m.Msg(2, Register(wire::Role::Server, -1, 61));
   for (int g : {2, 0}) {
