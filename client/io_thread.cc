@@ -446,7 +446,7 @@ void IoLoop::Send(Outgoing& o) {
     o.call->PartDone(Status::PermissionDenied(r->second), false, 0, 0);
     return;
   }
-  Pending& p = pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout};
+  Pending& p = pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout, -1, 0, {}, false};
   p.group = o.group;
   p.order = ++sends;
   p.push = o.push;

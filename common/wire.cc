@@ -303,6 +303,10 @@ Status DecodeGroups(const ClusterInfo* in, ClusterView* c) {
   if (!in->partition_group()) {
     if (in->group_replicas()) return Status::BadMessage("cluster info has replica lists but no partition groups");
     if (m.owner.empty()) return Status::OK();
+    // One group per server: a group is at least one partition.
+    if (c->num_servers > m.owner.size())
+      return Status::BadMessage("cluster info has " + std::to_string(c->num_servers) + " servers for " +
+                                std::to_string(m.owner.size()) + " partitions and no replica groups");
     m.group = m.owner;
     m.replicas.assign(c->num_servers, {});
     for (uint32_t g = 0; g < c->num_servers; ++g) m.replicas[g] = {g};

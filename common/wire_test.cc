@@ -123,6 +123,27 @@ TEST(Wire, ClusterCarriesTheServersBeingFilled) {
   EXPECT_EQ(RoundTrip(c, &d).code(), Code::kBadMessage);
 }
 
+// Without replica groups each server is one group of at least one
+// partition: more servers than partitions is refused (it could not be
+// encoded back; found by fuzz_wire).
+TEST(Wire, ClusterWithoutGroupsHasNoMoreServersThanPartitions) {
+  ClusterView c;
+  c.num_servers = 2;
+  c.num_workers = 1;
+  c.servers = {"tcp://a:1", "tcp://b:2"};
+  c.map = ShardMap::Contiguous(2, 2, 1);
+  c.map.group.clear();  // as a sender that writes no partition groups
+  ClusterView d;
+  ASSERT_TRUE(RoundTrip(c, &d).ok());
+  EXPECT_EQ(d.map.group, c.map.owner);
+  EXPECT_EQ(d.map.groups(), 2u);
+  c.num_servers = 3;
+  c.servers.push_back("tcp://c:3");
+  Status s = RoundTrip(c, &d);
+  EXPECT_EQ(s.code(), Code::kBadMessage);
+  EXPECT_NE(s.message().find("3 servers for 2 partitions"), std::string::npos) << s.message();
+}
+
 // [job] groups and add-server: more groups than servers, and more servers
 // (an added one) than the job started with.
 TEST(Wire, ClusterCarriesMoreGroupsThanServers) {

@@ -148,7 +148,8 @@ void Coordinator::HandleDrainServer(const std::string& from, const wire::Header&
   // A fill into it is over.
   for (uint32_t g = 0; g < next.groups(); ++g)
     if (next.Joining(g) == r) next = next.WithJoining(g, ShardMap::kNone);
-  const bool changed = PlanFills(&next) | (next.version != tables_.map().version);
+  const bool planned = PlanFills(&next);  // (always run: it plans the fills)
+  const bool changed = planned || next.version != tables_.map().version;
   uint32_t groups = 0, fills = 0;
   for (uint32_t g = 0; g < next.groups(); ++g) {
     groups += next.IsCopy(r, g);

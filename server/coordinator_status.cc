@@ -106,12 +106,12 @@ flatbuffers::Offset<flatbuffers::Vector<const wire::WaitInfo*>> AddWaits(flatbuf
 
 void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h) {
   const int rank = h.rank();
-  if (h.role() == wire::Role::Worker && rank >= 0 && rank < static_cast<int>(members_.worker_ranks()))
-    if (Status s = members_.WorkerHeartbeat(rank, h.clock()); !s.ok()) {
+  if (h.role() == wire::Role::Worker && rank >= 0 && rank < static_cast<int>(members_.worker_ranks())) {
+    if (Status s = members_.WorkerHeartbeat(rank, h.clock()); !s.ok())
       return ReplyError(from, h.request_id(), s);
-    } else if (const wire::WorkerStats* ws = h.body_as_WorkerStats()) {
+    if (const wire::WorkerStats* ws = h.body_as_WorkerStats())
       metrics_.WorkerStats(rank, ws->row_cache_lookups(), ws->row_cache_hits(), ws->samples());
-    }
+  }
   if (h.role() == wire::Role::Server) {
     const int srank = members_.ServerRankOf(from);
     if (const wire::ServerStats* st = h.body_as_ServerStats(); st && srank >= 0)

@@ -35,11 +35,6 @@ void PutBe32(char* p, uint32_t v) {
 void PutBe64(char* p, uint64_t v) {
   for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xff);
 }
-uint32_t GetBe32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
 uint64_t GetBe64(const char* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);

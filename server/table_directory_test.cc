@@ -123,7 +123,10 @@ TEST(TableDirectory, ADenseTableMustFitEachServersBudgetNextToTheTablesBeforeIt)
   // Counting only the tables before it (the first map checks each in turn).
   EXPECT_TRUE(d.CheckBudget(b, 0, {need, 0}, partitions).ok());
   // On the map there is: a map giving everything to server 1.
-  d.SetMap(ShardMap{1, {1, 1, 1, 1}});
+  ShardMap to_one;
+  to_one.version = 1;
+  to_one.owner = {1, 1, 1, 1};
+  d.SetMap(to_one);
   EXPECT_TRUE(d.CheckBudget(b, 1, {1, 0}, partitions).ok());
   EXPECT_EQ(d.CheckBudget(b, 1, {0, 1}, partitions).code(), Code::kTooLarge);
 }

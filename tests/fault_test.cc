@@ -118,6 +118,7 @@ TEST_F(FaultTest, ADeadWorkersBatchGoesToTheNextClaimerAndItsRankRejoins) {
   std::vector<float> g0 = {1, 1, 1, 1}, g1 = {3, 3, 3, 3}, out(4);
   // Clock 0: both push; the step is the mean (2).
   WorkRange a = Claim(*w0, 1, 100, 10), b;
+  EXPECT_EQ(a.begin, 0u);
   ASSERT_TRUE(w1.Claim(coord, 1, 100, 10, &b).ok());
   EXPECT_EQ(b.begin, 10u);
   ASSERT_TRUE(w0->Push(t, g0).Wait().ok());
@@ -224,6 +225,7 @@ void BetweenTicks(LocalCluster& cluster_, int replicas) {
   Table t;
   ASSERT_TRUE(w0->CreateTable(testing::Dense("w", 2, 1).Sgd(1.0f), &t).ok());
   WorkRange a = Claim(*w0, 1, 100, 10), b;
+  EXPECT_EQ(a.begin, 0u);
   ASSERT_TRUE(w1.Claim(coord, 1, 100, 10, &b).ok());
   EXPECT_EQ(b.begin, 10u);
   // Worker 1: its gradient (3) on both servers, its tick on server 0 only.
@@ -254,8 +256,9 @@ void BetweenTicks(LocalCluster& cluster_, int replicas) {
   EXPECT_FLOAT_EQ(out[1], -2.0f) << "server 1 must count worker 1's clock 0 as server 0 did";
   EXPECT_NE(cluster_.Log("coordinator").find("worker 1 retired at clock 1"), std::string::npos);
   EXPECT_NE(cluster_.Log("server1").find("worker 1 died between its ticks"), std::string::npos);
-  if (replicas > 1)  // server 0's copy of group 1, from its primary's stream
+  if (replicas > 1) {  // server 0's copy of group 1, from its primary's stream
     EXPECT_NE(cluster_.Log("server0").find("worker 1 died between its ticks"), std::string::npos);
+  }
   // Its push is refused now, here as on every server.
   f.seq = 2;
   EXPECT_EQ(w1.Send(s1, f, testing::Frames(zmq::message_t(&three, sizeof three))).code(), Code::kUnavailable);

@@ -188,7 +188,12 @@ int main(int argc, char** argv) {
     }
     double t1 = Now();
     std::vector<snapshot::Listing> all;
-    snapshot::List(snaps, &all);
+    if (!(s = snapshot::List(snaps, &all)).ok() || all.empty()) {
+      std::fprintf(stderr, "error: listing the snapshots in %s: %s\n", snaps.c_str(), s.ToString().c_str());
+      stop = true;
+      load.join();
+      return 1;
+    }
     write_gbps.push_back(all.back().bytes / (t1 - t0) / 1e9);
     // The longest a request was delayed while this snapshot was taken.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -208,10 +213,16 @@ int main(int argc, char** argv) {
 
   // 3. Restore next to reading the files.
   std::vector<snapshot::Listing> all;
-  snapshot::List(snaps, &all);
+  if (!(s = snapshot::List(snaps, &all)).ok() || all.empty()) {
+    std::fprintf(stderr, "error: listing the snapshots in %s: %s\n", snaps.c_str(), s.ToString().c_str());
+    return 1;
+  }
   const std::string newest = all.back().dir;
   snapshot::Manifest m;
-  snapshot::ReadManifest(newest, &m);
+  if (!(s = snapshot::ReadManifest(newest, &m)).ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", newest.c_str(), s.ToString().c_str());
+    return 1;
+  }
   double t0 = Now();
   std::vector<char> buf(8 << 20);
   for (const auto& f : m.files) {
