@@ -16,8 +16,8 @@ import urllib.request
 
 import pytest
 
-from launchlib import (BUILD, COORDINATOR, CTL, LAUNCH, ROOT, WORKER, Launch, ctl, make_keys, pid_of, read_json,
-                       small_mlp, wait_json, wait_none_left)
+from launchlib import (BUILD, COORDINATOR, CTL, LAUNCH, ROOT, WORKER, Launch, ctl, launcher_logic, make_keys, pid_of,
+                       read_json, small_mlp, wait_json, wait_none_left)
 
 
 @pytest.fixture
@@ -48,6 +48,7 @@ def test_sigterm_to_the_launcher_stops_everything(run_dir):
     wait_none_left(run_dir)
 
 
+@launcher_logic
 def test_sigint_to_the_launcher_stops_everything(run_dir):
     launch = Launch(["--servers", "1", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)
@@ -206,6 +207,7 @@ def test_a_new_rank_joins_a_running_job(run_dir, tmp_path):
     wait_none_left(run_dir)
 
 
+@launcher_logic
 def test_a_worker_that_reports_an_error_fails_the_job(run_dir):
     """An exit status is the worker's own verdict (not a crash): the job stops."""
     launch = Launch(["--servers", "1", "--workers", "2", "--", "sh", "-c",
@@ -390,6 +392,7 @@ def test_killed_coordinator_is_started_again_and_the_job_resumes(run_dir):
     wait_none_left(run_dir)
 
 
+@launcher_logic
 def test_killed_server_fails_the_job_with_its_last_lines(run_dir):
     launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch \d+ step", 120)
@@ -425,6 +428,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@launcher_logic
 def test_an_endpoint_reported_at_once_is_not_missed(run_dir, tmp_path):
     """A coordinator that reports its endpoint the moment it starts (the
     real one behind a script that prints the line first and drops the real
@@ -454,6 +458,7 @@ echo "00:00:00.000 I [coordinator] coordinator on tcp://127.0.0.1:{port}: report
     wait_none_left(run_dir)
 
 
+@launcher_logic
 def test_killed_launcher_leaves_nothing(run_dir):
     # Even SIGKILL, which the launcher cannot catch: its children die with it.
     launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)
@@ -463,6 +468,7 @@ def test_killed_launcher_leaves_nothing(run_dir):
     wait_none_left(run_dir)
 
 
+@launcher_logic
 def test_worker_command_through_a_shell_pipe_is_tracked(run_dir):
     # A pipeline escaped the old launcher. Here its last stage ignores
     # SIGTERM and outlives the worker: only stopping the whole process group
@@ -475,6 +481,7 @@ def test_worker_command_through_a_shell_pipe_is_tracked(run_dir):
     wait_none_left(run_dir)
 
 
+@launcher_logic
 def test_timeout_stops_the_job_and_server_side_warnings_are_shown(run_dir):
     launch = Launch(["--servers", "1", "--workers", "1", "--timeout", "5", "--", *small_mlp(epochs=500)], run_dir)
     # A request the coordinator refuses: its warning reaches the terminal.
@@ -726,6 +733,7 @@ def test_security_missing_keys_are_named_before_anything_starts(run_dir, tmp_pat
     assert "security: cannot read" in p.stdout and "shardps-keygen" in p.stdout, p.stdout
 
 
+@launcher_logic
 def test_an_operators_key_in_the_environment_does_not_reach_a_plaintext_job(run_dir, tmp_path):
     keys = make_keys(str(tmp_path / "keys"))
     launch = Launch(["--servers", "1", "--workers", "1", "--", *small_mlp(epochs=1)], run_dir,
