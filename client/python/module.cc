@@ -203,6 +203,13 @@ class PyClient {
     }
     Check(s);
   }
+  // The tick as a request: the caller goes on (its pulls queue behind it).
+  std::shared_ptr<PyRequest> ClockAsync() {
+    auto r = std::make_shared<PyRequest>();
+    r->req = live()->ClockAsync();
+    Track(r);
+    return r;
+  }
   void AddSamples(uint64_t n) { live()->AddSamples(n); }
   void Barrier(std::optional<double> timeout) {
     const auto ms = Ms(timeout, request_timeout_);
@@ -416,6 +423,7 @@ PYBIND11_MODULE(_shardps, m) {
       .def("pull", &PyClient::Pull, py::arg("table"), py::arg("out") = py::none(), py::arg("rows") = py::none(),
            py::arg("ids") = py::none(), py::arg("prefetch") = false)
       .def("clock", &PyClient::Clock)
+      .def("clock_async", &PyClient::ClockAsync)
       .def("barrier", &PyClient::Barrier, py::arg("timeout") = py::none())
       .def("add_samples", &PyClient::AddSamples, py::arg("n"),
            "Counts n more training examples done by this worker (sent with its heartbeats: "

@@ -186,6 +186,31 @@ def test_gil_is_released_while_a_pull_waits(cluster_factory):
         ps1.close()
 
 
+def test_clock_async_sends_the_tick_and_the_next_pull_behind_the_pushes(cluster_factory):
+    # Sync, 2 workers: worker 0 ticks without waiting for its push and
+    # pulls at once; the pull is answered with both workers' gradients.
+    c = cluster_factory(servers=2, workers=2, consistency="sync")
+    ps0 = shardps.connect(c.endpoint, rank=0)
+    ps1 = shardps.connect(c.endpoint, rank=1)
+    try:
+        w = ps0.create_table("w", rows=4, cols=4, optimizer="sgd", lr=1.0, init="zeros")
+        ps1.create_table("w", rows=4, cols=4, optimizer="sgd", lr=1.0, init="zeros")
+        push = ps0.push_async(w, np.full((4, 4), 2.0, np.float32))
+        tick = ps0.clock_async()
+        assert ps0.clock_value == 1
+        r = ps0.pull_async(w)
+        with pytest.raises(shardps.TimeoutError):
+            r.wait(timeout=0.5)  # held back: worker 1 is still at clock 0
+        ps1.push(w, np.full((4, 4), 4.0, np.float32))
+        ps1.clock()
+        np.testing.assert_array_equal(r.wait(timeout=30), -3.0)  # the mean of both gradients
+        push.wait(30)
+        tick.wait(30)
+    finally:
+        ps0.close()
+        ps1.close()
+
+
 def test_a_dropped_array_stays_valid_until_its_request_completes(cluster_factory):
     c = cluster_factory(servers=2, consistency="async")
     with shardps.connect(c.endpoint) as ps:

@@ -197,6 +197,13 @@ class Client:
         """Ends this worker's iteration (after its pushes)."""
         self._c.clock()
 
+    def clock_async(self):
+        """clock() without waiting: returns a Request (wait() raises a failed
+        tick's error). Requests issued after it are sent behind it (under
+        sync, it leaves once this iteration's pushes are answered), so the
+        next iteration's pulls can be issued at once."""
+        return self._c.clock_async()
+
     def barrier(self, timeout=None):
         """Waits until every live worker reached the barrier."""
         self._c.barrier(timeout)

@@ -144,17 +144,22 @@ class ShardedModel:
         """The current parameters into the model's storage (waits);
         extrapolated when the model was made with `predict` (unless
         predict=False: the values as pulled, e.g. to evaluate)."""
+        self._land(self._issue_pulls(), predict)
+
+    def _issue_pulls(self):
+        """The pulls of pull(): the prefetch outstanding, else new ones."""
         if self._prefetch is not None:
-            reqs = self._prefetch
-            for r in reqs:
-                r.wait()
+            return self._prefetch
+        return [self.client.pull_async(t, out=v) for t, v in zip(self.tables, self.views)]
+
+    def _land(self, reqs, predict):
+        """Waits for pull()'s requests; the values in the model."""
+        for r in reqs:
+            r.wait()
+        if self._prefetch is not None:
             for view, staged in zip(self.views, self._staged):
                 np.copyto(view, staged)
             self._prefetch = None
-        else:
-            reqs = [self.client.pull_async(t, out=v) for t, v in zip(self.tables, self.views)]
-            for r in reqs:
-                r.wait()
         if predict and self.predict > 0:
             self._extrapolate(reqs)
 
@@ -214,16 +219,21 @@ class ShardedModel:
             self.push_grads()
         if self.prefetching:
             self.start_prefetch()
-        for r in self._pushes:
-            r.wait()
-            self._tau += 0.02 * (r.staleness - self._tau)  # as shardps-worker's StalenessMean
-        self._pushes = []
         for e in self.embeddings:
             e.wait()
         for p in self.params:
             p.grad = None
-        self.client.clock()
-        self.pull()
+        # As shardps-worker: the tick and the next pulls go out at once,
+        # without a round trip for the pushes first (the tick is sent behind
+        # them; under sync, once they are answered; the pulls behind it).
+        pushes, self._pushes = self._pushes, []
+        tick = self.client.clock_async()
+        pulls = self._issue_pulls()
+        for r in pushes:
+            r.wait()
+            self._tau += 0.02 * (r.staleness - self._tau)  # as shardps-worker's StalenessMean
+        tick.wait()
+        self._land(pulls, True)
 
 
 def _positive(what, value, lowest=1):
