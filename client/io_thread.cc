@@ -1,5 +1,6 @@
 #include "client/io_thread.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -52,7 +53,7 @@ struct IoLoop {
   Status ConnectCoordinator();
   void Run();
   void RunQueued(std::deque<Outgoing>& batch, bool* stop);
-  void ReceiveAll();
+  bool ReceiveAll();  // every socket read until empty (a server: at most 1024 a pass); true: one had more
   void Secure(zmq::socket_t& s, int target);
   void OnMonitor(Monitor& m);
   void FailPending(int target, const Status& s);
@@ -129,10 +130,11 @@ void IoThread::Enqueue(Outgoing&& o, Finish&& finish) {
     }
     if (o.kind == Outgoing::kStop) stopping_ = true;
     finish(o);
-    wake = queue_.empty();
+    wake = asleep_;
+    asleep_ = false;  // (one wake is enough: it drains the whole queue)
     queue_.push_back(std::move(o));
   }
-  if (wake) {  // the I/O thread drains the whole queue once woken
+  if (wake) {
     uint64_t one = 1;
     ssize_t n = ::write(efd_, &one, sizeof one);
     (void)n;
@@ -181,7 +183,15 @@ void IoThread::SetMap(std::shared_ptr<const ShardMap> map) {
 
 void IoThread::TakeQueued(std::deque<Outgoing>* batch) {
   std::lock_guard<std::mutex> lock(queue_mu_);
+  asleep_ = false;
   batch->swap(queue_);
+}
+
+bool IoThread::PrepareToSleep() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  if (!queue_.empty()) return false;
+  asleep_ = true;
+  return true;
 }
 
 // ---- IoLoop: the I/O thread ----
@@ -199,29 +209,39 @@ Status IoLoop::ConnectCoordinator() {
   return Status::OK();
 }
 
+// The loop sleeps in poll(2) on the wake-up eventfd and the sockets'
+// ZMQ_FDs rather than in zmq_poll, which asks every socket for ZMQ_EVENTS
+// around two poll(2) calls: on a small request that was half of the
+// system calls (docs/performance.md, "The small-request path"). A ZMQ_FD
+// only signals new commands, so every socket is read until it has nothing
+// (ReceiveAll) after the last send of the pass, and only then may the loop
+// sleep: a send can take in the command that announced a reply.
 void IoLoop::Run() {
   SetThreadLogName("client");
   std::deque<Outgoing> batch;
+  std::vector<pollfd> fds;
+  bool unread = false;  // a socket still had replies when ReceiveAll stopped
   auto next_hb = Clock::now();
   auto next_expiry = Clock::now();
   bool stop = false;
   while (!stop) {
-    std::vector<zmq::pollitem_t> items;
-    items.push_back({nullptr, io.efd_, ZMQ_POLLIN, 0});
-    items.push_back({coord.handle(), 0, ZMQ_POLLIN, 0});
-    for (auto& s : servers) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-    for (auto& m : monitors) items.push_back({m.pair.handle(), 0, ZMQ_POLLIN, 0});
-    Poll(items.data(), items.size(), Millis(50));
-    for (auto& m : monitors) OnMonitor(m);
-    if (items[0].revents & ZMQ_POLLIN) {
+    fds.clear();
+    fds.push_back({io.efd_, POLLIN, 0});
+    for (auto& m : monitors) fds.push_back({m.pair.get(zmq::sockopt::fd), POLLIN, 0});
+    fds.push_back({coord.get(zmq::sockopt::fd), POLLIN, 0});
+    for (auto& s : servers) fds.push_back({s.get(zmq::sockopt::fd), POLLIN, 0});
+    const bool slept = !unread && io.PrepareToSleep();
+    const int n = ::poll(fds.data(), fds.size(), slept ? 50 : 0);
+    if (fds[0].revents & POLLIN) {
       uint64_t v;
-      ssize_t n = ::read(io.efd_, &v, sizeof v);
-      (void)n;
+      ssize_t r = ::read(io.efd_, &v, sizeof v);
+      (void)r;
     }
+    // (A pass that slept its full time reads every monitor too.)
+    for (size_t i = 0; i < monitors.size(); ++i)
+      if ((fds[1 + i].revents & POLLIN) || (slept && n == 0)) OnMonitor(monitors[i]);
     io.TakeQueued(&batch);
     RunQueued(batch, &stop);
-    ReceiveAll();
-    SendDeferred();
     const auto now = Clock::now();
     if (now >= next_hb && self.worker()) {
       next_hb = now + opts.heartbeat_interval;
@@ -230,7 +250,12 @@ void IoLoop::Run() {
     if (now >= next_expiry) {
       next_expiry = now + Millis(100);
       ExpireRequests(now);
+    }
+    // Replies free deferred requests, whose sends need another read.
+    for (uint64_t before = sends - 1; before != sends;) {
+      before = sends;
       SendDeferred();
+      unread = ReceiveAll();
     }
   }
   Close();
@@ -275,10 +300,15 @@ void IoLoop::SendDeferred() {
   }
 }
 
-void IoLoop::ReceiveAll() {
+bool IoLoop::ReceiveAll() {
   while (RecvMultipart(coord, &frames)) OnReply(frames, -1);
-  for (size_t i = 0; i < servers.size(); ++i)
-    for (int k = 0; k < 1024 && RecvMultipart(servers[i], &frames); ++k) OnReply(frames, static_cast<int>(i));
+  bool left = false;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    int k = 0;
+    for (; k < 1024 && RecvMultipart(servers[i], &frames); ++k) OnReply(frames, static_cast<int>(i));
+    left |= k == 1024;  // (the others get their turn first)
+  }
+  return left;
 }
 
 void IoLoop::Close() {

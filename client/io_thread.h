@@ -132,6 +132,10 @@ class IoThread {
   void Enqueue(Outgoing&& o, Finish&& finish);
   // The I/O thread: moves everything queued into *batch.
   void TakeQueued(std::deque<Outgoing>* batch);
+  // The I/O thread, before it polls: false when something is queued (poll
+  // without waiting); else it is asleep until TakeQueued, and the next
+  // Enqueue wakes it.
+  bool PrepareToSleep();
 
   const ClientOptions& opts_;
   const Sender& self_;
@@ -140,9 +144,13 @@ class IoThread {
   std::atomic<bool> stop_requested_{false};
   int efd_ = -1;  // wakes the I/O thread; set by Start, then constant
 
-  std::mutex queue_mu_;  // guards queue_, stopping_, seq_
+  std::mutex queue_mu_;  // guards queue_, stopping_, seq_, asleep_
   std::deque<Outgoing> queue_;
   bool stopping_ = false;
+  // The I/O thread polls (or is about to) with nothing queued: only then
+  // does an Enqueue write efd_ (a system call; the thread awake takes the
+  // queue before it polls again).
+  bool asleep_ = false;
   std::vector<uint64_t> seq_;  // replica group -> this worker's last push sequence number
   std::function<void(ClusterView)> on_cluster_;  // set before Start, then called by the I/O thread
 
