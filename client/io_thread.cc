@@ -251,11 +251,13 @@ void IoLoop::Run() {
       next_expiry = now + Millis(100);
       ExpireRequests(now);
     }
-    // Replies free deferred requests, whose sends need another read.
-    for (uint64_t before = sends - 1; before != sends;) {
-      before = sends;
-      SendDeferred();
+    // Replies free deferred requests (a sync tick waits for the answers
+    // of the pushes before it); what they send is read for again.
+    for (;;) {
       unread = ReceiveAll();
+      const uint64_t before = sends;
+      SendDeferred();
+      if (sends == before) break;
     }
   }
   Close();
