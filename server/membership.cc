@@ -224,14 +224,15 @@ std::vector<uint32_t> Membership::DeadServers() const {
 
 bool Membership::NoWorkerAlive(bool* changed) {
   if (changed) *changed = false;
+  bool alive = false;
   for (auto& w : workers_) {
-    if (w.state == WorkerState::kAlive) return false;  // still finishing its step
-    if (w.state == WorkerState::kPending) {            // never to join now
+    alive |= w.state == WorkerState::kAlive;  // still finishing its step
+    if (w.state == WorkerState::kPending) {   // never to join now
       w.state = WorkerState::kLeft;
       if (changed) *changed = true;
     }
   }
-  return true;
+  return !alive;
 }
 
 void Membership::Changed() {

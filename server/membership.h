@@ -171,7 +171,8 @@ class Membership {
   bool IsDeadServer(const std::string& routing_id) const;
   std::vector<uint32_t> DeadServers() const;
   // A Stop waits for this: false while a worker is alive (finishing its
-  // step); a pending worker met before it is marked kLeft (never to join).
+  // step). Every pending worker is marked kLeft (a stopping job takes no
+  // worker: under sync a live worker's step would wait for its clock).
   // *changed (optional): whether a pending worker became kLeft (the live
   // workers changed: the servers must stop waiting for it).
   bool NoWorkerAlive(bool* changed = nullptr);

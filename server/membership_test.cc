@@ -242,14 +242,16 @@ TEST(Membership, AStopWaitsForTheLiveWorkersAndPendingOnesNeverJoin) {
   bool changed = false;
   EXPECT_FALSE(m.NoWorkerAlive(&changed));
   EXPECT_TRUE(changed);
-  EXPECT_EQ(m.workers()[0].state, WorkerState::kLeft);     // met before the live one
-  EXPECT_EQ(m.workers()[2].state, WorkerState::kPending);  // not yet
+  // Both, before and after the live one: under sync the live worker's step
+  // would wait for their clocks, and the stop for that step (seen under
+  // TSan: launch_prometheus's stop right after a rollback timed out).
+  EXPECT_EQ(m.workers()[0].state, WorkerState::kLeft);
+  EXPECT_EQ(m.workers()[2].state, WorkerState::kLeft);
   EXPECT_FALSE(m.NoWorkerAlive(&changed));
   EXPECT_FALSE(changed);
   m.Leave(1);
   EXPECT_TRUE(m.NoWorkerAlive(&changed));
-  EXPECT_TRUE(changed);  // (the servers are told: they stop waiting for it)
-  EXPECT_EQ(m.workers()[2].state, WorkerState::kLeft);
+  EXPECT_FALSE(changed);
 }
 
 TEST(Membership, TheVersionCountsChangesAndARollbackStartsTheSlotsAgain) {
