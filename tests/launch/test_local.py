@@ -259,12 +259,12 @@ def test_killed_server_rolls_the_job_back_to_the_newest_snapshot(run_dir, tmp_pa
     wait_none_left(run_dir)
 
 
-def saving_worker(tmp_path):
-    """The command of a 4-epoch MLP worker on 6000 examples (Adam) that saves
-    its final parameters to tmp_path/NAME{rank}.bin, by NAME."""
+def saving_worker(tmp_path, epochs=4):
+    """The command of an MLP worker on 6000 examples (Adam) that saves its
+    final parameters to tmp_path/NAME{rank}.bin, by NAME."""
     def worker(name):
-        return full_mlp(4, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
-                            "--save-params", str(tmp_path / (name + "{rank}.bin"))])
+        return full_mlp(epochs, ["--train-limit", "6000", "--optimizer", "adam", "--lr", "0.001",
+                                 "--save-params", str(tmp_path / (name + "{rank}.bin"))])
     return worker
 
 
@@ -274,7 +274,7 @@ def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_d
     server's groups are served by their backups, no process is restarted,
     nothing rolls back, the job exits 0, and its final model equals, bit for
     bit, that of the same job without the kill."""
-    worker = saving_worker(tmp_path)
+    worker = saving_worker(tmp_path, epochs=16)  # (about 3 s: it must outlast a fail-over, a step and a kill)
     launch = Launch(["--servers", "2", "--workers", "2", "--replicas", "2", "--restart-coordinator", "--",
                      *worker("a")], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch 2 step", 120)
@@ -309,7 +309,9 @@ def test_replacement_server_is_filled_and_takes_over_after_the_other_dies(run_di
     while training runs; then the other server is killed and the replacement
     serves everything. No rollback, exit 0, and the final model equals, bit
     for bit, that of the same job without the kills."""
-    worker = saving_worker(tmp_path)
+    # (16 epochs, about 3 s: 4 took 0.6 s and once ended before the second
+    # kill; a replacement, its fills and a step after them take about 0.5 s.)
+    worker = saving_worker(tmp_path, epochs=16)
     launch = Launch(["-v", "--servers", "2", "--workers", "2", "--replicas", "2", "--restart-servers", "--",
                      *worker("a")], run_dir)
     launch.wait_for_line(r"worker 0 \| epoch 2 step", 120)
