@@ -478,10 +478,8 @@ void IoLoop::Send(Outgoing& o) {
     o.call->PartDone(Status::PermissionDenied(r->second), false, 0, 0);
     return;
   }
-  Pending& p = pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout, -1, 0, {}, false};
-  p.group = o.group;
-  p.order = ++sends;
-  p.push = o.push;
+  Pending& p = pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout,
+                                        o.group, ++sends, {}, o.push};
   if (o.group >= 0 && o.resendable && map && map->ReplicaStride() > 1)  // kept to be sent again after a fail-over
     for (auto& f : o.frames) p.frames.emplace_back().copy(f);
   Status st = SendMultipart(*s, o.frames);

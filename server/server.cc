@@ -350,13 +350,13 @@ namespace {
 // socket with a message already returns at once, else poll(2) on the
 // sockets' ZMQ_FDs (they signal a socket's new commands: ZMQ_EVENTS above
 // took in those before).
-void WaitForMessage(const std::vector<zmq::socket_t*>& socks, Millis timeout) {
+// `fds`: the caller's, reused.
+void WaitForMessage(const std::vector<zmq::socket_t*>& socks, Millis timeout, std::vector<pollfd>* fds) {
   for (zmq::socket_t* s : socks)
     if (s->get(zmq::sockopt::events) & ZMQ_POLLIN) return;
-  pollfd fds[64];
-  const size_t n = std::min<size_t>(socks.size(), 64);
-  for (size_t i = 0; i < n; ++i) fds[i] = {socks[i]->get(zmq::sockopt::fd), POLLIN, 0};
-  ::poll(fds, n, static_cast<int>(timeout.count()));  // (EINTR: the loop comes back)
+  fds->clear();
+  for (zmq::socket_t* s : socks) fds->push_back({s->get(zmq::sockopt::fd), POLLIN, 0});
+  ::poll(fds->data(), fds->size(), static_cast<int>(timeout.count()));  // (EINTR: the loop comes back)
 }
 
 }  // namespace
@@ -364,6 +364,7 @@ void WaitForMessage(const std::vector<zmq::socket_t*>& socks, Millis timeout) {
 Status Server::Run(const std::atomic<bool>& stop) {
   std::vector<zmq::message_t> frames;
   std::vector<zmq::socket_t*> socks;
+  std::vector<pollfd> fds;
   auto next_hb = Clock::now();
   while (!shutdown_ && !stop.load()) {
     const auto now = Clock::now();
@@ -376,7 +377,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
     socks.assign({&data_, &coord_});
     for (auto& [rank, peer] : peers_) socks.push_back(&peer.socket);
-    if (!copying) WaitForMessage(socks, std::max(wait, Millis(1)));
+    if (!copying) WaitForMessage(socks, std::max(wait, Millis(1)), &fds);
     while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);  // cluster updates first
     ReceiveAcks();
     // A request has at most 3 + kMaxPushSteps frames (identity, header, keys,

@@ -189,7 +189,8 @@ int main(int argc, char** argv) {
     double t1 = Now();
     std::vector<snapshot::Listing> all;
     if (!(s = snapshot::List(snaps, &all)).ok() || all.empty()) {
-      std::fprintf(stderr, "error: listing the snapshots in %s: %s\n", snaps.c_str(), s.ToString().c_str());
+      std::fprintf(stderr, "error: the snapshots in %s: %s\n", snaps.c_str(),
+                   s.ok() ? "none, though one was reported taken" : s.ToString().c_str());
       stop = true;
       load.join();
       return 1;
@@ -214,7 +215,7 @@ int main(int argc, char** argv) {
   // 3. Restore next to reading the files.
   std::vector<snapshot::Listing> all;
   if (!(s = snapshot::List(snaps, &all)).ok() || all.empty()) {
-    std::fprintf(stderr, "error: listing the snapshots in %s: %s\n", snaps.c_str(), s.ToString().c_str());
+    std::fprintf(stderr, "error: the snapshots in %s: %s\n", snaps.c_str(), s.ok() ? "none" : s.ToString().c_str());
     return 1;
   }
   const std::string newest = all.back().dir;
