@@ -53,7 +53,16 @@ struct IoLoop {
   Status ConnectCoordinator();
   void Run();
   void RunQueued(std::deque<Outgoing>& batch, bool* stop);
-  bool ReceiveAll();  // every socket read until empty (a server: at most 1024 a pass); true: one had more
+  // Every socket that may hold replies (check) read until empty, a server's
+  // at most 1024 a pass; true: one may still hold some.
+  bool ReceiveAll();
+  // Socket `target` (-1: the coordinator) may hold replies its ZMQ_FD will
+  // not announce: an operation on it may have taken in the command that did.
+  void Check(int target) {
+    check.resize(std::max(check.size(), servers.size() + 1), 1);
+    check[static_cast<size_t>(target + 1)] = 1;
+  }
+  void CheckAll() { check.assign(servers.size() + 1, 1); }
   void Secure(zmq::socket_t& s, int target);
   void OnMonitor(Monitor& m);
   void FailPending(int target, const Status& s);
@@ -91,6 +100,7 @@ struct IoLoop {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<uint64_t> scratch;
   std::vector<zmq::message_t> frames;  // the message being received
+  std::vector<uint8_t> check;  // per socket (0: the coordinator, 1 + r: server r): read it before sleeping
 };
 
 // ---- IoThread: the callers' side ----
@@ -210,24 +220,27 @@ Status IoLoop::ConnectCoordinator() {
 }
 
 // The loop sleeps in poll(2) on the wake-up eventfd and the sockets'
-// ZMQ_FDs rather than in zmq_poll, which asks every socket for ZMQ_EVENTS
-// around two poll(2) calls: on a small request that was half of the
-// system calls (docs/performance.md, "The small-request path"). A ZMQ_FD
-// only signals new commands, so every socket is read until it has nothing
-// (ReceiveAll) after the last send of the pass, and only then may the loop
-// sleep: a send can take in the command that announced a reply.
+// ZMQ_FDs, not in zmq_poll (it asks every socket for ZMQ_EVENTS around two
+// poll(2) calls: docs/performance.md, "The small-request path"). A ZMQ_FD
+// only signals new commands, and any operation on a socket may take in the
+// one that announced a reply, so a socket whose ZMQ_FD fired or that was
+// sent on (Check) is read until empty after the last send of the pass
+// before the loop sleeps; the others are not read (two system calls each).
+// A pass that slept its full time reads every socket and monitor.
 void IoLoop::Run() {
   SetThreadLogName("client");
   std::deque<Outgoing> batch;
   std::vector<pollfd> fds;
-  bool unread = false;  // a socket still had replies when ReceiveAll stopped
+  bool unread = false;  // a socket may still hold replies (ReceiveAll)
   auto next_hb = Clock::now();
   auto next_expiry = Clock::now();
   bool stop = false;
+  CheckAll();
   while (!stop) {
     fds.clear();
     fds.push_back({io.efd_, POLLIN, 0});
     for (auto& m : monitors) fds.push_back({m.pair.get(zmq::sockopt::fd), POLLIN, 0});
+    const size_t first_socket = fds.size();
     fds.push_back({coord.get(zmq::sockopt::fd), POLLIN, 0});
     for (auto& s : servers) fds.push_back({s.get(zmq::sockopt::fd), POLLIN, 0});
     const bool slept = !unread && io.PrepareToSleep();
@@ -237,9 +250,12 @@ void IoLoop::Run() {
       ssize_t r = ::read(io.efd_, &v, sizeof v);
       (void)r;
     }
-    // (A pass that slept its full time reads every monitor too.)
+    const bool all = slept && n == 0;  // (then every socket and monitor is read)
+    if (all) CheckAll();
+    for (size_t i = first_socket; i < fds.size(); ++i)
+      if (fds[i].revents) Check(static_cast<int>(i - first_socket) - 1);
     for (size_t i = 0; i < monitors.size(); ++i)
-      if ((fds[1 + i].revents & POLLIN) || (slept && n == 0)) OnMonitor(monitors[i]);
+      if ((fds[1 + i].revents & POLLIN) || all) OnMonitor(monitors[i]);
     io.TakeQueued(&batch);
     RunQueued(batch, &stop);
     const auto now = Clock::now();
@@ -303,14 +319,20 @@ void IoLoop::SendDeferred() {
 }
 
 bool IoLoop::ReceiveAll() {
-  while (RecvMultipart(coord, &frames)) OnReply(frames, -1);
-  bool left = false;
+  if (check[0]) {  // (ConnectServers and Run make check as long as the sockets)
+    while (RecvMultipart(coord, &frames)) OnReply(frames, -1);
+    check[0] = 0;
+  }
   for (size_t i = 0; i < servers.size(); ++i) {
+    if (i + 1 >= check.size() || !check[i + 1]) continue;
     int k = 0;
     for (; k < 1024 && RecvMultipart(servers[i], &frames); ++k) OnReply(frames, static_cast<int>(i));
-    left |= k == 1024;  // (the others get their turn first)
+    // (Read to the end after any send by a reply; the others go before a
+    // server's 1025th reply. A reply may have changed the server list.)
+    if (k < 1024 && i + 1 < check.size()) check[i + 1] = 0;
   }
-  return left;
+  // A reply may have sent on a socket read before it.
+  return std::find(check.begin(), check.end(), 1) != check.end();
 }
 
 void IoLoop::Close() {
@@ -371,6 +393,7 @@ zmq::socket_t IoLoop::ServerSocket(int rank, const std::string& ep) {
 }
 
 void IoLoop::ConnectServers(const std::vector<std::string>& eps) {
+  CheckAll();  // (sockets replaced, added or dropped)
   if (!servers.empty() && eps.size() >= servers.size()) {
     // A server replaced (a new process under a dead one's rank) or ranks
     // added (shardps-ctl add-server): only their sockets are made; the
@@ -422,6 +445,7 @@ bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
     if (map->Load(r) > 0) continue;
     servers[r].close();
     servers[r] = zmq::socket_t(ctx, zmq::socket_type::dealer);  // never connected: nothing goes there
+    CheckAll();
     std::erase_if(monitors, [&](const Monitor& mon) { return mon.target == static_cast<int>(r); });
     LOG_INFO << "shard map v" << map->version << ": " << PeerName(static_cast<int>(r)) << " serves nothing any more";
     endpoints[r].clear();  // (a later view naming it connects it again: a server given copies again)
@@ -441,6 +465,7 @@ bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
     std::vector<zmq::message_t> again;
     for (auto& f : p.frames) again.emplace_back().copy(f);
     p.target = to;
+    Check(to);
     if (Status st = SendMultipart(servers[to], again); !st.ok())
       LOG_WARN << "request " << id << " not sent again to " << PeerName(to) << ": " << st.ToString();
   }
@@ -482,6 +507,7 @@ void IoLoop::Send(Outgoing& o) {
                                         o.group, ++sends, {}, o.push};
   if (o.group >= 0 && o.resendable && map && map->ReplicaStride() > 1)  // kept to be sent again after a fail-over
     for (auto& f : o.frames) p.frames.emplace_back().copy(f);
+  Check(o.target);
   Status st = SendMultipart(*s, o.frames);
   if (st.ok()) return;
   // A handshake that failed with a protocol error (a refused key, no key at
@@ -538,6 +564,7 @@ void IoLoop::Heartbeat() {
   f.clock = self.clock.load(std::memory_order_relaxed);
   f.map_version = map ? map->version : 0;  // an older one than the coordinator's: the new view comes back
   const uint64_t samples = self.samples.load(std::memory_order_relaxed);
+  Check(-1);
   if (!self.row_cache && samples == 0) {
     coord.send(wire::EncodeSimple(fbb, f), zmq::send_flags::dontwait);
     return;

@@ -27,52 +27,65 @@ size_t EncodedBytes(Compression kind, size_t n, size_t k) {
 
 namespace {
 
-void EncodeTopK(float* e, size_t n, size_t k, uint8_t* out) {
-  // The k largest |e| (NaN counts as the largest: it is sent, not kept),
-  // ties to the lower index, sent in index order: the k-th largest
-  // magnitude by a selection over a contiguous copy of the magnitudes, then
-  // one pass in index order.
-  auto mag = [](float x) { return std::isnan(x) ? std::numeric_limits<float>::infinity() : std::fabs(x); };
-  thread_local std::vector<float> mags;
-  mags.resize(n);
-  for (size_t i = 0; i < n; ++i) mags[i] = mag(e[i]);
-  float kth = 0;
-  size_t ties = k;  // entries equal to the k-th largest that are sent
+// |x|, NaN as the largest (a NaN is sent, not kept).
+inline float Mag(float x) { return std::isnan(x) ? std::numeric_limits<float>::infinity() : std::fabs(x); }
+
+// e = g + residual (in place) and its top-k.
+void EncodeTopK(const float* g, float* e, size_t n, size_t k, uint8_t* out) {
+  // The k largest |e|, ties to the lower index, sent in index order. A
+  // threshold under the k-th largest magnitude from a strided sample
+  // (aiming at twice k's share); one pass over e that adds g and takes the
+  // entries at or above the threshold as candidates, by index; the exact
+  // k-th largest among the candidates (a few thousand values, not n); the
+  // candidates above it (and the first ties) are sent. When fewer than k
+  // reach the sampled threshold, every entry is a candidate.
+  thread_local std::vector<float> sample, cand_mag;
+  thread_local std::vector<uint32_t> cand;
+  cand.clear();
+  cand_mag.clear();
+  float low = 0;
   if (k > 0 && k < n) {
-    // A threshold under the k-th largest from a sample (aiming at twice k's
-    // share), the entries at or above it as candidates, and the exact k-th
-    // among them: a selection over a few thousand values instead of n. If
-    // fewer than k reach the threshold, the whole array is selected.
-    thread_local std::vector<float> sample, cand;
     const size_t m = std::min<size_t>(n, 4096), stride = n / m;
     sample.resize(m);
-    for (size_t i = 0; i < m; ++i) sample[i] = mags[i * stride];
+    for (size_t i = 0; i < m; ++i) sample[i] = Mag(e[i * stride] + g[i * stride]);
     const size_t at = std::min(m - 1, static_cast<size_t>(2.0 * static_cast<double>(k) * m / n) + 1);
     std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(at), sample.end(),
                      std::greater<float>());
-    const float low = sample[at];
+    low = sample[at];
+  }
+  auto collect = [&](float threshold) {
     cand.clear();
     for (size_t i = 0; i < n; ++i)
-      if (mags[i] >= low) cand.push_back(mags[i]);
-    std::vector<float>& pool = cand.size() >= k ? cand : mags;
-    std::nth_element(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(k - 1), pool.end(), std::greater<float>());
-    kth = pool[k - 1];
+      if (Mag(e[i]) >= threshold) cand.push_back(static_cast<uint32_t>(i));
+  };
+  for (size_t i = 0; i < n; ++i) {
+    e[i] += g[i];
+    if (Mag(e[i]) >= low && k > 0) cand.push_back(static_cast<uint32_t>(i));
+  }
+  if (cand.size() < k) collect(-1.0f);  // (every entry)
+  // The k-th largest among the candidates, and how many equal to it go.
+  float kth = -1.0f;
+  size_t ties = 0;
+  if (k > 0 && k < cand.size()) {
+    cand_mag.resize(cand.size());
+    for (size_t j = 0; j < cand.size(); ++j) cand_mag[j] = Mag(e[cand[j]]);
+    std::nth_element(cand_mag.begin(), cand_mag.begin() + static_cast<std::ptrdiff_t>(k - 1), cand_mag.end(),
+                     std::greater<float>());
+    kth = cand_mag[k - 1];
     size_t above = 0;
-    for (size_t i = 0; i < n; ++i) above += mag(e[i]) > kth;
+    for (const uint32_t i : cand) above += Mag(e[i]) > kth;
     ties = k - above;
-  } else if (k == n) {
-    kth = -1;  // every entry is above
   }
   const uint32_t k32 = static_cast<uint32_t>(k);
   std::memcpy(out, &k32, 4);
   uint8_t* ip = out + 4;
   uint8_t* vp = out + 4 + 4 * k;
   size_t j = 0;
-  for (size_t i = 0; i < n && j < k; ++i) {
-    const float m = mag(e[i]);
+  for (size_t c = 0; c < cand.size() && j < k; ++c) {
+    const uint32_t i = cand[c];
+    const float m = Mag(e[i]);
     if (m > kth || (m == kth && ties > 0 && ties--)) {
-      const uint32_t i32 = static_cast<uint32_t>(i);
-      std::memcpy(ip + 4 * j, &i32, 4);
+      std::memcpy(ip + 4 * j, &i, 4);
       std::memcpy(vp + 4 * j, &e[i], 4);
       e[i] = 0.0f;  // sent: nothing of it stays behind
       ++j;
@@ -113,10 +126,11 @@ struct SignTable {
 }  // namespace
 
 void Encode(Compression kind, const float* g, float* residual, size_t n, size_t k, void* out) {
-  for (size_t i = 0; i < n; ++i) residual[i] += g[i];  // e = g + residual, in place
   auto* o = static_cast<uint8_t*>(out);
+  if (kind == Compression::kTopK) return EncodeTopK(g, residual, n, k, o);  // (adds g in its pass)
+  for (size_t i = 0; i < n; ++i) residual[i] += g[i];  // e = g + residual, in place
   switch (kind) {
-    case Compression::kTopK: EncodeTopK(residual, n, k, o); break;
+    case Compression::kTopK: break;
     case Compression::kSign: EncodeSign(residual, n, o); break;
     case Compression::kNone:
       std::memcpy(o, residual, n * sizeof(float));

@@ -189,7 +189,7 @@ void Server::HandleDrain(const wire::Header& h) {
     LOG_INFO << "drained: taking no more requests (the coordinator moves this server's groups to their other copies)";
     draining_ = true;
   }
-  coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
+  Coord().send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
 }
 
 Shard* Server::ServingShard(const wire::Header& h, const zmq::message_t& from) {
@@ -240,7 +240,7 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
       ack.role = wire::Role::Server;
       ack.rank = static_cast<int32_t>(rank_);
       if (v.retiring.empty()) {
-        coord_.send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
+        Coord().send(wire::EncodeSimple(fbb_, ack), zmq::send_flags::dontwait);
         return;
       }
       // Workers being retired: where each is on every group served here
@@ -251,7 +251,7 @@ void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
           if (r < sh->clocks.ranks()) finals.push_back(sh->clocks.Final(r, sh->group));
       fbb_.Clear();
       auto body = wire::CreateRetireReport(fbb_, wire::BuildFinals(fbb_, finals));
-      coord_.send(wire::Encode(fbb_, ack, wire::Body::RetireReport, body.Union()), zmq::send_flags::dontwait);
+      Coord().send(wire::Encode(fbb_, ack, wire::Body::RetireReport, body.Union()), zmq::send_flags::dontwait);
       return;
     }
     case wire::MsgType::ClockQuery:
@@ -338,34 +338,26 @@ void Server::SendHeartbeat() {
   f.request_id = next_request_id_++;
   f.role = wire::Role::Server;
   f.rank = static_cast<int32_t>(rank_);
-  coord_.send(wire::Encode(fbb_, f, wire::Body::ServerStats, body.Union()), zmq::send_flags::dontwait);
+  Coord().send(wire::Encode(fbb_, f, wire::Body::ServerStats, body.Union()), zmq::send_flags::dontwait);
 }
 
-namespace {
-
-// Until one of `socks` has a message, at most `timeout`. Not zmq_poll: it
-// asks each socket for ZMQ_EVENTS around two poll(2) calls, a system call
-// each on a socket with no command waiting, twice the calls of this on a
-// small request (docs/performance.md, "The small-request path"). Here a
-// socket with a message already returns at once, else poll(2) on the
-// sockets' ZMQ_FDs (they signal a socket's new commands: ZMQ_EVENTS above
-// took in those before).
-// `fds`: the caller's, reused.
-void WaitForMessage(const std::vector<zmq::socket_t*>& socks, Millis timeout, std::vector<pollfd>* fds) {
-  for (zmq::socket_t* s : socks)
-    if (s->get(zmq::sockopt::events) & ZMQ_POLLIN) return;
-  fds->clear();
-  for (zmq::socket_t* s : socks) fds->push_back({s->get(zmq::sockopt::fd), POLLIN, 0});
-  ::poll(fds->data(), fds->size(), static_cast<int>(timeout.count()));  // (EINTR: the loop comes back)
-}
-
-}  // namespace
-
+// The loop sleeps in poll(2) on the sockets' ZMQ_FDs, not in zmq_poll,
+// which asks each socket for ZMQ_EVENTS around two poll(2) calls (a system
+// call each on a socket with no command waiting): twice the calls of this
+// on a small request (docs/performance.md, "The small-request path"). A
+// ZMQ_FD only signals new commands, and any operation on a socket may take
+// in the command that announced a message, so a socket is read until it
+// has nothing when its ZMQ_FD fired or after anything was sent on it
+// (unread_ and PeerLink::check, set by Data(), Coord() and Peer()), and the loop sleeps
+// only when no socket is left to read. A socket with nothing to read and
+// nothing sent on it is not read: that would cost two system calls. A
+// sleep that ran its full time reads every socket, whatever happened.
 Status Server::Run(const std::atomic<bool>& stop) {
   std::vector<zmq::message_t> frames;
-  std::vector<zmq::socket_t*> socks;
   std::vector<pollfd> fds;
   auto next_hb = Clock::now();
+  unread_ = Unread{};
+  for (auto& [rank, peer] : peers_) peer.check = true;
   while (!shutdown_ && !stop.load()) {
     const auto now = Clock::now();
     if (now >= next_hb) {
@@ -374,17 +366,33 @@ Status Server::Run(const std::atomic<bool>& stop) {
     }
     bool copying = false;
     for (auto& sh : shards_) copying |= sh && sh->cut.active();
-    auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
-    socks.assign({&data_, &coord_});
-    for (auto& [rank, peer] : peers_) socks.push_back(&peer.socket);
-    if (!copying) WaitForMessage(socks, std::max(wait, Millis(1)), &fds);
-    while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);  // cluster updates first
+    bool any = unread_.data || unread_.coord;
+    for (auto& [rank, peer] : peers_) any |= peer.check;
+    if (!any) {
+      const auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
+      fds.clear();
+      fds.push_back({data_.get(zmq::sockopt::fd), POLLIN, 0});
+      fds.push_back({coord_.get(zmq::sockopt::fd), POLLIN, 0});
+      for (auto& [rank, peer] : peers_) fds.push_back({peer.socket.get(zmq::sockopt::fd), POLLIN, 0});
+      const int n = ::poll(fds.data(), fds.size(), copying ? 0 : static_cast<int>(std::max(wait, Millis(1)).count()));
+      const bool all = n == 0 && !copying;  // (EINTR: nothing marked, the loop comes back)
+      unread_.data = all || fds[0].revents;
+      unread_.coord = all || fds[1].revents;
+      size_t i = 2;
+      for (auto& [rank, peer] : peers_) peer.check = all || fds[i++].revents;
+    }
+    if (unread_.coord) {  // cluster updates first
+      while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);
+      unread_.coord = false;  // (read after anything a handler sent on it)
+    }
     ReceiveAcks();
     // A request has at most 3 + kMaxPushSteps frames (identity, header, keys,
     // one values frame per step), a primary's Replicate one more: more are
     // dropped as they are read, and the request refused.
     size_t dropped = 0;
-    for (int i = 0; i < 256 && RecvMultipart(data_, &frames, true, 4 + kMaxPushSteps, &dropped); ++i) {
+    int received = 0;
+    for (; unread_.data && received < 256 && RecvMultipart(data_, &frames, true, 4 + kMaxPushSteps, &dropped);
+         ++received) {
       if (dropped && frames.size() >= 2) {
         const wire::Header* h = nullptr;
         const uint64_t id = wire::ParseHeader(frames[1], header_scratch_, &h).ok() ? h->request_id() : 0;
@@ -396,6 +404,9 @@ Status Server::Run(const std::atomic<bool>& stop) {
       HandleData(frames);
       if (!peers_.empty()) ReceiveAcks();  // held replies go as soon as the backups have what they wait for
     }
+    // Read to the end after every reply sent in the loop; the rest of a
+    // burst of more than 256 on the next pass.
+    if (received < 256) unread_.data = false;
     bool cutting = false;
     for (auto& sh : shards_)
       if (sh) {

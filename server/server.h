@@ -199,6 +199,20 @@ class Server {
   ServerOptions opts_;               // limits set at construction (0: defaults)
   std::unique_ptr<ZapHandler> zap_;  // before the sockets: it outlives them
   zmq::socket_t data_, coord_;
+  // Sockets to be read before the loop sleeps (Run): an operation on a
+  // socket may take in the command that announced a message, so every send
+  // goes through Data() and Coord() (and Peer()).
+  struct Unread {
+    bool data = true, coord = true;
+  } unread_;
+  zmq::socket_t& Data() {
+    unread_.data = true;
+    return data_;
+  }
+  zmq::socket_t& Coord() {
+    unread_.coord = true;
+    return coord_;
+  }
   std::string endpoint_;
   uint32_t rank_ = 0;
   flatbuffers::FlatBufferBuilder fbb_;
@@ -220,10 +234,13 @@ class Server {
   struct PeerLink {
     zmq::socket_t socket;  // a DEALER to its data endpoint (the stream)
     std::string endpoint;  // where it is connected (a replacement server has a new one)
+    bool check = true;     // to be read before the loop sleeps (Run)
   };
   std::map<uint32_t, PeerLink> peers_;  // by server rank
-  std::deque<std::vector<zmq::message_t>> early_replicates_;  // came before the map that makes this a backup
-  uint64_t early_bytes_ = 0;  // their bytes (kept at most the held-bytes limit, and 65536 of them)
+  struct Early {
+    std::deque<std::vector<zmq::message_t>> messages;  // came before the map that makes this a backup
+    uint64_t bytes = 0;  // their bytes (kept at most the held-bytes limit, and 65536 of them)
+  } early_;
   // Keeps a stream message until this server holds the map that explains
   // it; false (nothing kept) past the limits.
   bool KeepEarly(std::vector<zmq::message_t>& frames);

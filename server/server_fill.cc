@@ -263,7 +263,7 @@ void Server::ReportFilled(Shard& sh, const Status& s) {
     f.error = static_cast<wire::ErrorCode>(s.code());
     f.message = s.message();
   }
-  coord_.send(wire::EncodeSimple(fbb_, f), zmq::send_flags::dontwait);
+  Coord().send(wire::EncodeSimple(fbb_, f), zmq::send_flags::dontwait);
 }
 
 }  // namespace shardps

@@ -127,8 +127,8 @@ void Server::PlaceShards() {
   std::erase_if(peers_, [&](const auto& p) { return !fed.count(p.first); });
   // Replicates that came before this server knew its copies.
   std::deque<std::vector<zmq::message_t>> early;
-  early.swap(early_replicates_);
-  early_bytes_ = 0;
+  early.swap(early_.messages);
+  early_.bytes = 0;
   for (auto& frames : early) HandleData(frames);
 }
 
@@ -237,14 +237,17 @@ void Server::Send(std::vector<zmq::message_t>&& frames) {
       return;
     }
   }
-  Status s = SendMultipart(data_, frames);
+  Status s = SendMultipart(Data(), frames);
   if (!s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
 }
 
 zmq::socket_t& Server::Peer(uint32_t server) {
   const std::string endpoint = server < view_.servers.size() ? view_.servers[server] : std::string();
   auto it = peers_.find(server);
-  if (it != peers_.end() && it->second.endpoint == endpoint) return it->second.socket;
+  if (it != peers_.end() && it->second.endpoint == endpoint) {
+    it->second.check = true;  // (what is done on it may take in the command announcing an acknowledgement)
+    return it->second.socket;
+  }
   if (it != peers_.end()) peers_.erase(it);  // a new server under that rank (a replacement)
   zmq::socket_t s(ctx_, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
@@ -422,18 +425,18 @@ void Server::RefuseStream(const wire::Header& h, const zmq::message_t& from, con
   std::vector<zmq::message_t> out;
   out.emplace_back(from.data(), from.size());
   out.push_back(wire::EncodeSimple(fbb_, f));
-  (void)SendMultipart(data_, out);
+  (void)SendMultipart(Data(), out);
 }
 
 bool Server::KeepEarly(std::vector<zmq::message_t>& frames) {
   const uint64_t bytes = FramesBytes(frames);
-  if (early_replicates_.size() >= 65536 || early_bytes_ + bytes > opts_.held_bytes) {
-    LOG_ERROR << "a stream message that came before its shard map is refused: " << early_replicates_.size()
-              << " messages, " << early_bytes_ << " bytes wait already (the held-bytes limit)";
+  if (early_.messages.size() >= 65536 || early_.bytes + bytes > opts_.held_bytes) {
+    LOG_ERROR << "a stream message that came before its shard map is refused: " << early_.messages.size()
+              << " messages, " << early_.bytes << " bytes wait already (the held-bytes limit)";
     return false;
   }
-  early_bytes_ += bytes;
-  early_replicates_.push_back(std::move(frames));
+  early_.bytes += bytes;
+  early_.messages.push_back(std::move(frames));
   return true;
 }
 
@@ -450,7 +453,7 @@ void Server::AckUpstream(Shard& sh, bool fill) {
   std::vector<zmq::message_t> out;
   out.emplace_back(sh.upstream_id.data(), sh.upstream_id.size());
   out.push_back(wire::EncodeSimple(fbb_, ack));
-  if (Status s = SendMultipart(data_, out); !s.ok()) LOG_WARN << "acknowledgement dropped: " << s.ToString();
+  if (Status s = SendMultipart(Data(), out); !s.ok()) LOG_WARN << "acknowledgement dropped: " << s.ToString();
 }
 
 void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>& frames) {
@@ -505,8 +508,10 @@ void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::
 
 void Server::ReceiveAcks() {
   std::vector<zmq::message_t> frames;
-  for (auto& [server, peer] : peers_)
-    for (int i = 0; i < 1024 && RecvMultipart(peer.socket, &frames); ++i) {
+  for (auto& [server, peer] : peers_) {
+    if (!peer.check) continue;  // nothing announced, nothing sent since it was read to the end (Run)
+    int i = 0;
+    for (; i < 1024 && RecvMultipart(peer.socket, &frames); ++i) {
       const wire::Header* h = nullptr;
       if (frames.empty() || !wire::ParseHeader(frames[0], header_scratch_, &h).ok()) continue;
       const int g = h->group();
@@ -546,6 +551,8 @@ void Server::ReceiveAcks() {
       else
         AckUpstream(*sh);  // every copy after this one has it now
     }
+    if (i < 1024) peer.check = false;  // read to the end after anything sent on it above
+  }
 }
 
 void Server::ReleaseHeld(Shard& sh) {
@@ -553,7 +560,7 @@ void Server::ReleaseHeld(Shard& sh) {
   std::vector<std::vector<zmq::message_t>> go;
   sh.TakeReleasable(&go);
   for (auto& frames : go)
-    if (Status s = SendMultipart(data_, frames); !s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
+    if (Status s = SendMultipart(Data(), frames); !s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
 }
 
 }  // namespace shardps

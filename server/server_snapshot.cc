@@ -66,7 +66,7 @@ void Server::SendSnapshotReports() {
     f.rank = static_cast<int32_t>(rank_);
     f.clock = d.clock;
     f.group = static_cast<int32_t>(group);
-    coord_.send(wire::Encode(fbb_, f, wire::Body::SnapshotReport, body.Union()), zmq::send_flags::dontwait);
+    Coord().send(wire::Encode(fbb_, f, wire::Body::SnapshotReport, body.Union()), zmq::send_flags::dontwait);
   }
   }
 }
@@ -105,7 +105,7 @@ void Server::HandleSnapshotControl(const wire::Header& h) {
   }
   r.error = wire::ToWire(s.code());
   r.message = s.message();
-  coord_.send(wire::EncodeSimple(fbb_, r), zmq::send_flags::dontwait);
+  Coord().send(wire::EncodeSimple(fbb_, r), zmq::send_flags::dontwait);
   if (s.ok() && h.type() == wire::MsgType::SnapshotAt)
     for (Shard* sh : mine) {
       if (sh->clocks.sync() && sh->clocks.any_live()) CutIfDue(*sh, sh->clocks.applied_clock());
