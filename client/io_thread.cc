@@ -55,7 +55,7 @@ struct IoLoop {
   void RunQueued(std::deque<Outgoing>& batch, bool* stop);
   // Every socket that may hold replies (check) read until empty, a server's
   // at most 1024 a pass; true: one may still hold some.
-  bool ReceiveAll();
+  bool ReceiveAll(uint64_t* read = nullptr);  // (read: how many replies it read)
   // Socket `target` (-1: the coordinator) may hold replies its ZMQ_FD will
   // not announce: an operation on it may have taken in the command that did.
   void Check(int target) {
@@ -129,81 +129,6 @@ void IoThread::Stop() {
   thread_.join();
 }
 
-template <typename Finish>
-void IoThread::Enqueue(Outgoing&& o, Finish&& finish) {
-  bool wake;
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    if (stopping_ && o.kind != Outgoing::kStop) {
-      if (o.call) o.call->PartDone(Status::Unavailable("client is closed"), false, 0, 0);
-      return;
-    }
-    if (o.kind == Outgoing::kStop) stopping_ = true;
-    finish(o);
-    wake = asleep_;
-    asleep_ = false;  // (one wake is enough: it drains the whole queue)
-    queue_.push_back(std::move(o));
-  }
-  if (wake) {
-    uint64_t one = 1;
-    ssize_t n = ::write(efd_, &one, sizeof one);
-    (void)n;
-  }
-}
-
-void IoThread::Enqueue(Outgoing&& o) {
-  Enqueue(std::move(o), [](Outgoing&) {});
-}
-
-void IoThread::EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::message_t> extra, bool numbered,
-                              flatbuffers::FlatBufferBuilder& fbb) {
-  o.request_id = f.request_id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  Enqueue(std::move(o), [&](Outgoing& q) {
-    // Numbered per replica group: whichever server serves the group (a
-    // backup that took it over has the group's last numbers) can tell a
-    // push sent again after a fail-over.
-    // (A group past the servers' count — [job] groups — is numbered too:
-    // unnumbered, a push sent again would apply twice.)
-    const int numbering = q.group >= 0 ? q.group : q.target;
-    if (numbered && self_.worker() && numbering >= 0) {
-      if (numbering >= static_cast<int>(seq_.size())) seq_.resize(numbering + 1, 0);
-      f.seq = ++seq_[numbering];
-    }
-    // An observer's push has no number: sent again, it could apply twice.
-    q.resendable = !numbered || self_.worker();
-    q.push = numbered && self_.worker();
-    q.frames.push_back(wire::EncodeSimple(fbb, f));
-    for (auto& m : extra) q.frames.push_back(std::move(m));
-  });
-}
-
-void IoThread::ConnectServers(std::vector<std::string> endpoints) {
-  Outgoing o;
-  o.kind = Outgoing::kConnect;
-  o.endpoints = std::move(endpoints);
-  Enqueue(std::move(o), [this](Outgoing& q) { seq_.resize(std::max(seq_.size(), q.endpoints.size()), 0); });
-}
-
-void IoThread::SetMap(std::shared_ptr<const ShardMap> map) {
-  Outgoing o;
-  o.kind = Outgoing::kMap;
-  o.map = std::move(map);
-  Enqueue(std::move(o));
-}
-
-void IoThread::TakeQueued(std::deque<Outgoing>* batch) {
-  std::lock_guard<std::mutex> lock(queue_mu_);
-  asleep_ = false;
-  batch->swap(queue_);
-}
-
-bool IoThread::PrepareToSleep() {
-  std::lock_guard<std::mutex> lock(queue_mu_);
-  if (!queue_.empty()) return false;
-  asleep_ = true;
-  return true;
-}
-
 // ---- IoLoop: the I/O thread ----
 
 Status IoLoop::ConnectCoordinator() {
@@ -251,7 +176,12 @@ void IoLoop::Run() {
       (void)r;
     }
     const bool all = slept && n == 0;  // (then every socket and monitor is read)
-    if (all) CheckAll();
+    if (all) {  // before anything is sent: a reply read now was missed (IoThread::late_replies)
+      CheckAll();
+      uint64_t found = 0;
+      unread = ReceiveAll(&found);
+      io.late_replies_.fetch_add(found, std::memory_order_relaxed);
+    }
     for (size_t i = first_socket; i < fds.size(); ++i)
       if (fds[i].revents) Check(static_cast<int>(i - first_socket) - 1);
     for (size_t i = 0; i < monitors.size(); ++i)
@@ -318,19 +248,21 @@ void IoLoop::SendDeferred() {
   }
 }
 
-bool IoLoop::ReceiveAll() {
+bool IoLoop::ReceiveAll(uint64_t* read) {
+  uint64_t got = 0;
   if (check[0]) {  // (ConnectServers and Run make check as long as the sockets)
-    while (RecvMultipart(coord, &frames)) OnReply(frames, -1);
+    for (; RecvMultipart(coord, &frames); ++got) OnReply(frames, -1);
     check[0] = 0;
   }
   for (size_t i = 0; i < servers.size(); ++i) {
     if (i + 1 >= check.size() || !check[i + 1]) continue;
     int k = 0;
-    for (; k < 1024 && RecvMultipart(servers[i], &frames); ++k) OnReply(frames, static_cast<int>(i));
+    for (; k < 1024 && RecvMultipart(servers[i], &frames); ++k, ++got) OnReply(frames, static_cast<int>(i));
     // (Read to the end after any send by a reply; the others go before a
     // server's 1025th reply. A reply may have changed the server list.)
     if (k < 1024 && i + 1 < check.size()) check[i + 1] = 0;
   }
+  if (read) *read = got;
   // A reply may have sent on a socket read before it.
   return std::find(check.begin(), check.end(), 1) != check.end();
 }

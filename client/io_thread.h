@@ -123,6 +123,11 @@ class IoThread {
   uint64_t coordinator_reconnects() const { return coord_reconnects_.load(); }
   // A heartbeat reply said the job is stopping. Written by the I/O thread.
   bool stop_requested() const { return stop_requested_.load(std::memory_order_relaxed); }
+  // Replies the I/O thread found only when it had slept its full 50 ms
+  // with no socket signalling: each one a missed wake-up (a send that took
+  // in the command announcing a reply, its socket not read after it), late
+  // by up to 50 ms. Zero when the loop keeps its rule (IoLoop::Run).
+  uint64_t late_replies() const { return late_replies_.load(std::memory_order_relaxed); }
 
  private:
   friend struct IoLoop;
@@ -142,6 +147,7 @@ class IoThread {
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> coord_reconnects_{0};
   std::atomic<bool> stop_requested_{false};
+  std::atomic<uint64_t> late_replies_{0};
   int efd_ = -1;  // wakes the I/O thread; set by Start, then constant
 
   std::mutex queue_mu_;  // guards queue_, stopping_, seq_, asleep_

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "client/test_peer.h"
@@ -323,6 +324,54 @@ TEST_F(IoThreadTest, AWorkerHeartbeatsWithItsRankAndClockOnceItHasARank) {
   EXPECT_FALSE(io_->stop_requested());
   self_.clock = 6;
   EXPECT_TRUE(Eventually([&] { return io_->stop_requested(); })) << "the reply said the job is stopping";
+}
+
+// The loop reads a socket only when its ZMQ_FD fired or after it sent on
+// it (a send can take in the command that announced a reply): a reply it
+// missed would wait for the pass that slept its full 50 ms, which counts
+// it. Two caller threads keep pushes, pulls and synchronous ticks going to
+// two servers, in bursts and one at a time, with pauses in which the
+// thread sleeps, while heartbeats and their answers cross them: every
+// reply is read as soon as it comes.
+TEST_F(IoThreadTest, NoReplyWaitsForThePassThatSleptItsFullTime) {
+  auto answer = [](const wire::Header& h, std::vector<zmq::message_t>&) { return TestPeer::Reply(h); };
+  TestPeer coord(answer), s0(answer), s1(answer);
+  Start(coord);
+  self_.rank = 0;  // heartbeats every 20 ms, answered
+  io_->ConnectServers({s0.endpoint(), s1.endpoint()});
+  std::mutex enqueue_mu;  // (EnqueueRequest's builder is the test's)
+  auto caller = [&](int seed) {
+    std::mt19937 rng(seed);
+    for (int round = 0; round < 150; ++round) {
+      const int burst = 1 + static_cast<int>(rng() % 16);
+      std::vector<std::shared_ptr<Call>> calls;
+      for (int i = 0; i < burst; ++i) {
+        const int target = static_cast<int>(rng() % 2);
+        const int kind = static_cast<int>(rng() % 4);
+        auto call = NewCall(1, kind == 0 ? "pull" : kind == 1 ? "clock tick" : "push");
+        Outgoing o = Item(target, call);
+        o.after_pushes = kind == 1;
+        {
+          std::lock_guard<std::mutex> lock(enqueue_mu);
+          io_->EnqueueRequest(std::move(o), Fields(kind == 0   ? wire::MsgType::Pull
+                                                   : kind == 1 ? wire::MsgType::Tick
+                                                               : wire::MsgType::Push),
+                              {}, kind >= 2, fbb_);
+        }
+        calls.push_back(call);
+        if (rng() % 3 == 0) {  // one at a time, now and then
+          ASSERT_TRUE(MakeRequest(call).Wait(10s).ok());
+        }
+      }
+      for (auto& c : calls) ASSERT_TRUE(MakeRequest(c).Wait(10s).ok());
+      if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 70));  // it sleeps
+    }
+  };
+  std::thread a(caller, 1), b(caller, 2);
+  a.join();
+  b.join();
+  EXPECT_GT(coord.Count(wire::MsgType::Heartbeat), 0);
+  EXPECT_EQ(io_->late_replies(), 0u) << "replies were read only by the pass that slept its full 50 ms";
 }
 
 TEST_F(IoThreadTest, CountsTheCoordinatorConnectionComingBack) {
