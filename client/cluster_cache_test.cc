@@ -124,7 +124,8 @@ class ClusterCacheWithCoordinatorTest : public ::testing::Test {
     std::lock_guard<std::mutex> lock(mu_);
     flatbuffers::FlatBufferBuilder fbb;
     std::vector<zmq::message_t> out;
-    wire::Fields f{.request_id = h.request_id()};
+    wire::Fields f;
+    f.request_id = h.request_id();
     if (h.type() == wire::MsgType::GetCluster) {
       out.push_back(wire::Encode(fbb, f, wire::Body::ClusterInfo, wire::BuildCluster(fbb, view_).Union()));
     } else if (h.type() == wire::MsgType::CreateTable) {

@@ -46,7 +46,9 @@ std::vector<zmq::message_t> Grant(const wire::Header& h, uint64_t pool, uint64_t
   flatbuffers::FlatBufferBuilder fbb;
   auto g = wire::CreateWorkGrant(fbb, pool, begin, end, wire::GrantState::Granted, 0);
   std::vector<zmq::message_t> out;
-  out.push_back(wire::Encode(fbb, wire::Fields{.request_id = h.request_id()}, wire::Body::WorkGrant, g.Union()));
+  wire::Fields f;
+  f.request_id = h.request_id();
+  out.push_back(wire::Encode(fbb, f, wire::Body::WorkGrant, g.Union()));
   return out;
 }
 
@@ -78,7 +80,9 @@ TEST_F(ChannelTest, RegisterAsksAgainWhileTheCoordinatorSaysNotReady) {
   TestPeer coord([&](const wire::Header& h, std::vector<zmq::message_t>&) {
     if (h.type() != wire::MsgType::Register) return Nothing();
     if (++asked < 3) return TestPeer::Error(h, Status::NotReady("rank 0 is still live"));
-    return TestPeer::Reply(h, wire::Fields{.rank = 0});
+    wire::Fields f;
+    f.rank = 0;
+    return TestPeer::Reply(h, f);
   });
   Start(coord);
   ASSERT_TRUE(channel_->Register().ok());
