@@ -176,16 +176,19 @@ void IoLoop::Run() {
       (void)r;
     }
     const bool all = slept && n == 0;  // (then every socket and monitor is read)
-    if (all) {  // before anything is sent: a reply read now was missed (IoThread::late_replies)
-      CheckAll();
-      uint64_t found = 0;
-      unread = ReceiveAll(&found);
-      io.late_replies_.fetch_add(found, std::memory_order_relaxed);
-    }
     for (size_t i = first_socket; i < fds.size(); ++i)
       if (fds[i].revents) Check(static_cast<int>(i - first_socket) - 1);
     for (size_t i = 0; i < monitors.size(); ++i)
-      if ((fds[1 + i].revents & POLLIN) || all) OnMonitor(monitors[i]);
+      if (all || (fds[1 + i].revents & POLLIN)) OnMonitor(monitors[i]);
+    if (all) {
+      // Every socket is read, before anything is sent; a reply found while
+      // its socket still does not signal was missed (late_replies).
+      const bool quiet = ::poll(fds.data() + first_socket, fds.size() - first_socket, 0) == 0;
+      CheckAll();
+      uint64_t found = 0;
+      unread = ReceiveAll(&found);
+      if (quiet) io.late_replies_.fetch_add(found, std::memory_order_relaxed);
+    }
     io.TakeQueued(&batch);
     RunQueued(batch, &stop);
     const auto now = Clock::now();
@@ -250,7 +253,8 @@ void IoLoop::SendDeferred() {
 
 bool IoLoop::ReceiveAll(uint64_t* read) {
   uint64_t got = 0;
-  if (check[0]) {  // (ConnectServers and Run make check as long as the sockets)
+  check.resize(servers.size() + 1, 1);  // (a server list changed: new sockets are read)
+  if (check[0]) {
     for (; RecvMultipart(coord, &frames); ++got) OnReply(frames, -1);
     check[0] = 0;
   }

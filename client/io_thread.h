@@ -126,7 +126,8 @@ class IoThread {
   // Replies the I/O thread found only when it had slept its full 50 ms
   // with no socket signalling: each one a missed wake-up (a send that took
   // in the command announcing a reply, its socket not read after it), late
-  // by up to 50 ms. Zero when the loop keeps its rule (IoLoop::Run).
+  // by up to 50 ms. Zero when the loop keeps its rule (IoLoop::Run), but
+  // for a reply that lands between the poll's timeout and the read.
   uint64_t late_replies() const { return late_replies_.load(std::memory_order_relaxed); }
 
  private:

@@ -371,7 +371,10 @@ TEST_F(IoThreadTest, NoReplyWaitsForThePassThatSleptItsFullTime) {
   a.join();
   b.join();
   EXPECT_GT(coord.Count(wire::MsgType::Heartbeat), 0);
-  EXPECT_EQ(io_->late_replies(), 0u) << "replies were read only by the pass that slept its full 50 ms";
+  // (One reply may land between the end of a full sleep and the read, if
+  // it came 50 ms late on a loaded machine; a loop that misses wake-ups
+  // misses many.)
+  EXPECT_LE(io_->late_replies(), 1u) << "replies were read only by the pass that slept its full 50 ms";
 }
 
 TEST_F(IoThreadTest, CountsTheCoordinatorConnectionComingBack) {

@@ -358,6 +358,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
   auto next_hb = Clock::now();
   unread_ = Unread{};
   for (auto& [rank, peer] : peers_) peer.check = true;
+  bool backlog = false;  // a socket had more than a pass reads: the others' signals are looked at anyway
   while (!shutdown_ && !stop.load()) {
     const auto now = Clock::now();
     if (now >= next_hb) {
@@ -368,24 +369,25 @@ Status Server::Run(const std::atomic<bool>& stop) {
     for (auto& sh : shards_) copying |= sh && sh->cut.active();
     bool any = unread_.data || unread_.coord;
     for (auto& [rank, peer] : peers_) any |= peer.check;
-    if (!any) {
+    if (!any || backlog) {
       const auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
       fds.clear();
       fds.push_back({data_.get(zmq::sockopt::fd), POLLIN, 0});
       fds.push_back({coord_.get(zmq::sockopt::fd), POLLIN, 0});
       for (auto& [rank, peer] : peers_) fds.push_back({peer.socket.get(zmq::sockopt::fd), POLLIN, 0});
-      const int n = ::poll(fds.data(), fds.size(), copying ? 0 : static_cast<int>(std::max(wait, Millis(1)).count()));
-      const bool all = n == 0 && !copying;  // (EINTR: nothing marked, the loop comes back)
-      unread_.data = all || fds[0].revents;
-      unread_.coord = all || fds[1].revents;
+      const bool sleep = !any && !copying;
+      const int n = ::poll(fds.data(), fds.size(), sleep ? static_cast<int>(std::max(wait, Millis(1)).count()) : 0);
+      const bool all = n == 0 && sleep;  // (EINTR: nothing marked, the loop comes back)
+      unread_.data |= all || fds[0].revents;
+      unread_.coord |= all || fds[1].revents;
       size_t i = 2;
-      for (auto& [rank, peer] : peers_) peer.check = all || fds[i++].revents;
+      for (auto& [rank, peer] : peers_) peer.check |= all || fds[i++].revents;
     }
     if (unread_.coord) {  // cluster updates first
       while (RecvMultipart(coord_, &frames)) HandleCoordinator(frames);
       unread_.coord = false;  // (read after anything a handler sent on it)
     }
-    ReceiveAcks();
+    backlog = ReceiveAcks();
     // A request has at most 3 + kMaxPushSteps frames (identity, header, keys,
     // one values frame per step), a primary's Replicate one more: more are
     // dropped as they are read, and the request refused.
@@ -402,11 +404,12 @@ Status Server::Run(const std::atomic<bool>& stop) {
         continue;
       }
       HandleData(frames);
-      if (!peers_.empty()) ReceiveAcks();  // held replies go as soon as the backups have what they wait for
+      if (!peers_.empty()) backlog |= ReceiveAcks();  // held replies go as soon as the backups have what they wait for
     }
     // Read to the end after every reply sent in the loop; the rest of a
     // burst of more than 256 on the next pass.
     if (received < 256) unread_.data = false;
+    backlog |= received == 256;
     bool cutting = false;
     for (auto& sh : shards_)
       if (sh) {

@@ -180,8 +180,9 @@ class Server {
   // Tells the coordinator this copy of sh's group is filled, or why not.
   void ReportFilled(Shard& sh, const Status& s);
   // Acknowledgements from the fed copies (the peer sockets): held replies
-  // go; a backup acknowledges on upstream.
-  void ReceiveAcks();
+  // go; a backup acknowledges on upstream. True when a peer had more than
+  // one call reads.
+  bool ReceiveAcks();
   void ReleaseHeld(Shard& sh);
   zmq::socket_t& Peer(uint32_t server);
 

@@ -506,8 +506,9 @@ void Server::ApplyReplicated(Shard& sh, const wire::Header& h, std::vector<zmq::
   }
 }
 
-void Server::ReceiveAcks() {
+bool Server::ReceiveAcks() {
   std::vector<zmq::message_t> frames;
+  bool more = false;
   for (auto& [server, peer] : peers_) {
     if (!peer.check) continue;  // nothing announced, nothing sent since it was read to the end (Run)
     int i = 0;
@@ -537,7 +538,7 @@ void Server::ReceiveAcks() {
                                       "'s stream: " + s.message());
         LOG_ERROR << fatal_.message() << "; this server stops";
         shutdown_ = true;
-        return;
+        return false;
       }
       if (!sh || server != sh->next) continue;  // (a late one from a copy no longer fed)
       sh->next_acked = std::max(sh->next_acked, h->fseq());
@@ -552,7 +553,9 @@ void Server::ReceiveAcks() {
         AckUpstream(*sh);  // every copy after this one has it now
     }
     if (i < 1024) peer.check = false;  // read to the end after anything sent on it above
+    more |= i == 1024;
   }
+  return more;
 }
 
 void Server::ReleaseHeld(Shard& sh) {
