@@ -192,7 +192,9 @@ void IoLoop::Run() {
     io.TakeQueued(&batch);
     RunQueued(batch, &stop);
     const auto now = Clock::now();
-    if (now >= next_hb && self.worker()) {
+    // A worker heartbeats; an observer too while it waits for answers, so
+    // that a fail-over's map reaches it with the heartbeat's reply.
+    if (now >= next_hb && (self.worker() || !pending.empty())) {
       next_hb = now + opts.heartbeat_interval;
       Heartbeat();
     }
@@ -491,7 +493,7 @@ void IoLoop::OnReply(std::vector<zmq::message_t>& frames, int from) {
 
 void IoLoop::Heartbeat() {
   const int rank = self.rank.load();
-  if (rank < 0) return;
+  if (rank < 0 && self.worker()) return;  // (not registered yet; an observer has no rank)
   wire::Fields f;
   f.type = wire::MsgType::Heartbeat;
   f.request_id = io.NextRequestId();

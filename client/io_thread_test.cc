@@ -377,6 +377,37 @@ TEST_F(IoThreadTest, NoReplyWaitsForThePassThatSleptItsFullTime) {
   EXPECT_LE(io_->late_replies(), 1u) << "replies were read only by the pass that slept its full 50 ms";
 }
 
+// An observer heartbeats only while it waits for answers: a fail-over's
+// map comes back with the heartbeat's reply, and the requests in flight go
+// to the servers now serving their groups (its requests to a dead server
+// would wait for their timeout otherwise).
+TEST(IoThreadObserverTest, AnObserverHeartbeatsOnlyWhileItWaitsForAnswers) {
+  TestPeer coord([](const wire::Header& h, std::vector<zmq::message_t>&) { return TestPeer::Reply(h); });
+  TestPeer silent([](const wire::Header&, std::vector<zmq::message_t>&) { return std::vector<zmq::message_t>{}; });
+  ClientOptions opts;
+  opts.coordinator = coord.endpoint();
+  opts.heartbeat_interval = 20ms;
+  Sender observer(ClientRole::kObserver);
+  IoThread io(opts, observer);
+  ASSERT_TRUE(io.Start(std::nullopt).ok());
+  io.ConnectServers({silent.endpoint()});
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(coord.Count(wire::MsgType::Heartbeat), 0) << "nothing in flight";
+  auto call = std::make_shared<Call>();
+  call->parts_left = 1;
+  call->op = "pull";
+  Outgoing o;
+  o.target = 0;
+  o.call = call;
+  o.timeout = 10s;
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::Fields f;
+  f.type = wire::MsgType::Pull;
+  io.EnqueueRequest(std::move(o), f, {}, false, fbb);
+  ASSERT_TRUE(Eventually([&] { return coord.Count(wire::MsgType::Heartbeat) >= 2; })) << "a pull in flight";
+  io.Stop();
+}
+
 TEST_F(IoThreadTest, CountsTheCoordinatorConnectionComingBack) {
   auto coord = std::make_unique<TestPeer>(Silent());
   const std::string endpoint = coord->endpoint();
