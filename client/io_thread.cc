@@ -255,7 +255,7 @@ void IoLoop::SendDeferred() {
 
 bool IoLoop::ReceiveAll(uint64_t* read) {
   uint64_t got = 0;
-  check.resize(servers.size() + 1, 1);  // (a server list changed: new sockets are read)
+  check.resize(servers.size() + 1, 1);  // (a longer server list: its new sockets are read; a shorter: flags gone)
   if (check[0]) {
     for (; RecvMultipart(coord, &frames); ++got) OnReply(frames, -1);
     check[0] = 0;
@@ -331,7 +331,6 @@ zmq::socket_t IoLoop::ServerSocket(int rank, const std::string& ep) {
 }
 
 void IoLoop::ConnectServers(const std::vector<std::string>& eps) {
-  CheckAll();  // (sockets replaced, added or dropped)
   if (!servers.empty() && eps.size() >= servers.size()) {
     // A server replaced (a new process under a dead one's rank) or ranks
     // added (shardps-ctl add-server): only their sockets are made; the
@@ -383,7 +382,6 @@ bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
     if (map->Load(r) > 0) continue;
     servers[r].close();
     servers[r] = zmq::socket_t(ctx, zmq::socket_type::dealer);  // never connected: nothing goes there
-    CheckAll();
     std::erase_if(monitors, [&](const Monitor& mon) { return mon.target == static_cast<int>(r); });
     LOG_INFO << "shard map v" << map->version << ": " << PeerName(static_cast<int>(r)) << " serves nothing any more";
     endpoints[r].clear();  // (a later view naming it connects it again: a server given copies again)

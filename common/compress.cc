@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,7 +43,6 @@ void EncodeTopK(const float* g, float* e, size_t n, size_t k, uint8_t* out) {
   thread_local std::vector<float> sample, cand_mag;
   thread_local std::vector<uint32_t> cand;
   cand.clear();
-  cand_mag.clear();
   float low = 0;
   if (k > 0 && k < n) {
     const size_t m = std::min<size_t>(n, 4096), stride = n / m;
@@ -53,16 +53,14 @@ void EncodeTopK(const float* g, float* e, size_t n, size_t k, uint8_t* out) {
                      std::greater<float>());
     low = sample[at];
   }
-  auto collect = [&](float threshold) {
-    cand.clear();
-    for (size_t i = 0; i < n; ++i)
-      if (Mag(e[i]) >= threshold) cand.push_back(static_cast<uint32_t>(i));
-  };
   for (size_t i = 0; i < n; ++i) {
     e[i] += g[i];
     if (Mag(e[i]) >= low && k > 0) cand.push_back(static_cast<uint32_t>(i));
   }
-  if (cand.size() < k) collect(-1.0f);  // (every entry)
+  if (cand.size() < k) {  // every entry
+    cand.resize(n);
+    std::iota(cand.begin(), cand.end(), 0u);
+  }
   // The k-th largest among the candidates, and how many equal to it go.
   float kth = -1.0f;
   size_t ties = 0;
