@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "client/row_cache.h"
-#include "common/half.h"
-#include "common/wire.h"
+#include "common/codec/half.h"
+#include "common/codec/wire.h"
 
 namespace shardps {
 namespace detail {

@@ -8,7 +8,7 @@
 
 #include <thread>
 
-#include "common/wire.h"
+#include "common/codec/wire.h"
 
 namespace shardps::detail {
 namespace {

@@ -20,7 +20,7 @@
 #include "client/io_thread.h"
 #include "client/request_split.h"
 #include "client/row_cache.h"
-#include "common/security.h"
+#include "common/net/security.h"
 
 namespace shardps {
 namespace detail {

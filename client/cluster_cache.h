@@ -17,7 +17,7 @@
 
 #include "client/coordinator_channel.h"
 #include "client/io_thread.h"
-#include "common/cluster.h"
+#include "common/cluster/cluster.h"
 #include "shardps/client.h"
 
 namespace shardps::detail {

@@ -6,7 +6,8 @@
 #include <string>
 #include <thread>
 
-#include "common/log.h"
+#include "common/base/log.h"
+#include "common/base/wait_note.h"
 
 namespace shardps::detail {
 
@@ -31,7 +32,7 @@ Status CoordinatorChannel::Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields
   io_.Enqueue(std::move(o));
   Request request = MakeRequest(call);
   const auto start = Clock::now(), deadline = start + timeout + Millis(1000);
-  bool noted = false;
+  WaitNote note("coordinator " + opts_.coordinator, std::string(what), start, deadline);
   Status s;
   for (;;) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
@@ -43,13 +44,7 @@ Status CoordinatorChannel::Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields
       break;
     }
     if (Clock::now() >= deadline) break;
-    if (!noted && Clock::now() - start >= kWaitNote) {
-      noted = true;
-      const auto rest = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-      LOG_INFO << "waiting for coordinator " << opts_.coordinator << " to answer " << what << ": no answer for "
-               << kWaitNote.count() / 1000 << " s; giving up in " << (rest.count() + 500) / 1000 << " s (at "
-               << UtcClockIn(rest.count()) << ")";
-    }
+    note.Check();
     if (io_.coordinator_reconnects() == gen) continue;
     gen = io_.coordinator_reconnects();
     Outgoing again;

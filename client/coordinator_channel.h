@@ -17,9 +17,9 @@
 #include <zmq.hpp>
 
 #include "client/io_thread.h"
-#include "common/cluster.h"
-#include "common/net.h"
-#include "common/wire.h"
+#include "common/cluster/cluster.h"
+#include "common/codec/wire.h"
+#include "common/net/net.h"
 #include "shardps/client.h"
 
 namespace shardps::detail {
@@ -42,12 +42,11 @@ class CoordinatorChannel {
   // its saved state) lost the requests it had not answered: each is sent
   // again, with its request id, when the connection comes back (what it
   // asks is idempotent: a claim of the same clock or sequence number gets
-  // the same grant). An answer that takes longer than kWaitNote is said
-  // once in the log: what is awaited (`what`: "the registration"), from
-  // whom and until when.
+  // the same grant). An answer that takes longer than WaitNote::kAfter is
+  // said once in the log (common/base/wait_note.h): what is awaited
+  // (`what`: "the registration"), from whom and until when.
   Status Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields f, wire::Body body_type, flatbuffers::Offset<void> body,
              Millis timeout, Reply* r, std::string_view what);
-  static constexpr Millis kWaitNote{3000};
 
   // Registers this client (a worker claims opts.rank, or is given one: then
   // self.rank is set). A restarted worker told NotReady (its old process is

@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "client/row_cache.h"
-#include "common/handshake.h"
-#include "common/log.h"
+#include "common/base/log.h"
+#include "common/net/handshake.h"
 
 namespace shardps::detail {
 

@@ -25,10 +25,10 @@
 #include <zmq.hpp>
 
 #include "client/call.h"
-#include "common/cluster.h"
-#include "common/net.h"
-#include "common/security.h"
-#include "common/wire.h"
+#include "common/cluster/cluster.h"
+#include "common/codec/wire.h"
+#include "common/net/net.h"
+#include "common/net/security.h"
 #include "shardps/client.h"
 
 namespace shardps::detail {

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <string>
 
-#include "common/compress.h"
-#include "common/half.h"
+#include "common/codec/compress.h"
+#include "common/codec/half.h"
 
 namespace shardps::detail {
 

@@ -17,8 +17,8 @@
 #include <zmq.hpp>
 
 #include "client/call.h"
-#include "common/partition.h"
-#include "common/wire.h"
+#include "common/cluster/partition.h"
+#include "common/codec/wire.h"
 #include "shardps/client.h"
 
 namespace shardps::detail {

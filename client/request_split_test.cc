@@ -7,7 +7,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/half.h"
+#include "common/codec/half.h"
 #include "tests/table_spec.h"
 
 namespace shardps::detail {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/partition.h"
+#include "common/cluster/partition.h"
 
 namespace shardps::detail {
 

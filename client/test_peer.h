@@ -1,7 +1,7 @@
 // For the client's unit tests: a peer the client talks to (a coordinator
 // or a server) as a ROUTER socket on loopback, in a thread of the test
 // process, answering each request with what the test's handler returns.
-// It speaks the real protocol (common/wire.h) over real ZeroMQ sockets; only
+// It speaks the real protocol (common/codec/wire.h) over real ZeroMQ sockets; only
 // its answers are the test's.
 #pragma once
 
@@ -14,8 +14,8 @@
 
 #include <zmq.hpp>
 
-#include "common/net.h"
-#include "common/wire.h"
+#include "common/codec/wire.h"
+#include "common/net/net.h"
 
 namespace shardps::testing {
 

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <string>
 
-#include "common/compress.h"
-#include "common/half.h"
-#include "common/partition.h"
-#include "common/wire.h"
-#include "server/table.h"
-#include "server/table_set.h"
+#include "common/cluster/partition.h"
+#include "common/codec/compress.h"
+#include "common/codec/half.h"
+#include "common/codec/wire.h"
+#include "server/tables/table.h"
+#include "server/tables/table_set.h"
 
 namespace shardps {
 

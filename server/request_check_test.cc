@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
-#include "common/partition.h"
-#include "common/wire.h"
-#include "server/table_set.h"
+#include "common/cluster/partition.h"
+#include "common/codec/wire.h"
+#include "server/tables/table_set.h"
 #include "tests/table_spec.h"
 
 namespace shardps {

@@ -8,11 +8,12 @@
 #include <map>
 #include <random>
 
-#include "common/log.h"
-#include "common/security.h"
-#include "common/wire.h"
-#include "common/zap.h"
+#include "common/base/log.h"
+#include "common/codec/wire.h"
+#include "common/net/security.h"
+#include "common/net/zap.h"
 #include "server/server_start.h"
+#include "server/snapshot/snapshot_rows.h"
 
 namespace shardps {
 
@@ -76,6 +77,8 @@ void Server::ApplyCluster(const ClusterView& v) {
   }
   view_ = v;
   if (view_.complete()) {
+    if (!view_.restore_from.empty() && !tables_.restoring())
+      tables_.RestoreFrom(std::make_unique<snapshot::SnapshotRows>(view_.restore_from));
     if (Status rs = tables_.Define(view_, view_.map.HeldBy(rank_)); !rs.ok()) {
       LOG_ERROR << "cannot hold the partitions of shard map v" << view_.map.version << ", stopping: " << rs.ToString();
       fatal_ = Status(rs.code(), (v.restore_from.empty() ? "cannot hold its partitions: " : "restore failed: ") + rs.message());

@@ -47,14 +47,14 @@
 #include <flatbuffers/flatbuffers.h>
 #include <zmq.hpp>
 
-#include "common/cluster.h"
-#include "common/metrics.h"
-#include "common/net.h"
+#include "common/cluster/cluster.h"
+#include "common/metrics/metrics.h"
+#include "common/net/net.h"
 #include "server/request_check.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "server/shard.h"
-#include "server/table_set.h"
+#include "server/tables/table_set.h"
 #include "shardps/status.h"
 
 namespace shardps {

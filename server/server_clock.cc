@@ -4,7 +4,7 @@
 // answering the parked pulls that may go.
 #include <deque>
 
-#include "common/wire.h"
+#include "common/codec/wire.h"
 #include "server/server.h"
 
 namespace shardps {

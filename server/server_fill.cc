@@ -19,11 +19,11 @@
 #include <cstring>
 #include <memory>
 
-#include "common/log.h"
-#include "common/partition.h"
-#include "common/wire.h"
-#include "server/optimizer.h"
+#include "common/base/log.h"
+#include "common/cluster/partition.h"
+#include "common/codec/wire.h"
 #include "server/server.h"
+#include "server/tables/optimizer.h"
 
 namespace shardps {
 
@@ -50,14 +50,14 @@ zmq::message_t Bytes(const std::string& s) { return zmq::message_t(s.data(), s.s
 // ZeroMQ's free callback of a fill part's frames (its I/O thread calls it
 // once the frame is sent; named in tools/tsan.supp: the hand-over is in
 // uninstrumented libzmq).
-void ReleaseFillPart(void*, void* hint) { delete static_cast<std::shared_ptr<snapshot::PartitionData>*>(hint); }
+void ReleaseFillPart(void*, void* hint) { delete static_cast<std::shared_ptr<PartitionData>*>(hint); }
 
 // A frame of `bytes` at `data`, which `owner` keeps alive until ZeroMQ has
 // sent it (small frames: copied).
-zmq::message_t Owning(const std::shared_ptr<snapshot::PartitionData>& owner, const void* data, size_t bytes) {
+zmq::message_t Owning(const std::shared_ptr<PartitionData>& owner, const void* data, size_t bytes) {
   if (bytes < 4096) return zmq::message_t(data, bytes);
   return zmq::message_t(const_cast<void*>(data), bytes, &ReleaseFillPart,
-                        new std::shared_ptr<snapshot::PartitionData>(owner));
+                        new std::shared_ptr<PartitionData>(owner));
 }
 
 // The `T`s of a frame: in place when aligned, else copied into *copy.
@@ -119,11 +119,11 @@ void Server::PumpFill(Shard& sh) {
     sh.fill.todo.pop_front();
     const ServerTable* t = tables_.get(part.table);
     if (!t || !t->Holds(part.partition)) continue;  // (not held: nothing the copy lacks)
-    std::vector<snapshot::PartitionData> data;
+    std::vector<PartitionData> data;
     t->ExportPartition(part.table, part.partition, &data);
     // Its arrays go out as they are (the frames own them; no copy).
-    auto held = std::make_shared<snapshot::PartitionData>(std::move(data.front()));
-    const snapshot::PartitionData& d = *held;
+    auto held = std::make_shared<PartitionData>(std::move(data.front()));
+    const PartitionData& d = *held;
     wire::Fields f = FillFields(sh, rank_, wire::RepKind::FillPart, at);
     f.table = part.table;
     f.row_begin = part.partition;
@@ -219,7 +219,7 @@ Status Server::InstallPart(Shard& sh, const wire::Header& h, std::vector<zmq::me
     return Status::BadMessage("partition " + std::to_string(h.row_begin()) + " of table " + std::to_string(h.table()) +
                               " is not one of the group's held here");
   const TableSpec& spec = t->spec();
-  const uint32_t stride = ServerTable::SnapshotStride(spec);
+  const uint32_t stride = RowStride(spec);
   const uint64_t n = h.key_count();
   if (frames[2].size() != n * sizeof(uint64_t) || frames[3].size() != n * stride * sizeof(float))
     return Status::BadMessage("table '" + spec.name + "' partition " + std::to_string(p) +

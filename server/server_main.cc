@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <string>
 
-#include "common/log.h"
-#include "common/metrics_http.h"
-#include "common/process.h"
-#include "common/net.h"
-#include "common/signals.h"
+#include "common/base/log.h"
+#include "common/base/process.h"
+#include "common/base/signals.h"
+#include "common/metrics/metrics_http.h"
+#include "common/net/net.h"
 #include "server/server.h"
 
 namespace shardps {

@@ -2,7 +2,7 @@
 
 #include <span>
 
-#include "server/table.h"
+#include "server/tables/table.h"
 
 namespace shardps {
 

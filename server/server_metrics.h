@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 
 namespace shardps {
 

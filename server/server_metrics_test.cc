@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "common/partition.h"
-#include "server/table.h"
+#include "common/cluster/partition.h"
+#include "server/tables/table.h"
 #include "tests/table_spec.h"
 
 namespace shardps {

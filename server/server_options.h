@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "common/net.h"
-#include "common/security.h"
+#include "common/net/net.h"
+#include "common/net/security.h"
 #include "shardps/status.h"
 
 namespace shardps {

@@ -1,11 +1,11 @@
 // The server's pull handler: a pull validated, parked while the consistency
 // model says it must wait (WorkerClocks), then answered from the table —
 // a row range as frames pointing into the table, no copy.
-#include "common/log.h"
-#include "common/wire.h"
-#include "server/optimizer.h"
+#include "common/base/log.h"
+#include "common/codec/wire.h"
 #include "server/request_check.h"
 #include "server/server.h"
+#include "server/tables/optimizer.h"
 
 namespace shardps {
 

@@ -2,10 +2,10 @@
 // (sync, WorkerClocks) or applied now with its staleness weighed.
 #include <algorithm>
 
-#include "common/log.h"
-#include "common/wire.h"
-#include "server/optimizer.h"
+#include "common/base/log.h"
+#include "common/codec/wire.h"
 #include "server/server.h"
+#include "server/tables/optimizer.h"
 
 namespace shardps {
 

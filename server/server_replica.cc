@@ -5,11 +5,11 @@
 // makes it the primary.
 #include <algorithm>
 
-#include "common/log.h"
-#include "common/security.h"
-#include "common/wire.h"
-#include "server/optimizer.h"
+#include "common/base/log.h"
+#include "common/codec/wire.h"
+#include "common/net/security.h"
 #include "server/server.h"
+#include "server/tables/optimizer.h"
 
 namespace shardps {
 

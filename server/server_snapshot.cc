@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <deque>
 
-#include "common/log.h"
-#include "common/wire.h"
+#include "common/base/log.h"
+#include "common/codec/wire.h"
 #include "server/server.h"
 
 namespace shardps {

@@ -5,12 +5,13 @@
 #include <atomic>
 #include <vector>
 
-#include "common/handshake.h"
-#include "common/log.h"
-#include "common/net.h"
-#include "common/security.h"
-#include "common/wire.h"
-#include "common/zap.h"
+#include "common/base/log.h"
+#include "common/base/wait_note.h"
+#include "common/codec/wire.h"
+#include "common/net/handshake.h"
+#include "common/net/net.h"
+#include "common/net/security.h"
+#include "common/net/zap.h"
 
 namespace shardps {
 
@@ -80,18 +81,12 @@ Status ServerStart::Register(const std::string& endpoint, uint64_t request_id, u
   std::vector<uint64_t> scratch;
   const KeyFile* key = opts_.security.enabled ? &opts_.security.key : nullptr;
   int drops = 0;  // handshakes dropped in a row
-  const auto started = Clock::now();
-  bool noted = false;
+  WaitNote note("coordinator " + opts_.coordinator, "this server's registration", Clock::now(), deadline);
   while (Clock::now() < deadline) {
     if (stop && stop->load())
       return Status::Unavailable("stopped (SIGINT or SIGTERM) while waiting for coordinator " + opts_.coordinator +
                                  " to answer the registration");
-    if (!noted && Clock::now() - started >= Millis(3000)) {
-      noted = true;
-      const auto rest = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
-      LOG_INFO << "waiting for coordinator " << opts_.coordinator << " to answer this server's registration: "
-               << "no answer for 3 s; giving up in " << (rest + 500) / 1000 << " s (at " << UtcClockIn(rest) << ")";
-    }
+    note.Check();
     zmq::pollitem_t items[] = {{coord_.handle(), 0, ZMQ_POLLIN, 0}, {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     Poll(items, 2, Millis(100));
     if (std::string why; HandshakeRefused(monitor_, key, &drops, &why))

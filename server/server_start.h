@@ -19,7 +19,7 @@
 
 #include <zmq.hpp>
 
-#include "common/cluster.h"
+#include "common/cluster/cluster.h"
 #include "server/server_options.h"
 #include "shardps/status.h"
 

@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/net.h"
-#include "common/wire.h"
-#include "common/zap.h"
+#include "common/codec/wire.h"
+#include "common/net/net.h"
+#include "common/net/zap.h"
 
 namespace shardps {
 namespace {

@@ -35,9 +35,9 @@
 
 #include <zmq.hpp>
 
-#include "server/dc_kept.h"
-#include "server/snapshot_cut.h"
-#include "server/worker_clocks.h"
+#include "server/consistency/dc_kept.h"
+#include "server/consistency/worker_clocks.h"
+#include "server/snapshot/snapshot_cut.h"
 
 namespace shardps {
 

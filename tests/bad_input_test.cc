@@ -11,7 +11,7 @@
 
 #include <zmq.hpp>
 
-#include "common/wire.h"
+#include "common/codec/wire.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
 #include "tests/raw_peer.h"

@@ -1,6 +1,6 @@
 #include "tests/cluster.h"
 
-#include "common/process.h"
+#include "common/base/process.h"
 
 #include <gtest/gtest.h>
 

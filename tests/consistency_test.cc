@@ -15,8 +15,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include "common/process.h"
-#include "server/initializer.h"
+#include "common/base/process.h"
+#include "server/tables/initializer.h"
 #include "tests/cluster.h"
 #include "tests/table_spec.h"
 

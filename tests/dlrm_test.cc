@@ -1,4 +1,4 @@
-// The DLRM's training loop (worker/dlrm_trainer.h) against a real
+// The DLRM's training loop (worker/trainers/dlrm_trainer.h) against a real
 // coordinator and real servers on loopback, on a click log written here:
 // under sync two workers of batch b end with the model one worker of batch
 // 2b trains (the per-clock pool cuts each clock's examples in rank order,
@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "tests/cluster.h"
-#include "worker/dlrm_trainer.h"
+#include "worker/trainers/dlrm_trainer.h"
 
 namespace shardps::worker {
 namespace {

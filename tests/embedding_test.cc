@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/half.h"
+#include "common/codec/half.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
 #include "tests/table_spec.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "common/handshake.h"
+#include "common/net/handshake.h"
 
 namespace shardps::testing {
 

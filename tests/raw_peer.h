@@ -21,8 +21,8 @@
 
 #include <zmq.hpp>
 
-#include "common/security.h"
-#include "common/wire.h"
+#include "common/codec/wire.h"
+#include "common/net/security.h"
 #include "shardps/client.h"
 #include "shardps/status.h"
 

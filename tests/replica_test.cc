@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "server/snapshot/snapshot.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
-#include "server/snapshot.h"
 #include "tests/table_spec.h"
 
 namespace shardps {

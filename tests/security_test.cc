@@ -22,9 +22,9 @@
 
 #include <zmq.hpp>
 
-#include "common/handshake.h"
-#include "common/security.h"
-#include "common/wire.h"
+#include "common/codec/wire.h"
+#include "common/net/handshake.h"
+#include "common/net/security.h"
 #include "tests/cluster.h"
 #include "tests/raw_peer.h"
 #include "tests/table_spec.h"

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/snapshot.h"
+#include "server/snapshot/snapshot.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
 #include "tests/table_spec.h"

@@ -13,7 +13,7 @@
 
 #include <zmq.hpp>
 
-#include "common/wire.h"
+#include "common/codec/wire.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
 #include "tests/raw_peer.h"
@@ -156,7 +156,7 @@ TEST_F(StalenessTest, AStaleGradientIsWeighedByItsStalenessAndReported) {
   EXPECT_EQ(Sample(m, "shardps_push_steps_total"), 12) << m;
 }
 
-// What a worker's weight prediction measures (worker/trainer.h): the
+// What a worker's weight prediction measures (worker/trainers/trainer.h): the
 // updates between two of its pulls, by any worker, on every server.
 TEST_F(StalenessTest, TwoStampsSayHowManyUpdatesLayBetweenThePulls) {
   ClusterOptions o;

@@ -1,4 +1,4 @@
-// The training loop (worker/trainer.h) against a real coordinator and real
+// The training loop (worker/trainers/trainer.h) against a real coordinator and real
 // servers on loopback: two MlpTrainers in threads train a small synthetic
 // problem on the CPU, under sync (fixed shards, every worker every step) and
 // under bounded staleness with a straggler (a shared pool: every batch of
@@ -13,7 +13,7 @@
 
 #include "tests/cluster.h"
 #include "tests/table_spec.h"
-#include "worker/trainer.h"
+#include "worker/trainers/trainer.h"
 
 namespace shardps::worker {
 namespace {

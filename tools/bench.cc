@@ -28,11 +28,12 @@
 
 #include <zmq.hpp>
 
-#include "common/net.h"
-#include "common/process.h"
-#include "common/signals.h"
-#include "common/security.h"
-#include "server/table.h"
+#include "common/base/file.h"
+#include "common/base/process.h"
+#include "common/base/signals.h"
+#include "common/net/net.h"
+#include "common/net/security.h"
+#include "server/tables/table.h"
 #include "shardps/client.h"
 
 namespace shardps {

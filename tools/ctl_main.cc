@@ -36,11 +36,11 @@
 
 #include <zmq.hpp>
 
-#include "common/handshake.h"
-#include "common/json.h"
-#include "common/net.h"
-#include "common/security.h"
-#include "common/wire.h"
+#include "common/base/json.h"
+#include "common/codec/wire.h"
+#include "common/net/handshake.h"
+#include "common/net/net.h"
+#include "common/net/security.h"
 
 namespace shardps {
 namespace {

@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "worker/device.h"
-#include "worker/mlp.h"
+#include "worker/devices/device.h"
+#include "worker/models/mlp.h"
 
 int main(int argc, char** argv) {
   using namespace shardps::worker;

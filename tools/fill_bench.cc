@@ -31,7 +31,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/process.h"
+#include "common/base/process.h"
 #include "shardps/client.h"
 
 namespace shardps {

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/dev.sh build >/dev/null
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib .gpu/data
-bins=(build/worker/device_test build/tools/shardps-device-bench build/worker/shardps-worker
+bins=(build/worker/devices/device_test build/worker/models/mlp_test build/tools/shardps-device-bench build/worker/shardps-worker
       build/server/shardps-server build/server/shardps-coordinator)
 cp "${bins[@]}" .gpu/bin/
 cp tools/shardps-launch tools/gpu-check.sh .gpu/

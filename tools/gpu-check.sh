@@ -9,6 +9,7 @@ out=${OUT:-$here/gpu-out}; mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 nvidia-smi -L 2>&1 | tee "$out/gpu.txt"
 "$here/bin/device_test" 2>&1 | tee "$out/device_test.txt"
+"$here/bin/mlp_test" 2>&1 | tee "$out/mlp_test.txt"
 "$here/bin/shardps-device-bench" --steps 500 2>&1 | tee "$out/device_bench.txt"
 "$here/shardps-launch" --bin-dir "$here/bin" --servers 2 --workers 2 --timeout 300 -- \
   "$here/bin/shardps-worker" --coordinator {coordinator} --rank {rank} --device cuda \

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "common/security.h"
+#include "common/net/security.h"
 
 int main(int argc, char** argv) {
   using namespace shardps;

@@ -36,8 +36,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/process.h"
-#include "common/signals.h"
+#include "common/base/process.h"
+#include "common/base/signals.h"
 #include "shardps/client.h"
 
 namespace shardps {

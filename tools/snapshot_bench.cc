@@ -23,9 +23,9 @@
 
 #include <zmq.hpp>
 
-#include "common/process.h"
-#include "common/wire.h"
-#include "server/snapshot.h"
+#include "common/base/process.h"
+#include "common/codec/wire.h"
+#include "server/snapshot/snapshot.h"
 #include "shardps/client.h"
 
 namespace shardps {

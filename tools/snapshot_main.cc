@@ -19,10 +19,10 @@
 #include <sstream>
 #include <zmq.hpp>
 
-#include "common/partition.h"
-#include "common/wire.h"
-#include "common/json.h"
-#include "server/snapshot.h"
+#include "common/base/json.h"
+#include "common/cluster/partition.h"
+#include "common/codec/wire.h"
+#include "server/snapshot/snapshot.h"
 
 namespace shardps {
 namespace {

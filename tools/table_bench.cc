@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "server/optimizer.h"
-#include "server/table.h"
+#include "server/tables/optimizer.h"
+#include "server/tables/table.h"
 
 namespace {
 

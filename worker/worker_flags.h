@@ -1,5 +1,5 @@
 // shardps-worker's flags, grouped by what they set, and what they build:
-// the options of the trainers (worker/trainer.h, worker/sparse_trainer.h)
+// the options of the trainers (worker/trainers/trainer.h, worker/trainers/sparse_trainer.h)
 // and the tables of the dense models. worker_main.cc declares the flags
 // into a WorkerFlags; everything here is plain values, tested without a
 // cluster (worker/worker_flags_test.cc).
@@ -11,10 +11,10 @@
 
 #include "shardps/status.h"
 #include "shardps/types.h"
-#include "worker/data.h"
-#include "worker/dlrm_trainer.h"
-#include "worker/sparse_trainer.h"
-#include "worker/trainer.h"
+#include "worker/data/data.h"
+#include "worker/trainers/dlrm_trainer.h"
+#include "worker/trainers/sparse_trainer.h"
+#include "worker/trainers/trainer.h"
 
 namespace shardps::worker {
 
@@ -87,7 +87,7 @@ struct SparseFlags {
   int ids_per_example = 20, eval_examples = 20000;
 };
 
-// The DLRM on a Criteo-format click log (worker/dlrm_trainer.h).
+// The DLRM on a Criteo-format click log (worker/trainers/dlrm_trainer.h).
 struct DlrmFlags {
   std::string train_tsv, test_tsv;
   bool skip_malformed = false;

@@ -5,8 +5,8 @@
 //   shardps-worker --coordinator tcp://127.0.0.1:5555 --model mlp --hidden 256,128 --epochs 10
 //
 // This file declares the flags (worker/worker_flags.h), connects, defines
-// the dense models' tables, runs a trainer (worker/trainer.h,
-// worker/sparse_trainer.h) and maps its Status to a message and an exit
+// the dense models' tables, runs a trainer (worker/trainers/trainer.h,
+// worker/trainers/sparse_trainer.h) and maps its Status to a message and an exit
 // code: 1 an error of the client, the data or the device, 2 bad input
 // (flags, too little data for a batch, an unwritable --csv), 3 a final
 // test accuracy below --min-accuracy.
@@ -21,15 +21,15 @@
 #include <string>
 #include <vector>
 
-#include "common/net.h"
-#include "common/signals.h"
+#include "common/base/signals.h"
+#include "common/net/net.h"
 #include "shardps/client.h"
-#include "worker/data.h"
-#include "worker/device.h"
-#include "worker/dlrm_trainer.h"
-#include "worker/mlp.h"
-#include "worker/sparse_trainer.h"
-#include "worker/trainer.h"
+#include "worker/data/data.h"
+#include "worker/devices/device.h"
+#include "worker/models/mlp.h"
+#include "worker/trainers/dlrm_trainer.h"
+#include "worker/trainers/sparse_trainer.h"
+#include "worker/trainers/trainer.h"
 #include "worker/worker_flags.h"
 #include "worker/worker_metrics.h"
 
@@ -90,15 +90,13 @@ Status CreateMlpTables(Client& ps, const ModelFlags& m, const std::vector<int>& 
 // given) — else once the coordinator assigned its rank.
 struct MlpData {
   Dataset train, test;
-  bool test_loaded = false;
 };
 
 Status LoadMlpData(const WorkerFlags& f, int rank, MlpData* d) {
-  if (d->train.rows == 0) SHARDPS_RETURN_IF_ERROR(LoadFashionMnist(f.data.data_dir, true, &d->train, f.data.train_limit));
-  if (rank == f.eval.eval_rank && !d->test_loaded) {
+  if (!d->train.loaded)
+    SHARDPS_RETURN_IF_ERROR(LoadFashionMnist(f.data.data_dir, true, &d->train, f.data.train_limit));
+  if (rank == f.eval.eval_rank && !d->test.loaded)
     SHARDPS_RETURN_IF_ERROR(LoadFashionMnist(f.data.data_dir, false, &d->test, f.data.test_limit));
-    d->test_loaded = true;
-  }
   return Status::OK();
 }
 
@@ -245,7 +243,7 @@ int RunWorker(const WorkerFlags& f) {
   if (Status s = Client::Connect(co, &ps); !s.ok()) {
     // A worker started (or started again after a rollback) as the job is
     // being stopped has nothing to train: the job ends without it, and that
-    // is no failure (the coordinator's words, server/membership.cc).
+    // is no failure (the coordinator's words, server/coordinator/logic/membership.cc).
     if (s.code() == Code::kUnavailable && s.message().find("the job is stopping") != std::string::npos) {
       std::printf("worker: the job is stopping (shardps-ctl stop): nothing to train\n");
       return 0;

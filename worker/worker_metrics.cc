@@ -1,6 +1,6 @@
 #include "worker/worker_metrics.h"
 
-#include "common/net.h"
+#include "common/net/net.h"
 
 namespace shardps::worker {
 

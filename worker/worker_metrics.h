@@ -25,8 +25,8 @@
 #include <chrono>
 #include <string>
 
-#include "common/metrics.h"
-#include "common/metrics_http.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_http.h"
 #include "shardps/client.h"
 
 namespace shardps::worker {

@@ -15,7 +15,7 @@ Adagrad (--lr 0.05) everywhere, batch --batch (128) per worker. Each category
 is hashed into its feature's --rows rows as there, (int(hex, 16) % (rows - 1))
 + 1, row 0 = missing (--rows 0: every value its own row), and all 26 features
 live in ONE sparse shardps table, each in its own key space: key =
-(feature << 56) | row, as the C++ worker's CriteoKey (worker/criteo.h). The
+(feature << 56) | row, as the C++ worker's CriteoKey (worker/data/criteo.h). The
 embeddings are a shardps.torch.Embedding (rows pulled per batch, gradients
 pushed in backward), the MLPs a shardps.torch.ShardedModel; the servers run
 Adagrad for both.

@@ -1,5 +1,5 @@
 // Fuzz target: the coordinator's whole message handler (Coordinator::Handle,
-// its dispatch table and, through it, every part of server/coordinator.h:
+// its dispatch table and, through it, every part of server/coordinator/coordinator.h:
 // Register, Heartbeat with ServerStats, GetCluster, CreateTable, Barrier,
 // ClaimWork, Leave, GetStatus, Stop, SnapshotNow, SnapshotDone with its
 // report, replies to its own requests, Rollback, Shutdown, and with replicas DeclareDead, Filled, DrainServer, AddServer,
@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
-#include "common/metrics.h"
-#include "server/coordinator.h"
+#include "common/base/log.h"
+#include "common/metrics/metrics.h"
+#include "server/coordinator/coordinator.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace shardps {

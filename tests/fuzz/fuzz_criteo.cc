@@ -1,4 +1,4 @@
-// Fuzz target: the Criteo TSV reader (worker/criteo.h) on any bytes, as one
+// Fuzz target: the Criteo TSV reader (worker/data/criteo.h) on any bytes, as one
 // line (ParseCriteoLine) and as a whole file (CriteoFile, through a memfd):
 // it never crashes, an accepted line holds what a parsed example may hold
 // (label 0 or 1, finite non-negative integers after log1p), a refused one
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/criteo.h"
+#include "worker/data/criteo.h"
 
 namespace shardps::worker {
 namespace {

@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "server/dc_kept.h"
-#include "server/table.h"
-#include "server/worker_clocks.h"
+#include "server/consistency/dc_kept.h"
+#include "server/consistency/worker_clocks.h"
+#include "server/tables/table.h"
 
 namespace shardps {
 namespace {

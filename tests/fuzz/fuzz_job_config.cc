@@ -1,4 +1,4 @@
-// Fuzz target: the job-file parser (server/job_config.h ParseJobConfig,
+// Fuzz target: the job-file parser (server/coordinator/job_config.h ParseJobConfig,
 // TOML through toml++, then every section and --set override), and on
 // success what the coordinator and the launcher do next with the result:
 // CoordinatorOptions::Validate and JobConfigJson.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "server/job_config.h"
+#include "server/coordinator/job_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view all(reinterpret_cast<const char*>(data), size);

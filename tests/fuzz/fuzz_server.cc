@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
-#include "common/wire.h"
+#include "common/base/log.h"
+#include "common/codec/wire.h"
 #include "server/server.h"
 #include "tests/fuzz/fuzz_input.h"
 

@@ -2,7 +2,7 @@
 // restore takes: the coordinator's PrepareRestore (snapshot::List,
 // ReadManifest, Verify: every file's size, RocksDB's block checksums and
 // the per-partition XXH3 checksums; the table ids) and then a server's
-// ApplyCluster with restore_from set (RestoreCoversTable, RestoreTable:
+// ApplyCluster with restore_from set (SnapshotRows::Covers and Fill:
 // ForEachRow over the SST, each row checked against its partition, Import).
 //
 // Each input is written as one snapshot directory, ROOT/snap-000000000005/
@@ -19,7 +19,7 @@
 //     first byte 0 means the rest is the file's raw bytes; anything else:
 //     the rest is rows, each [u8 table][u8 partition][u64 row LE][u8 n]
 //     [n floats], written with RocksDB's SstFileWriter in key order
-//     (duplicates dropped) in the snapshot key format (server/snapshot.h).
+//     (duplicates dropped) in the snapshot key format (server/snapshot/snapshot.h).
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,10 +35,10 @@
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
 
-#include "common/log.h"
-#include "server/coordinator.h"
+#include "common/base/log.h"
+#include "server/coordinator/coordinator.h"
 #include "server/server.h"
-#include "server/snapshot.h"
+#include "server/snapshot/snapshot.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace shardps {

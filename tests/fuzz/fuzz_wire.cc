@@ -1,5 +1,5 @@
 // Fuzz target: every wire decoder a process runs on a received message
-// (common/wire.h): ParseHeader / VerifyHeader (aligned, unaligned, as a
+// (common/codec/wire.h): ParseHeader / VerifyHeader (aligned, unaligned, as a
 // zmq frame), ReplyStatus, every body the coordinator, servers, clients and
 // shardps-ctl read (DecodeCluster, DecodeTableSpec and the fields of
 // RegisterRequest, ServerStats, SnapshotReport, WorkClaim, MembershipInfo,
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/wire.h"
+#include "common/codec/wire.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace shardps {

@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "common/partition.h"
-#include "common/wire.h"
-#include "server/optimizer.h"
-#include "server/dc_kept.h"
-#include "server/snapshot.h"
-#include "server/table.h"
-#include "server/worker_clocks.h"
+#include "common/cluster/partition.h"
+#include "common/codec/wire.h"
+#include "server/consistency/dc_kept.h"
+#include "server/consistency/worker_clocks.h"
+#include "server/snapshot/snapshot.h"
+#include "server/tables/optimizer.h"
+#include "server/tables/table.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace shardps {
@@ -592,10 +592,10 @@ void SnapshotCorpus() {
   // Per server: the rows, also written in the structured form.
   std::string structured[2];
   for (uint32_t srv = 0; srv < 2; ++srv) {
-    std::vector<snapshot::PartitionData> parts;
+    std::vector<PartitionData> parts;
     Writer rows;
     for (uint32_t p : map.OwnedBy(srv)) {
-      snapshot::PartitionData d;
+      PartitionData d;
       d.table = 0;
       d.partition = p;
       d.stride = dense.cols + static_cast<uint32_t>(OptimizerStateWidth(dense));
@@ -606,10 +606,10 @@ void SnapshotCorpus() {
       parts.push_back(d);
     }
     // Sparse ids whose partition this server owns.
-    snapshot::PartitionData sp;
+    PartitionData sp;
     sp.table = 1;
     sp.stride = sparse.cols + static_cast<uint32_t>(OptimizerStateWidth(sparse));
-    std::map<uint32_t, snapshot::PartitionData> by_part;
+    std::map<uint32_t, PartitionData> by_part;
     for (uint64_t id = 1; id < 40; id += 3) {
       const uint32_t p = PartitionOfId(id, 8);
       if (map.owner[p] != srv) continue;

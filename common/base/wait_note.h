@@ -1,0 +1,42 @@
+// WaitNote: a wait that may be long, said once. The first time it is
+// checked kAfter or more after the wait began, it logs one line naming who
+// is waited for and for what, how long it has waited, and when the wait
+// gives up:
+//
+//   waiting for coordinator tcp://10.0.0.1:7000 to answer this server's
+//   registration: no answer for 3 s; giving up in 57 s (at 12:34:56 UTC)
+//
+//   WaitNote note("coordinator " + endpoint, "this server's registration", Clock::now(), deadline);
+//   while (...) { note.Check(); ... }
+//
+// Used by every wait on the coordinator (the client's calls, a server's
+// registration), so that an operator sees the same line from each.
+// Thread: one (the waiting thread's).
+#pragma once
+
+#include <string>
+
+#include "common/base/clock.h"
+
+namespace shardps {
+
+class WaitNote {
+ public:
+  static constexpr Millis kAfter{3000};
+
+  WaitNote(std::string who, std::string what, Clock::time_point start, Clock::time_point deadline)
+      : who_(std::move(who)), what_(std::move(what)), start_(start), deadline_(deadline) {}
+
+  // Logs Line(now) at info level the first time it is called kAfter or
+  // more after `start`; returns whether this call logged it.
+  bool Check(Clock::time_point now = Clock::now());
+  // The line Check logs, as of `now`.
+  std::string Line(Clock::time_point now) const;
+
+ private:
+  const std::string who_, what_;
+  const Clock::time_point start_, deadline_;
+  bool said_ = false;
+};
+
+}  // namespace shardps

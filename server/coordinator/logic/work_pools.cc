@@ -1,0 +1,291 @@
+#include "server/coordinator/logic/work_pools.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <tuple>
+
+#include "common/base/log.h"
+
+namespace shardps {
+
+uint64_t WorkPool::handed() const {
+  uint64_t back = 0;
+  for (const auto& [b, e] : returned) back += e - b;
+  return next > back ? next - back : 0;
+}
+
+uint64_t WorkPool::FirstUndone() const {
+  uint64_t pos = next;
+  for (const auto& [rank, g] : last) pos = std::min(pos, g.first);
+  for (const auto& r : returned) pos = std::min(pos, r.first);
+  return pos;
+}
+
+std::pair<uint64_t, uint64_t> WorkPool::TakeReturned(uint64_t max) {
+  if (returned.empty()) return {0, 0};
+  auto& r = returned.front();
+  const std::pair<uint64_t, uint64_t> g{r.first, std::min<uint64_t>(r.second, r.first + max)};
+  r.first = g.second;
+  if (r.first >= r.second) returned.pop_front();
+  return g;
+}
+
+std::pair<uint64_t, uint64_t> WorkPool::Slot(const Block& b, size_t i) {
+  const uint64_t begin = std::min<uint64_t>(b.begin + static_cast<uint64_t>(b.per) * i, b.end);
+  return {begin, std::min<uint64_t>(begin + b.per, b.end)};
+}
+
+bool CutClocks::MayCutAt(int64_t clock) const {
+  if (!enabled) return false;
+  if (every > 0 && clock > 0 && clock % every == 0) return true;
+  return std::find(chosen.begin(), chosen.end(), clock) != chosen.end();
+}
+
+std::vector<int64_t> CutClocks::AtOrBefore(int64_t clock) const {
+  std::vector<int64_t> cuts;
+  if (!enabled || clock <= 0) return cuts;
+  if (every > 0) cuts.push_back(clock / every * every);
+  for (int64_t c : chosen)
+    if (c > 0 && c <= clock) cuts.push_back(c);
+  return cuts;
+}
+
+Status WorkPools::Claim(const WorkClaim& c, const std::vector<uint32_t>& live, const CutClocks& cuts, Grant* out) {
+  if (c.total == 0 || c.max == 0 || c.granule == 0)
+    return Status::InvalidArgument("ClaimWork: a pool needs total > 0 units, max > 0 and granule > 0 per "
+                                   "claim (got total " + std::to_string(c.total) + ", max " + std::to_string(c.max) +
+                                   ", granule " + std::to_string(c.granule) + ")");
+  if (c.per_clock && (c.rank < 0 || !c.alive))
+    return Status::InvalidArgument("ClaimWork: per-clock claims are for live workers (rank " +
+                                   std::to_string(c.said_rank) + ")");
+  if (c.per_clock && c.clock < 0)
+    return Status::InvalidArgument("ClaimWork: a per-clock claim at a negative clock");
+  WorkPool* p = nullptr;
+  SHARDPS_RETURN_IF_ERROR(FindOrCreate(c, &p));
+  if (c.per_clock)
+    ClaimPerClock(c, *p, live, cuts, out);
+  else
+    ClaimPooled(c, *p, live.size(), cuts, out);
+  return Status::OK();
+}
+
+Status WorkPools::FindOrCreate(const WorkClaim& c, WorkPool** out) {
+  auto it = d_.pools.find(c.pool);
+  if (it != d_.pools.end()) {
+    if (it->second.total != c.total)
+      return Status::Conflict("ClaimWork: pool " + std::to_string(c.pool) + " has " +
+                              std::to_string(it->second.total) + " units, this claim says " + std::to_string(c.total));
+    *out = &it->second;
+    return Status::OK();
+  }
+  constexpr size_t kMaxPools = 4096;
+  if (d_.pools.size() >= kMaxPools) {
+    // Forget the oldest finished pool; a job that keeps more open is refused.
+    auto done = std::find_if(d_.pools.begin(), d_.pools.end(),
+                             [](const auto& p) { return p.second.used_up() && p.second.blocks.empty(); });
+    if (done == d_.pools.end())
+      return Status::InvalidArgument("ClaimWork: more than " + std::to_string(kMaxPools) + " unfinished work pools");
+    d_.pools.erase(done);
+  }
+  WorkPool fresh;
+  fresh.total = c.total;
+  if (c.pool < d_.resume.pool)  // a restored job: trained before the snapshot
+    fresh.next = fresh.total;
+  else if (c.pool == d_.resume.pool)
+    fresh.next = std::min(d_.resume.position, fresh.total);
+  *out = &d_.pools.emplace(c.pool, std::move(fresh)).first->second;
+  return Status::OK();
+}
+
+void WorkPools::ClaimPooled(const WorkClaim& c, WorkPool& p, size_t live, const CutClocks& cuts, Grant* out) {
+  if (c.rank >= 0)
+    for (int64_t cut : cuts.AtOrBefore(c.clock))
+      if (cut > 0 && !d_.work_at.count(cut)) RecordWorkAt(cut, {c.pool, p.FirstUndone()});
+  if (c.rank >= 0 && c.seq != 0) {
+    auto last = d_.last_claims.find(static_cast<uint32_t>(c.rank));
+    if (last != d_.last_claims.end() && last->second.seq == c.seq && last->second.pool == c.pool) {
+      const LastClaim& lc = last->second;  // sent again: the same answer
+      *out = {lc.pool, lc.begin, lc.end, lc.begin < lc.end ? Grant::kGranted : Grant::kFinished, p.handed()};
+      return;
+    }
+  }
+  uint64_t begin, end;
+  if (!p.returned.empty()) {
+    std::tie(begin, end) = p.TakeReturned(c.max);  // a dead worker's last grant first, at most `max` of it
+  } else {
+    const uint64_t left = p.total - p.next;
+    const uint64_t workers = std::max<uint64_t>(1, live);
+    const uint64_t g = c.granule;
+    const uint64_t share = std::max<uint64_t>(1, (left / (2 * workers) + g - 1) / g) * g;
+    begin = p.next;
+    end = p.next + std::min<uint64_t>({left, c.max, share});
+    p.next = end;
+  }
+  if (c.rank >= 0) {
+    const auto rank = static_cast<uint32_t>(c.rank);
+    if (begin < end)
+      p.last[rank] = {begin, end};
+    else
+      p.last.erase(rank);
+    if (c.seq != 0) d_.last_claims[rank] = {c.seq, c.pool, begin, end};
+  }
+  *out = {c.pool, begin, end, begin < end ? Grant::kGranted : Grant::kFinished, p.handed()};
+}
+
+void WorkPools::ClaimPerClock(const WorkClaim& c, WorkPool& p, const std::vector<uint32_t>& live,
+                              const CutClocks& cuts, Grant* out) {
+  const auto rank = static_cast<uint32_t>(c.rank);
+  const int64_t clock = c.clock;
+  auto& mine = d_.clock_grants[rank];
+  // The worker waited for every server to answer its tick of clock - 2
+  // before it ticked clock - 1: grants up to clock - 2 were counted.
+  while (!mine.empty() && mine.front().clock + 2 <= clock) mine.pop_front();
+  for (const auto& g : mine)
+    if (g.clock == clock) {
+      *out = {g.pool, g.begin, g.end, Grant::kGranted, 0};
+      return;
+    }
+  auto grant = [&](uint64_t pool, uint64_t begin, uint64_t end) {
+    mine.push_back({pool, clock, begin, end});
+    *out = {pool, begin, end, Grant::kGranted, 0};
+  };
+  // Blocks of clocks before clock - 4, of this pool and earlier ones, are
+  // done with: a slot nobody took there goes back.
+  for (auto& [id, q] : d_.pools) {
+    if (id > c.pool) break;
+    if (!q.blocks.empty()) ReturnSlots(q, clock - 4, -1);
+  }
+  for (auto& [id, q] : d_.pools) {
+    if (id > c.pool) break;
+    if (q.returned.empty()) continue;
+    const auto [begin, end] = q.TakeReturned(c.max);
+    // Served with these: its slot in this clock's block (if cut with it)
+    // goes back for another worker.
+    if (auto b = p.blocks.find(clock); b != p.blocks.end())
+      for (size_t i = 0; i < b->second.ranks.size(); ++i)
+        if (b->second.ranks[i] == rank && !b->second.taken[i]) {
+          b->second.taken[i] = 1;
+          const auto slot = WorkPool::Slot(b->second, i);
+          if (slot.first < slot.second) p.returned.push_back(slot);
+        }
+    return grant(id, begin, end);
+  }
+  auto b = p.blocks.find(clock);
+  if (b == p.blocks.end() && p.next < p.total) b = p.blocks.emplace(clock, CutBlock(c, p, live, cuts)).first;
+  if (b != p.blocks.end()) {
+    WorkPool::Block& blk = b->second;
+    const auto at = std::find(blk.ranks.begin(), blk.ranks.end(), rank);
+    const size_t i = static_cast<size_t>(at - blk.ranks.begin());
+    if (at != blk.ranks.end() && !blk.taken[i]) {
+      const auto [begin, end] = WorkPool::Slot(blk, i);
+      blk.taken[i] = 1;
+      if (begin < end) return grant(c.pool, begin, end);
+    } else if (p.next < p.total) {  // joined after the cut (or its slot went back when it died)
+      const uint64_t begin = p.next, end = std::min<uint64_t>(p.total, p.next + c.max);
+      p.next = end;
+      if (p.next >= p.total) p.last_clock = std::max(p.last_clock, clock);
+      return grant(c.pool, begin, end);
+    }
+  }
+  const bool finished = p.last_clock < clock && p.next >= p.total;
+  *out = {c.pool, 0, 0, finished ? Grant::kFinished : Grant::kWaitNextClock, p.handed()};
+}
+
+WorkPool::Block WorkPools::CutBlock(const WorkClaim& c, WorkPool& p, const std::vector<uint32_t>& live,
+                                    const CutClocks& cuts) {
+  const int64_t clock = c.clock;
+  WorkPool::Block blk;
+  // Every live worker but those already served at this clock (a dead
+  // worker's units).
+  for (uint32_t r : live) {
+    auto held = d_.clock_grants.find(r);
+    if (held == d_.clock_grants.end() ||
+        std::none_of(held->second.begin(), held->second.end(), [&](const ClockGrant& g) { return g.clock == clock; }))
+      blk.ranks.push_back(r);
+  }
+  blk.taken.assign(blk.ranks.size(), 0);
+  blk.per = c.max;
+  blk.begin = p.next;
+  blk.end = std::min<uint64_t>(p.total, p.next + static_cast<uint64_t>(c.max) * blk.ranks.size());
+  if (cuts.MayCutAt(clock)) RecordWorkAt(clock, {c.pool, blk.begin});
+  p.next = blk.end;
+  if (p.next >= p.total) p.last_clock = clock;
+  return blk;
+}
+
+void WorkPools::RecordWorkAt(int64_t clock, WorkPosition at) {
+  d_.work_at[clock] = at;
+  while (d_.work_at.size() > 1024) d_.work_at.erase(d_.work_at.begin());  // a thousand cut clocks back
+}
+
+void WorkPools::ReturnSlots(WorkPool& p, int64_t before_clock, int rank) {
+  for (auto it = p.blocks.begin(); it != p.blocks.end();) {
+    WorkPool::Block& blk = it->second;
+    const bool drop = it->first < before_clock;
+    for (size_t i = 0; i < blk.ranks.size(); ++i) {
+      if (blk.taken[i] || !(drop || static_cast<int>(blk.ranks[i]) == rank)) continue;
+      const auto slot = WorkPool::Slot(blk, i);
+      blk.taken[i] = 1;
+      if (slot.first < slot.second) p.returned.push_back(slot);
+    }
+    it = drop ? p.blocks.erase(it) : std::next(it);
+  }
+}
+
+void WorkPools::ForgetWorkOf(uint32_t rank, bool dead, int64_t counted) {
+  for (auto& [id, pool] : d_.pools) {
+    if (dead) ReturnSlots(pool, INT64_MIN, static_cast<int>(rank));
+    auto it = pool.last.find(rank);
+    if (it == pool.last.end()) continue;
+    if (dead) {
+      LOG_INFO << "work pool " << id << ": units [" << it->second.first << ", " << it->second.second
+               << ") of dead worker " << rank << " go to the others";
+      pool.returned.push_back(it->second);
+    }
+    pool.last.erase(it);
+  }
+  d_.last_claims.erase(rank);  // a new process for this rank numbers its claims from 1
+  auto cg = d_.clock_grants.find(rank);
+  if (cg == d_.clock_grants.end()) return;
+  if (dead) {
+    // `counted`: the clock the servers last counted for it (their
+    // heartbeats are fresher than its silence): its grants of that clock
+    // and later were dropped with its pushes, and go to the others.
+    for (const auto& g : cg->second) {
+      if (g.clock < counted) continue;
+      auto p = d_.pools.find(g.pool);
+      if (p == d_.pools.end()) continue;
+      LOG_INFO << "work pool " << g.pool << ": units [" << g.begin << ", " << g.end << ") of dead worker " << rank
+               << " (clock " << g.clock << ", not counted) go to the others";
+      p->second.returned.emplace_back(g.begin, g.end);
+    }
+  }
+  d_.clock_grants.erase(cg);
+}
+
+void WorkPools::Clear() {
+  d_.pools.clear();
+  d_.clock_grants.clear();
+  d_.work_at.clear();
+  d_.last_claims.clear();
+}
+
+bool WorkPools::PositionAt(int64_t clock, WorkPosition* out, bool* recorded) const {
+  if (auto w = d_.work_at.find(clock); w != d_.work_at.end()) {
+    *out = w->second;
+    *recorded = true;
+    return true;
+  }
+  *recorded = false;
+  if (d_.pools.empty()) return false;
+  *out = {d_.pools.rbegin()->first + 1, 0};  // every pool used up: the next one, from its start
+  for (const auto& [id, p] : d_.pools) {
+    if (p.used_up() && p.last.empty()) continue;
+    *out = {id, p.FirstUndone()};
+    break;
+  }
+  return true;
+}
+
+}  // namespace shardps

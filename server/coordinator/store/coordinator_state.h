@@ -1,0 +1,94 @@
+// The coordinator's durable state (docs/fault-tolerance.md, "The
+// coordinator"): membership, tables, work pools, snapshot history, as one
+// plain struct (DurableState); its encoding, one FlatBuffers value
+// (schema/shardps.fbs, CoordinatorState, format 1); and the RocksDB
+// database under --state-dir that holds it (StateStore). The coordinator
+// rewrites it after every message that changed it and before its replies
+// leave (Coordinator::Commit); a coordinator started on a directory
+// holding a state resumes that job.
+//
+// Thread: a StateStore is used by one thread at a time (the coordinator's
+// Run() thread owns its store).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/coordinator/logic/membership.h"
+#include "server/coordinator/logic/work_pools.h"
+#include "shardps/status.h"
+#include "shardps/types.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace shardps {
+
+struct DurableState {
+  uint32_t num_servers = 0, num_workers = 0, partitions = 0;
+  uint32_t groups = 0;               // replica groups ([job] groups; 0: num_servers)
+  std::vector<TableSpec> tables;     // index = id
+  std::vector<SavedServer> servers;  // one per server rank, added ones too (empty: none saved)
+  std::vector<SavedWorker> workers;  // by worker rank, at most the job's ranks
+  WorkPoolsData work;
+  std::string restore_dir;           // the snapshot the job started from ("": none)
+  int64_t clock_base = 0;            // its clock: snapshot labels are clock_base + clock
+  std::string latest_snapshot_dir;
+  int64_t latest_snapshot_clock = -1;
+  uint32_t snapshots_taken = 0;
+  uint64_t next_update_id = 0;
+  uint64_t membership_version = 0;
+  bool stopping = false;
+  // The shard map after a fail-over: its version and each group's servers
+  // (empty: the job's first map, which a resumed coordinator makes again).
+  uint64_t map_version = 0;
+  std::vector<std::vector<uint32_t>> map_replicas;
+};
+
+// The job a saved state must belong to.
+struct StateShape {
+  uint32_t num_servers = 0;
+  uint32_t num_workers = 0;
+  uint32_t worker_ranks = 0;  // max(num_workers, max_workers)
+  uint32_t groups = 0;        // replica groups (0: num_servers)
+  uint32_t Groups() const { return groups ? groups : num_servers; }
+};
+
+// The FlatBuffers CoordinatorState of `s`.
+std::string EncodeState(const DurableState& s);
+// Decodes and checks a saved value: it must verify, be format 1, be of
+// the job `job` (Conflict otherwise), and every rank, range and clock in
+// it must be one the job can hold (BadMessage naming what is not). On an
+// error `*out` is left as it was.
+Status DecodeState(std::string_view value, const StateShape& job, DurableState* out);
+
+class StateStore {
+ public:
+  // Opens (creating it if missing) the database DIR/coordinator.db;
+  // InvalidArgument when the directory cannot be made or the database not
+  // opened (as when another coordinator holds it).
+  static Status Open(const std::string& dir, std::unique_ptr<StateStore>* out);
+  ~StateStore();
+
+  // The saved state: *found = false (OK) when there is none; an unreadable
+  // or invalid one is an error naming the database, `*out` unchanged.
+  Status Load(const StateShape& job, DurableState* out, bool* found);
+  // Writes `s` through RocksDB's WAL (not fsync: a killed coordinator loses
+  // nothing, a crashed machine may lose the last change). False, logged,
+  // when it could not.
+  bool Save(const DurableState& s);
+  // The job ended: its state is deleted (synced), nothing to resume.
+  void Forget();
+  const std::string& path() const { return path_; }
+
+ private:
+  StateStore();
+  std::unique_ptr<rocksdb::DB> db_;
+  std::string path_;
+};
+
+}  // namespace shardps

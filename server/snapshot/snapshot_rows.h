@@ -1,0 +1,33 @@
+// SnapshotRows: the rows of a restored job, read from the snapshot it
+// restores from (a RowSource for TableSet::Define, server/tables/row_source.h).
+// The manifest is read once, at the first table asked for; each table's
+// partitions are read as the server starts holding them, and a row is
+// written only into the partition it belongs to.
+//
+// Thread: one (the server's event loop).
+#pragma once
+
+#include <string>
+
+#include "server/snapshot/snapshot.h"
+#include "server/tables/row_source.h"
+
+namespace shardps::snapshot {
+
+class SnapshotRows : public RowSource {
+ public:
+  explicit SnapshotRows(std::string snap_dir) : dir_(std::move(snap_dir)) {}
+  const std::string& dir() const { return dir_; }
+
+  bool Covers(const TableSpec& spec) override;
+  Status Fill(const TableSpec& spec, ServerTable& t) override;
+
+ private:
+  Status Load();
+
+  const std::string dir_;
+  Manifest manifest_;
+  bool loaded_ = false;
+};
+
+}  // namespace shardps::snapshot

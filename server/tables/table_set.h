@@ -1,0 +1,77 @@
+// TableSet: the tables this server holds — its partitions of each, by table
+// id — within its memory budget. A table is made when a cluster view first
+// defines it (and filled from a RowSource, the job's snapshot, when the job
+// restores);
+// one that would pass the budget, or whose allocation fails, is refused
+// and never held.
+//
+// Thread: the server's event loop owns it; no locks. SnapshotCut reads the
+// tables (all()) on the same thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "common/cluster/cluster.h"
+#include "server/tables/row_source.h"
+#include "server/tables/table.h"
+#include "shardps/status.h"
+
+namespace shardps {
+
+class TableSet {
+ public:
+  explicit TableSet(uint64_t memory_budget) : budget_(memory_budget) {}
+
+  // The job restores: every table made from now on is filled from `rows`
+  // (the snapshot it restores from, server/snapshot/snapshot_rows.h).
+  void RestoreFrom(std::unique_ptr<RowSource> rows) { restore_ = std::move(rows); }
+  bool restoring() const { return restore_ != nullptr; }
+  // Makes every table of `v` not held or refused yet, holding `held` (the
+  // partitions of every replica group this server has a copy of), and
+  // fills each from the RowSource when the job restores. REQUIRES
+  // v.complete(). Returns why a restore failed (the server cannot serve
+  // then).
+  Status Define(const ClusterView& v, const std::vector<uint32_t>& held);
+  // The partitions server `rank` holds a copy of, by the map of `v`.
+  Status Define(const ClusterView& v, uint32_t rank) {
+    rank_ = rank;
+    return Define(v, v.map.HeldBy(rank));
+  }
+  // Names this server in messages (its rank).
+  void set_rank(uint32_t rank) { rank_ = rank; }
+  // A complete view was defined: requests may be served.
+  bool ready() const { return partitions_ > 0; }
+
+  size_t size() const { return tables_.size(); }
+  ServerTable* get(uint32_t id) const { return id < tables_.size() ? tables_[id].get() : nullptr; }  // null: not held
+  bool refused(uint32_t id) const { return refused_.count(id) > 0; }
+  const std::vector<std::unique_ptr<ServerTable>>& all() const { return tables_; }
+  uint32_t rank() const { return rank_; }
+
+  // Bytes of the tables held now, against the memory budget.
+  uint64_t Bytes() const;
+  // Every table's clock for sparse rows' stamps (ServerTable::SetClock),
+  // and a bounded eviction sweep over them (ServerTable::EvictSome): at
+  // most `max_slots` rows looked at per table.
+  void SetClock(int64_t clock);
+  void EvictSome(uint64_t max_slots);
+  uint64_t budget() const { return budget_; }
+  // A sparse request that would create rows: TooLarge when past this
+  // server's share of the table's max_rows (by its share of the partitions)
+  // or the memory budget.
+  Status CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, uint64_t n) const;
+
+ private:
+  const uint64_t budget_;
+  uint32_t rank_ = 0;
+  uint32_t partitions_ = 0;        // of the shard map (0: none yet)
+  uint64_t owned_partitions_ = 0;  // partitions this server holds (the shard map)
+  std::vector<std::unique_ptr<ServerTable>> tables_;  // by table id
+  std::set<uint32_t> refused_;  // over the budget: not held (requests get TooLarge)
+  std::unique_ptr<RowSource> restore_;  // null: the job does not restore
+};
+
+}  // namespace shardps

@@ -1,0 +1,238 @@
+// ServerTable's sparse rows (server/tables/table.h): made by pushes (after
+// admission), read without being made, stamped by updates and evicted when
+// idle; values in the table's dtype, optimizer state in float32.
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "common/cluster/partition.h"
+#include "common/codec/half.h"
+#include "server/tables/initializer.h"
+#include "server/tables/optimizer.h"
+#include "server/tables/table.h"
+
+namespace shardps {
+
+ServerTable::SparsePart::SparsePart(const TableSpec& spec, uint32_t state_width)
+    : rows(spec.cols, state_width, spec.dtype) {
+  if (spec.admit_after > 1) admission = std::make_unique<AdmissionSketch>();
+}
+
+uint32_t RowStride(const TableSpec& spec) {
+  const bool stamped = spec.kind == TableKind::kSparse && (spec.evict_after_clocks || spec.evict_after_sec);
+  return spec.cols + static_cast<uint32_t>(OptimizerStateWidth(spec)) + (stamped ? 1 : 0);
+}
+
+uint64_t ServerTable::BudgetBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned) {
+  if (spec.kind == TableKind::kDense) return DenseBytes(spec, partitions, owned);
+  if (spec.max_rows == 0 || partitions == 0) return 0;
+  const uint64_t share = static_cast<uint64_t>(
+      (static_cast<unsigned __int128>(spec.max_rows) * owned.size() + partitions - 1) / partitions);
+  const size_t record = SparseRows::RecordBytes(spec.cols, static_cast<uint32_t>(OptimizerStateWidth(spec)), spec.dtype);
+  return share * (record + 8);
+}
+
+uint64_t ServerTable::sparse_record_bytes() const {
+  for (const auto& p : sparse_)
+    if (p) return p->rows.record_bytes();
+  return 0;
+}
+
+uint32_t ServerTable::Stamp() const {
+  if (spec_.evict_after_sec) return static_cast<uint32_t>(std::time(nullptr));
+  // Clocks below 0 (none) and past the stamp's range are clamped; kFreeStamp
+  // is never a stamp.
+  return static_cast<uint32_t>(std::clamp<int64_t>(clock_, 0, SparseRows::kFreeStamp - 1));
+}
+
+void ServerTable::InitialValues(uint64_t id, float* out) const {
+  InitRow(spec_, id, out);
+  const size_t c = spec_.cols;
+  if (spec_.dtype == DType::kBF16) {
+    for (size_t j = 0; j < c; ++j) out[j] = Bf16BitsToFloat(FloatToBf16Bits(out[j]));
+  } else if (spec_.dtype == DType::kF16) {
+    for (size_t j = 0; j < c; ++j) out[j] = F16BitsToFloat(FloatToF16Bits(out[j]));
+  }
+}
+
+void ServerTable::ReadKeysAs(const uint64_t* keys, size_t n, void* out, DType type) const {
+  if (spec_.kind == TableKind::kDense && type != DType::kF32) {
+    std::vector<float> rows(n * spec_.cols);
+    ReadKeys(keys, n, rows.data());
+    if (type == DType::kBF16)
+      FloatToBf16(rows.data(), static_cast<uint16_t*>(out), rows.size());
+    else
+      FloatToF16(rows.data(), static_cast<uint16_t*>(out), rows.size());
+    return;
+  }
+  if (spec_.kind == TableKind::kDense || spec_.dtype == DType::kF32)
+    return ReadKeys(keys, n, static_cast<float*>(out));
+  const size_t c = spec_.cols;
+  auto* dst = static_cast<uint16_t*>(out);
+  std::vector<float> init;  // an absent id's initial values
+  for (size_t i = 0; i < n; ++i, dst += c) {
+    const SparsePart& part = SparseOf(keys[i]);
+    const uint32_t slot = part.rows.Find(keys[i]);
+    if (slot != SparseRows::kNone) {
+      std::memcpy(dst, part.rows.values(slot), c * sizeof(uint16_t));
+      continue;
+    }
+    init.resize(c);
+    InitRow(spec_, keys[i], init.data());
+    if (spec_.dtype == DType::kBF16)
+      FloatToBf16(init.data(), dst, c);
+    else
+      FloatToF16(init.data(), dst, c);
+  }
+}
+
+uint64_t ServerTable::CountCreated(const uint64_t* keys, size_t n, uint64_t* bytes) const {
+  // Distinct absent ids, by partition: a repeated id is made once.
+  std::vector<uint64_t> absent;
+  for (size_t i = 0; i < n; ++i) {
+    const SparsePart& part = SparseOf(keys[i]);
+    if (part.rows.Find(keys[i]) != SparseRows::kNone) continue;
+    if (part.admission && part.admission->Estimate(keys[i]) + 1 < spec_.admit_after) continue;
+    absent.push_back(keys[i]);
+  }
+  std::sort(absent.begin(), absent.end());
+  absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
+  // Bytes per partition: its records' and index's growth.
+  std::sort(absent.begin(), absent.end(), [&](uint64_t a, uint64_t b) { return PartitionOfKey(a) < PartitionOfKey(b); });
+  *bytes = 0;
+  for (size_t i = 0; i < absent.size();) {
+    const uint32_t p = PartitionOfKey(absent[i]);
+    size_t j = i;
+    while (j < absent.size() && PartitionOfKey(absent[j]) == p) ++j;
+    *bytes += sparse_[p]->rows.BytesToAdd(j - i);
+    i = j;
+  }
+  return absent.size();
+}
+
+uint32_t ServerTable::SparseRowForUpdate(SparsePart& part, uint64_t id) {
+  const uint32_t found = part.rows.Find(id);
+  if (found != SparseRows::kNone) return found;
+  if (part.admission && part.admission->Add(id) < spec_.admit_after) {
+    ++counts_.not_admitted;
+    return SparseRows::kNone;
+  }
+  const uint64_t before = part.rows.bytes();
+  const uint32_t slot = part.rows.Insert(id);
+  bytes_ += part.rows.bytes() - before;
+  ++sparse_rows_;
+  ++counts_.created;
+  float* w = row_scratch_.data();
+  InitRow(spec_, id, w);
+  part.rows.StoreValues(slot, w);
+  InitOptimizerState(spec_, part.rows.state(slot), 1);
+  return slot;
+}
+
+void ServerTable::ApplySparseKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale) {
+  const size_t c = spec_.cols;
+  const uint32_t stamp = Stamp();
+  float* w = row_scratch_.data();
+  for (size_t i = 0; i < n; ++i) {
+    SparsePart& part = SparseOf(keys[i]);
+    const uint32_t slot = SparseRowForUpdate(part, keys[i]);
+    if (slot == SparseRows::kNone) continue;
+    if (spec_.dtype == DType::kF32) {
+      ApplyOptimizer(spec_, static_cast<float*>(part.rows.values(slot)), part.rows.state(slot), g + i * c, 1, scale,
+                     lr_scale);
+    } else {
+      part.rows.LoadValues(slot, w);
+      ApplyOptimizer(spec_, w, part.rows.state(slot), g + i * c, 1, scale, lr_scale);
+      part.rows.StoreUpdatedValues(slot, w);
+    }
+    part.rows.set_stamp(slot, stamp);
+  }
+}
+
+uint64_t ServerTable::EvictSome(uint64_t max_slots) {
+  const uint32_t limit = spec_.evict_after_clocks ? spec_.evict_after_clocks : spec_.evict_after_sec;
+  if (spec_.kind != TableKind::kSparse || limit == 0 || partitions_ == 0) return 0;
+  const uint32_t now = Stamp();
+  uint64_t removed = 0, looked = 0;
+  // From the partition the last call stopped in, each to its end before the
+  // next (one not held hands on at once).
+  for (uint32_t visited = 0; visited <= partitions_ && looked < max_slots; ++visited) {
+    const uint32_t p = sweep_partition_;
+    SparsePart* part = sparse_[p].get();
+    if (part && part->sweep < part->rows.slots()) {
+      const uint32_t slots = part->rows.slots();
+      const uint64_t before = part->rows.bytes();
+      for (; part->sweep < slots && looked < max_slots; ++part->sweep, ++looked) {
+        if (!part->rows.live(part->sweep)) continue;
+        const uint32_t s = part->rows.stamp(part->sweep);
+        if (now > s && now - s >= limit) {
+          part->rows.Erase(part->sweep);
+          ++removed;
+        }
+      }
+      bytes_ = bytes_ - before + part->rows.bytes();  // the free list may have grown
+    }
+    if (!part || part->sweep >= part->rows.slots()) {  // done with it: the next, from its start
+      if (part) part->sweep = 0;
+      sweep_partition_ = (p + 1) % partitions_;
+    }
+  }
+  sparse_rows_ -= removed;
+  counts_.evicted += removed;
+  return removed;
+}
+
+void ServerTable::ExportSparse(uint32_t p, PartitionData* d) const {
+  const SparsePart& part = *sparse_[p];
+  const uint32_t c = spec_.cols, sw = static_cast<uint32_t>(state_width_), stride = d->stride;
+  std::vector<std::pair<uint64_t, uint32_t>> ids;
+  ids.reserve(part.rows.size());
+  for (uint32_t s = 0; s < part.rows.slots(); ++s)
+    if (part.rows.live(s)) ids.emplace_back(part.rows.id(s), s);
+  std::sort(ids.begin(), ids.end());
+  d->rows.resize(ids.size());
+  d->values.resize(ids.size() * stride);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    d->rows[i] = ids[i].first;
+    float* row = &d->values[i * stride];
+    part.rows.LoadValues(ids[i].second, row);
+    std::memcpy(row + c, part.rows.state(ids[i].second), sw * sizeof(float));
+    if (stride > c + sw) {  // the stamp's 32 bits, as they are (not a number)
+      const uint32_t stamp = part.rows.stamp(ids[i].second);
+      std::memcpy(row + c + sw, &stamp, 4);
+    }
+  }
+  if (part.admission) d->admission = part.admission->Serialize();
+}
+
+void ServerTable::ImportSparse(uint64_t id, const float* values) {
+  SparsePart& part = SparseOf(id);
+  uint32_t slot = part.rows.Find(id);
+  if (slot == SparseRows::kNone) {
+    const uint64_t before = part.rows.bytes();
+    slot = part.rows.Insert(id);
+    bytes_ += part.rows.bytes() - before;
+    ++sparse_rows_;
+  }
+  const size_t c = spec_.cols, sw = state_width_;
+  part.rows.StoreValues(slot, values);
+  std::memcpy(part.rows.state(slot), values + c, sw * sizeof(float));
+  if (RowStride(spec_) > c + sw) {
+    uint32_t stamp;
+    std::memcpy(&stamp, values + c + sw, 4);
+    part.rows.set_stamp(slot, stamp == SparseRows::kFreeStamp ? 0 : stamp);
+  }
+}
+
+bool ServerTable::ImportAdmission(uint32_t partition, const std::string& bytes) {
+  if (spec_.kind != TableKind::kSparse || partition >= partitions_ || !sparse_[partition] ||
+      !sparse_[partition]->admission)
+    return false;
+  AdmissionSketch& a = *sparse_[partition]->admission;
+  const uint64_t before = a.bytes();
+  if (!a.Deserialize(bytes)) return false;
+  bytes_ += a.bytes() - before;
+  return true;
+}
+
+}  // namespace shardps
