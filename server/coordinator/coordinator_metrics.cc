@@ -83,10 +83,10 @@ void CoordinatorMetrics::Publish(const Membership& m) {
 }
 
 void CoordinatorMetrics::Reported::Update(uint64_t total) {
-  // Totals since the worker's start (WorkerStarted set `last` to 0 for a new
-  // process). A total below the last one adds nothing: a counter never goes
-  // down.
-  if (total > last) counter->Add(total - last);
+  // Totals since the worker's start: WorkerStarted set `last` to 0 for a
+  // new process; a total below the last one is a new process the
+  // registration did not tell (WorkerStarted), counting from 0 too.
+  counter->Add(total >= last ? total - last : total);
   last = total;
 }
 

@@ -34,7 +34,10 @@ class CoordinatorMetrics {
   void WorkerStats(int rank, uint64_t lookups, uint64_t hits, uint64_t samples);
   // A new process registered as worker `rank` (a restart, or a rank joining
   // the running job): its totals start again at 0, and its counters go on
-  // from where its predecessor's stopped.
+  // from where its predecessor's stopped. A restart the coordinator cannot
+  // tell from the registration (the same host and pid: a container
+  // restarted within the heartbeat timeout) shows as a total below the
+  // last one, and is counted as one too.
   void WorkerStarted(int rank);
   void SnapshotCompleted(double ms);
   void SnapshotFailed();

@@ -105,14 +105,14 @@ TEST(CoordinatorMetrics, AWorkersCountsAreItsLatestTotals) {
   EXPECT_NE(text.find("shardps_worker_samples_total{worker=\"0\"} 1468"), std::string::npos) << text;
 }
 
-TEST(CoordinatorMetrics, ATotalBelowTheLastWithoutARestartAddsNothing) {
+TEST(CoordinatorMetrics, ARestartTheRegistrationDidNotTellShowsAsAFallingTotal) {
   metrics::Registry r;
   CoordinatorMetrics m(&r, 1);
   m.WorkerStats(0, 0, 0, 300);
-  m.WorkerStats(0, 0, 0, 200);  // (not a new process: it did not register)
+  m.WorkerStats(0, 0, 0, 200);  // a new process with the old one's host and pid: no WorkerStarted
   m.WorkerStats(0, 0, 0, 250);
   const std::string text = r.Render();
-  EXPECT_NE(text.find("shardps_worker_samples_total{worker=\"0\"} 350"), std::string::npos) << text;
+  EXPECT_NE(text.find("shardps_worker_samples_total{worker=\"0\"} 550"), std::string::npos) << text;
 }
 
 }  // namespace

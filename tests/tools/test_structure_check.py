@@ -57,6 +57,21 @@ def test_a_bad_include_is_named_with_the_rule(tree, path, include, rule):
     assert f'includes "{include}": {rule}' in bad[0]
 
 
+def test_a_bracketed_include_of_a_project_folder_counts_too(tree):
+    add_line(tree / "server/tables/admission.h", "#include <server/snapshot/snapshot.h>")
+    r = check(tree)
+    assert r.returncode == 1
+    assert 'server/tables/admission.h' in r.stdout and 'includes "server/snapshot/snapshot.h"' in r.stdout
+
+
+def test_cpp_in_an_unchecked_top_level_folder(tree):
+    (tree / "plugins").mkdir()
+    (tree / "plugins/x.cc").write_text('#include "server/server.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert "plugins/: C++ outside client/, common/, server/ and worker/" in r.stdout
+
+
 def test_a_socket_in_a_folder_without_sockets(tree):
     add_line(tree / "server/tables/admission.h", "inline void Listen(zmq::socket_t& s) {}", after="namespace shardps {\n")
     r = check(tree)
