@@ -68,6 +68,15 @@ std::span<const uint64_t> Ids(const py::array& ids) {
     throw py::type_error("ids must be a 1-d uint64 (or int64) array, got dtype " + std::string(py::str(ids.dtype())) +
                          " with " + std::to_string(ids.ndim()) + " dimensions");
   if (!(ids.flags() & py::array::c_style)) throw py::value_error("ids must be C-contiguous");
+  if (ids.dtype().kind() == 'i') {
+    // An int64 id below 0 would be read as a uint64 near 2^64: refused, as
+    // the torch modules refuse it.
+    const auto* v = static_cast<const int64_t*>(ids.data());
+    for (py::ssize_t i = 0; i < ids.size(); ++i)
+      if (v[i] < 0)
+        throw py::index_error("id " + std::to_string(v[i]) + " at position " + std::to_string(i) +
+                              " is negative (ids are uint64, or int64 >= 0)");
+  }
   return {static_cast<const uint64_t*>(ids.data()), static_cast<size_t>(ids.size())};
 }
 

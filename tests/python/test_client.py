@@ -132,6 +132,12 @@ def test_arrays_are_refused_with_a_reason(cluster_factory):
             ps.pull(w, out=ro)
         with pytest.raises(TypeError, match="uint64"):
             ps.pull(w, ids=np.array([1.0, 2.0]))
+        e = ps.create_table("e", cols=2, kind="sparse")
+        with pytest.raises(IndexError, match=r"id -1 at position 1 is negative \(ids are uint64, or int64 >= 0\)"):
+            ps.pull(e, ids=np.array([3, -1]))
+        with pytest.raises(IndexError, match="is negative"):
+            ps.push(e, np.zeros((1, 2), np.float32), ids=np.array([-5]))
+        assert ps.pull(e, ids=np.array([3, 1 << 62])).shape == (2, 2)  # int64 >= 0 is fine
         with pytest.raises(ValueError, match="non-empty range"):
             ps.pull(w, rows=(3, 9))
         with pytest.raises(ValueError, match="optimizer must be one of"):

@@ -182,6 +182,17 @@ def test_create_table_embedding_options(ps):
         ps.create_table("bf", kind="sparse", cols=8, dtype="f16", admit_after=3, evict_after_clocks=10)
 
 
+def test_a_16_bit_table_takes_and_gives_float32_arrays(ps):
+    t = ps.create_table("b16", kind="sparse", cols=4, dtype="bf16", init="constant", value=1.0, optimizer="sgd",
+                        lr=1.0)
+    ids = np.array([5, 9], np.uint64)
+    ps.push(t, np.full((2, 4), 1.0 / 3.0, np.float32), ids=ids)
+    ps.clock()  # (sync: applied when the clock completes)
+    got = ps.pull(t, ids=ids)
+    assert got.dtype == np.float32 and got.shape == (2, 4)
+    np.testing.assert_allclose(got, np.full((2, 4), 2.0 / 3.0), atol=1.0 / 128)  # bf16: 8 significant bits
+
+
 def test_admit_after_drops_the_first_pushes(ps):
     emb = shardps.torch.Embedding(ps, "a", dim=2, init="zeros", optimizer="sgd", lr=1.0, admit_after=2)
     ids = torch.tensor([5])
