@@ -20,6 +20,7 @@
 #include "client/io_thread.h"
 #include "client/request_split.h"
 #include "client/row_cache.h"
+#include "common/net/net.h"
 #include "common/net/security.h"
 
 namespace shardps {
@@ -439,6 +440,8 @@ Status Client::Connect(const ClientOptions& options, std::unique_ptr<Client>* ou
     return Status::InvalidArgument("timeouts must be > 0");
   if (options.max_message_bytes < 4096)
     return Status::InvalidArgument("max_message_bytes must be at least 4096");
+  if (Status e = CheckConnectEndpoint(options.coordinator); !e.ok())
+    return Status::InvalidArgument("coordinator " + e.message());
   auto impl = std::make_unique<detail::ClientImpl>(options);
   Status s = impl->Start();
   if (s.ok()) s = impl->Join();

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -95,6 +96,28 @@ Status ResolveIPv4(const std::string& host, sockaddr_in* out) {
   return Status::OK();
 }
 }  // namespace
+
+Status CheckConnectEndpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return Status::OK();
+  std::string host, port;
+  if (!SplitTcp(endpoint, &host, &port))
+    return Status::InvalidArgument("'" + endpoint + "' is not tcp://HOST:PORT (or ipc://PATH)");
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p < 1 || p > 65535)
+    return Status::InvalidArgument("'" + endpoint + "': port '" + port + "' is not a number in 1..65535");
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (res) freeaddrinfo(res);
+  if (rc != 0)
+    return Status::InvalidArgument("'" + endpoint + "': host '" + host + "' does not resolve (" + gai_strerror(rc) +
+                                   ")");
+  return Status::OK();
+}
 
 std::string HostName() {
   char buf[256] = {};

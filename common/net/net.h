@@ -42,6 +42,11 @@ std::string LastEndpoint(zmq::socket_t& s);  // AdvertisedEndpoint without hints
 Status LocalAddressTowards(const std::string& endpoint, std::string* addr);
 // This host's name (gethostname), for status reports.
 std::string HostName();
+// An endpoint to connect to, checked before any wait on it: tcp://HOST:PORT
+// whose HOST resolves (a name, IPv4, or [IPv6]) and whose PORT is a number
+// in 1..65535; ipc:// and inproc:// endpoints pass as they are. Says what
+// is wrong, naming the host that does not resolve.
+Status CheckConnectEndpoint(const std::string& endpoint);
 
 // Lets the process keep large freed blocks for reuse instead of returning
 // them to the kernel, so a 16 MB message buffer does not page-fault anew on

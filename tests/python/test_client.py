@@ -144,6 +144,16 @@ def test_arrays_are_refused_with_a_reason(cluster_factory):
             ps.create_table("x", rows=1, optimizer="rmsprop")
 
 
+def test_a_coordinator_host_that_does_not_resolve_is_named_at_once():
+    # (.invalid never resolves, RFC 2606; the connect is refused before any wait)
+    with pytest.raises(shardps.InvalidArgumentError,
+                       match=r"coordinator 'tcp://no-such-host\.invalid:5555': host 'no-such-host\.invalid' "
+                             r"does not resolve"):
+        shardps.connect("tcp://no-such-host.invalid:5555", timeout=60)
+    with pytest.raises(shardps.InvalidArgumentError, match=r"port '0' is not a number in 1\.\.65535"):
+        shardps.connect("tcp://127.0.0.1:0")
+
+
 def test_errors_become_exceptions_of_their_class(cluster_factory):
     c = cluster_factory(servers=1, consistency="async")
     with shardps.connect(c.endpoint) as ps:
