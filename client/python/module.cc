@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -61,6 +62,34 @@ float* Floats(const py::array& a, uint64_t floats, uint64_t rows, uint32_t cols,
                           std::to_string(cols) + ") or (" + std::to_string(floats) + ",)");
   }
   return static_cast<float*>(const_cast<void*>(a.data()));
+}
+
+// A TableSpec as Python shows it: its fields in keyword form, those left at
+// their defaults omitted (the optimizer's own ones shown with it).
+std::string SpecRepr(const TableSpec& s) {
+  auto num = [](float v) {  // the shortest text that reads back as this float
+    char buf[32];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+  };
+  std::string r = "TableSpec(name='" + s.name + "', kind=" + std::string(ToString(s.kind));
+  if (s.kind == TableKind::kDense) r += ", rows=" + std::to_string(s.rows);
+  r += ", cols=" + std::to_string(s.cols) + ", init=" + std::string(ToString(s.init));
+  if (s.init != InitKind::kZeros) r += "(" + num(s.init_a) + ", " + num(s.init_b) + ")";
+  if (s.seed) r += ", seed=" + std::to_string(s.seed);
+  r += ", optimizer=" + std::string(ToString(s.optimizer)) + ", lr=" + num(s.lr);
+  if (s.optimizer == OptimizerKind::kMomentum) r += ", momentum=" + num(s.momentum);
+  if (s.optimizer == OptimizerKind::kAdam)
+    r += ", beta1=" + num(s.beta1) + ", beta2=" + num(s.beta2) + ", eps=" + num(s.eps);
+  if (s.optimizer == OptimizerKind::kAdagrad)
+    r += ", eps=" + num(s.eps) + ", initial_accumulator=" + num(s.initial_accumulator);
+  if (s.max_rows) r += ", max_rows=" + std::to_string(s.max_rows);
+  if (s.dtype != DType::kF32) r += ", dtype=" + std::string(ToString(s.dtype));
+  if (s.admit_after) r += ", admit_after=" + std::to_string(s.admit_after);
+  if (s.evict_after_clocks) r += ", evict_after_clocks=" + std::to_string(s.evict_after_clocks);
+  if (s.evict_after_sec) r += ", evict_after_sec=" + std::to_string(s.evict_after_sec);
+  if (s.wire.dtype != DType::kF32) r += ", wire_dtype=" + std::string(ToString(s.wire.dtype));
+  if (s.wire.compress != Compression::kNone) r += ", compress=" + std::string(ToString(s.wire.compress));
+  return r + ")";
 }
 
 std::span<const uint64_t> Ids(const py::array& ids) {
@@ -361,7 +390,8 @@ PYBIND11_MODULE(_shardps, m) {
       .def_property(
           "topk_fraction", [](const TableSpec& s) { return s.wire.topk_fraction; },
           [](TableSpec& s, float f) { s.wire.topk_fraction = f; })
-      .def("validate", [](const TableSpec& s) { Check(s.Validate()); });
+      .def("validate", [](const TableSpec& s) { Check(s.Validate()); })
+      .def("__repr__", &SpecRepr);
 
   py::class_<Table>(m, "Table")
       .def_readonly("id", &Table::id)

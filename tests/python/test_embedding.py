@@ -162,6 +162,12 @@ def test_bad_inputs_raise_clear_errors(ps):
 def test_create_table_embedding_options(ps):
     t = ps.create_table("bf", kind="sparse", cols=8, dtype="bf16", admit_after=3, evict_after_clocks=10)
     assert t.dtype == "bf16" and "bf16" in repr(t)
+    assert repr(t.spec) == ("TableSpec(name='bf', kind=sparse, cols=8, init=zeros, optimizer=sgd, lr=0.01, "
+                            "dtype=bf16, admit_after=3, evict_after_clocks=10)")
+    assert repr(ps.create_table("ad", rows=3, cols=2, init="uniform", low=-0.05, high=0.05, optimizer="adagrad",
+                                lr=0.05).spec) == \
+        ("TableSpec(name='ad', kind=dense, rows=3, cols=2, init=uniform(-0.05, 0.05), optimizer=adagrad, lr=0.05, "
+         "eps=1e-08, initial_accumulator=0)")
     assert (t.spec.dtype, t.spec.admit_after, t.spec.evict_after_clocks, t.spec.evict_after_sec) == \
         (shardps._ext.DType.bf16, 3, 10, 0)
     assert ps.create_table("h", kind="sparse", cols=8, dtype="f16", evict_after_sec=60).spec.evict_after_sec == 60
