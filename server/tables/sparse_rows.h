@@ -46,6 +46,21 @@ class SparseRows {
 
   // The slot holding `id`, or kNone.
   uint32_t Find(uint64_t id) const;
+  // Memory hints for a run of lookups, a few ids ahead of Find (they change
+  // nothing): the index entry `id` hashes to, and then, once that entry is
+  // near, the record it names (every cache line of it). A lookup is two
+  // dependent misses (the index, then the record's id); issued ahead, the
+  // misses of several ids overlap.
+  void PrefetchIndex(uint64_t id) const {
+    if (!index_.empty()) __builtin_prefetch(&index_[Home(id)]);
+  }
+  void PrefetchRecord(uint64_t id) const {
+    if (index_.empty()) return;
+    const uint32_t s = index_[Home(id)];
+    if (s == kEmpty) return;
+    const uint8_t* r = Record(s);
+    for (size_t off = 0; off < record_; off += 64) __builtin_prefetch(r + off);
+  }
   // A new row for `id` (REQUIRES Find(id) == kNone), its stamp 0, its state
   // and values unset (the caller initialises both). Reuses a free slot
   // before it allocates.

@@ -287,6 +287,7 @@ void ServerTable::ReadKeys(const uint64_t* keys, size_t n, float* out) const {
   const size_t c = spec_.cols;
   if (spec_.kind == TableKind::kSparse) {
     for (size_t i = 0; i < n; ++i) {
+      PrefetchAhead(keys, n, i);
       const SparsePart& part = SparseOf(keys[i]);
       const uint32_t slot = part.rows.Find(keys[i]);
       if (slot == SparseRows::kNone)

@@ -220,6 +220,14 @@ class ServerTable {
   void ForEachSegment(uint64_t begin, uint64_t end, Fn&& fn) const;
   DensePart& DenseOf(uint64_t row) const;
   SparsePart& SparseOf(uint64_t id) const { return *sparse_[PartitionOfKey(id)]; }
+  // At key i of a run over keys[0, n): the index entries of the key
+  // kPrefetchIndex ahead and the records of the key kPrefetchRecord ahead
+  // (SparseRows::PrefetchIndex, PrefetchRecord).
+  void PrefetchAhead(const uint64_t* keys, size_t n, size_t i) const {
+    if (i + kPrefetchIndex < n) SparseOf(keys[i + kPrefetchIndex]).rows.PrefetchIndex(keys[i + kPrefetchIndex]);
+    if (i + kPrefetchRecord < n) SparseOf(keys[i + kPrefetchRecord]).rows.PrefetchRecord(keys[i + kPrefetchRecord]);
+  }
+  static constexpr size_t kPrefetchIndex = 16, kPrefetchRecord = 8;
   // The row of `id` for an update: made if absent and admitted (its
   // initial values and state); kNone when not admitted (counted).
   uint32_t SparseRowForUpdate(SparsePart& part, uint64_t id);

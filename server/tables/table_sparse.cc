@@ -71,6 +71,7 @@ void ServerTable::ReadKeysAs(const uint64_t* keys, size_t n, void* out, DType ty
   auto* dst = static_cast<uint16_t*>(out);
   std::vector<float> init;  // an absent id's initial values
   for (size_t i = 0; i < n; ++i, dst += c) {
+    PrefetchAhead(keys, n, i);
     const SparsePart& part = SparseOf(keys[i]);
     const uint32_t slot = part.rows.Find(keys[i]);
     if (slot != SparseRows::kNone) {
@@ -134,6 +135,7 @@ void ServerTable::ApplySparseKeys(const uint64_t* keys, size_t n, const float* g
   const uint32_t stamp = Stamp();
   float* w = row_scratch_.data();
   for (size_t i = 0; i < n; ++i) {
+    PrefetchAhead(keys, n, i);
     SparsePart& part = SparseOf(keys[i]);
     const uint32_t slot = SparseRowForUpdate(part, keys[i]);
     if (slot == SparseRows::kNone) continue;
