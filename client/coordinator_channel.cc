@@ -32,7 +32,7 @@ Status CoordinatorChannel::Ask(flatbuffers::FlatBufferBuilder& fbb, wire::Fields
   io_.Enqueue(std::move(o));
   Request request = MakeRequest(call);
   const auto start = Clock::now(), deadline = start + timeout + Millis(1000);
-  WaitNote note("coordinator " + opts_.coordinator, std::string(what), start, deadline);
+  WaitNote note("coordinator", opts_.coordinator, what, start, deadline);
   Status s;
   for (;;) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());

@@ -81,7 +81,7 @@ Status ServerStart::Register(const std::string& endpoint, uint64_t request_id, u
   std::vector<uint64_t> scratch;
   const KeyFile* key = opts_.security.enabled ? &opts_.security.key : nullptr;
   int drops = 0;  // handshakes dropped in a row
-  WaitNote note("coordinator " + opts_.coordinator, "this server's registration", Clock::now(), deadline);
+  WaitNote note("coordinator", opts_.coordinator, "this server's registration", Clock::now(), deadline);
   while (Clock::now() < deadline) {
     if (stop && stop->load())
       return Status::Unavailable("stopped (SIGINT or SIGTERM) while waiting for coordinator " + opts_.coordinator +

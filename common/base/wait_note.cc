@@ -17,7 +17,8 @@ std::string WaitNote::Line(Clock::time_point now) const {
   using std::chrono::duration_cast;
   const int64_t waited = duration_cast<Millis>(now - start_).count();
   const int64_t rest = std::max<int64_t>(0, duration_cast<Millis>(deadline_ - now).count());
-  return "waiting for " + who_ + " to answer " + what_ + ": no answer for " + std::to_string(waited / 1000) +
+  return "waiting for " + std::string(role_) + " " + std::string(endpoint_) + " to answer " + std::string(what_) +
+         ": no answer for " + std::to_string(waited / 1000) +
          " s; giving up in " + std::to_string((rest + 500) / 1000) + " s (at " + UtcClockIn(rest) + ")";
 }
 

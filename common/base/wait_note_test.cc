@@ -7,7 +7,7 @@ namespace {
 
 TEST(WaitNoteTest, SaysOnceAfterThreeSecondsWhoWhatAndWhenItGivesUp) {
   const auto start = Clock::now();
-  WaitNote note("coordinator tcp://127.0.0.1:7000", "this server's registration", start, start + Millis(60000));
+  WaitNote note("coordinator", "tcp://127.0.0.1:7000", "this server's registration", start, start + Millis(60000));
   EXPECT_FALSE(note.Check(start));
   EXPECT_FALSE(note.Check(start + WaitNote::kAfter - Millis(1)));
   const std::string line = note.Line(start + WaitNote::kAfter);
@@ -21,7 +21,7 @@ TEST(WaitNoteTest, SaysOnceAfterThreeSecondsWhoWhatAndWhenItGivesUp) {
 
 TEST(WaitNoteTest, APassedDeadlineSaysZeroLeft) {
   const auto start = Clock::now();
-  const WaitNote note("coordinator c", "a barrier", start, start + Millis(2000));
+  const WaitNote note("coordinator", "c", "a barrier", start, start + Millis(2000));
   EXPECT_NE(note.Line(start + Millis(4000)).find("giving up in 0 s"), std::string::npos);
 }
 
