@@ -495,6 +495,26 @@ Request Client::Pull(const Table& t, std::span<const uint64_t> keys, std::span<f
 Status Client::Clock(bool trained) { return impl_->ClockAsync(trained).Wait(); }
 Request Client::ClockAsync(bool trained) { return impl_->ClockAsync(trained); }
 Status Client::Barrier(std::chrono::milliseconds timeout) { return impl_->channel_.Barrier(timeout); }
+HeldRequests Client::HoldRequests() {
+  impl_->io_.Hold();
+  return HeldRequests(impl_.get());
+}
+
+void HeldRequests::Release() {
+  if (!impl_) return;
+  impl_->io_.Release();
+  impl_ = nullptr;
+}
+
+HeldRequests& HeldRequests::operator=(HeldRequests&& o) noexcept {
+  if (this != &o) {
+    Release();
+    impl_ = o.impl_;
+    o.impl_ = nullptr;
+  }
+  return *this;
+}
+
 void Client::AddSamples(uint64_t n) {
   if (impl_->self_.worker()) impl_->self_.samples.fetch_add(n, std::memory_order_relaxed);
 }

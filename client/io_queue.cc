@@ -19,8 +19,9 @@ void IoThread::Enqueue(Outgoing&& o, Finish&& finish) {
     }
     if (o.kind == Outgoing::kStop) stopping_ = true;
     finish(o);
-    wake = asleep_;
-    asleep_ = false;  // (one wake is enough: it drains the whole queue)
+    // (Held: the release wakes it; the stop goes at once.)
+    wake = asleep_ && (holds_ == 0 || stopping_);
+    if (wake) asleep_ = false;  // (one wake is enough: it drains the whole queue)
     queue_.push_back(std::move(o));
   }
   if (wake) {
@@ -73,14 +74,34 @@ void IoThread::SetMap(std::shared_ptr<const ShardMap> map) {
 void IoThread::TakeQueued(std::deque<Outgoing>* batch) {
   std::lock_guard<std::mutex> lock(queue_mu_);
   asleep_ = false;
-  batch->swap(queue_);
+  if (holds_ == 0 || stopping_) batch->swap(queue_);
 }
 
 bool IoThread::PrepareToSleep() {
   std::lock_guard<std::mutex> lock(queue_mu_);
-  if (!queue_.empty()) return false;
+  if (!queue_.empty() && (holds_ == 0 || stopping_)) return false;
   asleep_ = true;
   return true;
+}
+
+void IoThread::Hold() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  ++holds_;
+}
+
+void IoThread::Release() {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (holds_ > 0) --holds_;
+    wake = holds_ == 0 && asleep_ && !queue_.empty();
+    if (wake) asleep_ = false;
+  }
+  if (wake) {
+    uint64_t one = 1;
+    ssize_t n = ::write(efd_, &one, sizeof one);
+    (void)n;
+  }
 }
 
 }  // namespace shardps::detail

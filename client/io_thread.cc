@@ -10,6 +10,7 @@
 
 #include "client/row_cache.h"
 #include "common/base/log.h"
+#include "common/codec/envelope.h"
 #include "common/net/handshake.h"
 
 namespace shardps::detail {
@@ -74,6 +75,13 @@ struct IoLoop {
   // A heartbeat's answer carrying the cluster view (a fail-over).
   void OnClusterView(const wire::Header& h);
   void Send(Outgoing& o);
+  // Sends what Send gathered for each server: one message each (an
+  // envelope of its requests when it has several). Called at the end of
+  // every pass that may have sent, and before the server list or the map
+  // changes.
+  void FlushOut();
+  // A message to `target` that ZeroMQ would not take: its requests fail.
+  void SendFailed(int target, const Status& st, const std::vector<uint64_t>& ids);
   // Sends the deferred requests no earlier push is unanswered for, in order.
   void SendDeferred();
   void OnReply(std::vector<zmq::message_t>& frames, int from);
@@ -101,6 +109,16 @@ struct IoLoop {
   std::vector<uint64_t> scratch;
   std::vector<zmq::message_t> frames;  // the message being received
   std::vector<uint8_t> check;  // per socket (0: the coordinator, 1 + r: server r): read it before sleeping
+  // Requests gathered per server rank until FlushOut: their frames, their
+  // ids (failed together when the send fails), the ranks holding some.
+  struct Out {
+    wire::EnvelopeBuilder env;
+    std::vector<uint64_t> ids;
+  };
+  std::vector<Out> out;
+  std::vector<int> out_queued;
+  flatbuffers::FlatBufferBuilder env_fbb;
+  std::vector<zmq::message_t> out_frames;  // scratch: the message being sent
 };
 
 // ---- IoThread: the callers' side ----
@@ -219,8 +237,10 @@ void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
     if (o.kind == Outgoing::kStop) {
       *stop = true;
     } else if (o.kind == Outgoing::kConnect) {
+      FlushOut();
       ConnectServers(o.endpoints);
     } else if (o.kind == Outgoing::kMap) {
+      FlushOut();
       ApplyMap(std::move(o.map));
     } else if (o.after_pushes || (!deferred.empty() && o.target >= 0)) {
       // Behind the pushes sent so far (and a server's request behind what
@@ -233,6 +253,7 @@ void IoLoop::RunQueued(std::deque<Outgoing>& batch, bool* stop) {
     }
   }
   batch.clear();
+  FlushOut();
 }
 
 void IoLoop::SendDeferred() {
@@ -246,11 +267,12 @@ void IoLoop::SendDeferred() {
     const uint64_t after = d.after;
     if (after > 0 &&
         std::any_of(pending.begin(), pending.end(), [&](const auto& p) { return p.second.push && p.second.order <= after; }))
-      return;
+      break;
     Outgoing o = std::move(deferred.front().o);
     deferred.pop_front();
     Send(o);
   }
+  FlushOut();
 }
 
 bool IoLoop::ReceiveAll(uint64_t* read) {
@@ -443,24 +465,53 @@ void IoLoop::Send(Outgoing& o) {
                                         o.group, ++sends, {}, o.push};
   if (o.group >= 0 && o.resendable && map && map->ReplicaStride() > 1)  // kept to be sent again after a fail-over
     for (auto& f : o.frames) p.frames.emplace_back().copy(f);
+  if (o.target >= 0) {
+    // Gathered with the server's other requests of this pass (FlushOut).
+    out.resize(std::max(out.size(), servers.size()));
+    Out& q = out[static_cast<size_t>(o.target)];
+    if (!q.env.Fits(o.frames.size())) FlushOut();
+    if (q.env.empty()) out_queued.push_back(o.target);
+    q.env.Add(o.frames);
+    q.ids.push_back(o.request_id);
+    return;
+  }
   Check(o.target);
   Status st = SendMultipart(*s, o.frames);
-  if (st.ok()) return;
+  if (!st.ok()) SendFailed(o.target, st, {o.request_id});
+}
+
+void IoLoop::FlushOut() {
+  for (int target : out_queued) {
+    Out& q = out[static_cast<size_t>(target)];
+    out_frames.clear();
+    q.env.Take(env_fbb, &out_frames);
+    Check(target);
+    Status st = SendMultipart(servers[static_cast<size_t>(target)], out_frames);
+    if (!st.ok()) SendFailed(target, st, q.ids);
+    q.ids.clear();
+  }
+  out_queued.clear();
+}
+
+void IoLoop::SendFailed(int target, const Status& st, const std::vector<uint64_t>& ids) {
+  zmq::socket_t& s = target < 0 ? coord : servers[static_cast<size_t>(target)];
   // A handshake that failed with a protocol error (a refused key, no key at
   // a job with security on) takes the socket's pipe away, so the send would
-  // block; the monitor has the reason already, and it fails this request
+  // block; the monitor has the reason already, and it fails these requests
   // (and the target's others) with it.
   for (auto& m : monitors)
-    if (m.target == o.target) OnMonitor(m);
-  auto it = pending.find(o.request_id);
-  if (it == pending.end()) return;
+    if (m.target == target) OnMonitor(m);
   // Without a send limit (sndhwm 0), a socket that takes nothing has no
   // connection left to queue on.
-  const std::string why = (s->get(zmq::sockopt::events) & ZMQ_POLLOUT) == 0
+  const std::string why = (s.get(zmq::sockopt::events) & ZMQ_POLLOUT) == 0
                               ? "no connection to send on (its handshake failed)"
                               : st.message();
-  it->second.call->PartDone(Status::Unavailable(PeerName(o.target) + ": " + why), false, 0, 0);
-  pending.erase(it);
+  for (uint64_t id : ids) {
+    auto it = pending.find(id);
+    if (it == pending.end()) continue;
+    it->second.call->PartDone(Status::Unavailable(PeerName(target) + ": " + why), false, 0, 0);
+    pending.erase(it);
+  }
 }
 
 void IoLoop::OnReply(std::vector<zmq::message_t>& frames, int from) {
@@ -468,6 +519,28 @@ void IoLoop::OnReply(std::vector<zmq::message_t>& frames, int from) {
   Status s = wire::ParseHeader(frames[0], scratch, &h);
   if (!s.ok()) {
     LOG_ERROR << "bad reply from " << PeerName(from) << ": " << s.ToString();
+    return;
+  }
+  if (h->type() == wire::MsgType::Envelope) {
+    // A server's replies gathered: each handled as if it came alone.
+    std::vector<uint32_t> counts;
+    if (s = wire::EnvelopeParts(*h, frames.size() - 1, &counts); !s.ok() || from < 0) {
+      LOG_ERROR << "bad reply from " << PeerName(from) << ": " << (s.ok() ? "an envelope" : s.ToString());
+      return;
+    }
+    std::vector<zmq::message_t> part;
+    size_t at = 1;
+    for (uint32_t n : counts) {
+      part.clear();
+      for (size_t i = at; i < at + n; ++i) part.push_back(std::move(frames[i]));
+      at += n;
+      const wire::Header* ph = nullptr;
+      if (wire::ParseHeader(part[0], scratch, &ph).ok() && ph->type() == wire::MsgType::Envelope) {
+        LOG_ERROR << "bad reply from " << PeerName(from) << ": an envelope inside an envelope";
+        continue;
+      }
+      OnReply(part, from);
+    }
     return;
   }
   if (from < 0 && h->stopping()) io.stop_requested_.store(true, std::memory_order_relaxed);

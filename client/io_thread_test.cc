@@ -164,6 +164,74 @@ TEST_F(IoThreadTest, AWorkersPushesAreNumberedPerServerInSendOrder) {
   EXPECT_EQ(seqs[1], (std::vector<uint64_t>{1, 2}));
 }
 
+// Requests issued while held leave together when the hold ends: one
+// message per server, an envelope of them (common/codec/envelope.h), each
+// request still answered on its own; replies a server gathers in one
+// envelope reach their own calls, values where each one's Dest says.
+TEST_F(IoThreadTest, HeldRequestsLeaveInOneMessagePerServerAndEnvelopedRepliesLand) {
+  TestPeer coord(Silent());
+  // Answers a pull of rows [b, e) with the row ids plus 100 x the server.
+  auto rows = [](float base) {
+    return [base](const wire::Header& h, std::vector<zmq::message_t>&) {
+      wire::Fields f;
+      f.min_clock = static_cast<int64_t>(h.request_id());  // each reply its own
+      auto out = TestPeer::Reply(h, f);
+      std::vector<float> v;
+      for (uint64_t r = h.row_begin(); r < h.row_end(); ++r) v.push_back(base + static_cast<float>(r));
+      out.emplace_back(v.data(), v.size() * 4);
+      return out;
+    };
+  };
+  TestPeer s0(rows(0)), s1(rows(100));
+  s1.EnvelopeReplies(true);
+  Start(coord);
+  io_->ConnectServers({s0.endpoint(), s1.endpoint()});
+  std::vector<float> out(30, -1.0f);
+  std::vector<std::shared_ptr<Call>> calls;
+  io_->Hold();
+  io_->Hold();  // (nested: the last release sends)
+  for (int i = 0; i < 6; ++i) {
+    auto call = NewCall(1, "pull");
+    calls.push_back(call);
+    Outgoing o = Item(i % 2, call);
+    o.dest.out = out.data() + 5 * i;
+    o.dest.floats = 5;
+    o.dest.clocks = true;
+    wire::Fields f = Fields(wire::MsgType::Pull);
+    f.row_begin = 5 * i;
+    f.row_end = 5 * i + 5;
+    io_->EnqueueRequest(std::move(o), f, {}, false, fbb_);
+  }
+  io_->Release();
+  io_->Release();
+  for (auto& c : calls) ASSERT_TRUE(MakeRequest(c).Wait(10s).ok());
+  for (int i = 0; i < 6; ++i)
+    for (int k = 0; k < 5; ++k) EXPECT_EQ(out[5 * i + k], (i % 2 ? 100.0f : 0.0f) + 5 * i + k) << i << " " << k;
+  // Three pulls to each server, in one message each; answered one by one
+  // (server 0) and in one envelope (server 1), each call its own reply.
+  EXPECT_EQ(s0.Messages(), 1);
+  EXPECT_EQ(s1.Messages(), 1);
+  EXPECT_EQ(s0.Count(wire::MsgType::Pull), 3);
+  EXPECT_EQ(s1.Count(wire::MsgType::Pull), 3);
+  auto ids = s1.Ids(wire::MsgType::Pull);
+  for (int i = 1; i < 6; i += 2) EXPECT_EQ(MakeRequest(calls[i]).min_clock(), static_cast<int64_t>(ids[i / 2])) << i;
+
+  // Closing while a hold is on sends or fails what is held: nothing waits
+  // for a release that will not come.
+  auto held = NewCall(1, "pull");
+  io_->Hold();
+  Outgoing o = Item(0, held);
+  wire::Fields f = Fields(wire::MsgType::Pull);
+  f.row_end = 1;
+  o.dest.out = out.data();
+  o.dest.floats = 1;
+  io_->EnqueueRequest(std::move(o), f, {}, false, fbb_);
+  io_->Stop();
+  Status st = MakeRequest(held).Wait(10s);
+  EXPECT_TRUE(st.ok() || st.code() == Code::kUnavailable) << st.ToString();
+  io_->Release();
+}
+
 // A synchronous tick (after_pushes) leaves only once every push sent before
 // it was answered (here: one server's push is never answered and times
 // out), so a worker that dies between its ticks left its clock's pushes on

@@ -1,8 +1,9 @@
 // For the client's unit tests: a peer the client talks to (a coordinator
 // or a server) as a ROUTER socket on loopback, in a thread of the test
 // process, answering each request with what the test's handler returns.
-// It speaks the real protocol (common/codec/wire.h) over real ZeroMQ sockets; only
-// its answers are the test's.
+// It speaks the real protocol (common/codec/wire.h) over real ZeroMQ sockets,
+// envelopes included (common/codec/envelope.h); only its answers are the
+// test's.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include <zmq.hpp>
 
+#include "common/codec/envelope.h"
 #include "common/codec/wire.h"
 #include "common/net/net.h"
 
@@ -40,6 +42,11 @@ class TestPeer {
   TestPeer& operator=(const TestPeer&) = delete;
 
   const std::string& endpoint() const { return endpoint_; }
+  // ZeroMQ messages that arrived: requests, or envelopes of several.
+  int Messages() const { return messages_.load(); }
+  // Answers the requests of one message (an envelope's) in one envelope,
+  // as a server does to a client that sends envelopes.
+  void EnvelopeReplies(bool on) { envelope_replies_ = on; }
   // How many requests of each type arrived so far (heartbeats included).
   int Count(wire::MsgType t) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -80,19 +87,47 @@ class TestPeer {
       Poll(&item, 1, Millis(10));
       while (RecvMultipart(sock_, &frames)) {
         if (frames.size() < 2) continue;
+        ++messages_;
         zmq::message_t routing_id = std::move(frames[0]);
         frames.erase(frames.begin());
         const wire::Header* h = nullptr;
         if (!wire::ParseHeader(frames[0], scratch, &h).ok()) continue;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          types_.push_back(h->type());
-          ids_.push_back(h->request_id());
+        // An envelope's requests, each handled as if it came alone.
+        std::vector<std::vector<zmq::message_t>> requests;
+        if (h->type() == wire::MsgType::Envelope) {
+          std::vector<uint32_t> counts;
+          if (!wire::EnvelopeParts(*h, frames.size() - 1, &counts).ok()) continue;
+          size_t at = 1;
+          for (uint32_t n : counts) {
+            auto& r = requests.emplace_back();
+            for (size_t i = at; i < at + n; ++i) r.push_back(std::move(frames[i]));
+            at += n;
+          }
+        } else {
+          requests.push_back(std::move(frames));
         }
-        std::vector<zmq::message_t> reply = handler_(*h, frames);
-        if (reply.empty()) continue;
-        reply.insert(reply.begin(), std::move(routing_id));
-        (void)SendMultipart(sock_, reply);
+        wire::EnvelopeBuilder replies;
+        for (auto& request : requests) {
+          if (!wire::ParseHeader(request[0], scratch, &h).ok()) continue;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            types_.push_back(h->type());
+            ids_.push_back(h->request_id());
+          }
+          std::vector<zmq::message_t> reply = handler_(*h, request);
+          if (reply.empty()) continue;
+          if (envelope_replies_) {
+            replies.Add(reply);
+            continue;
+          }
+          reply.insert(reply.begin(), zmq::message_t(routing_id.data(), routing_id.size()));
+          (void)SendMultipart(sock_, reply);
+        }
+        if (replies.empty()) continue;
+        std::vector<zmq::message_t> out;
+        out.push_back(std::move(routing_id));
+        replies.Take(fbb_, &out);
+        (void)SendMultipart(sock_, out);
       }
     }
   }
@@ -102,6 +137,9 @@ class TestPeer {
   zmq::socket_t sock_{ctx_, zmq::socket_type::router};  // the peer's thread only, once started
   std::string endpoint_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> messages_{0};
+  std::atomic<bool> envelope_replies_{false};
+  flatbuffers::FlatBufferBuilder fbb_;  // the peer's thread only
   std::mutex mu_;  // guards types_, ids_
   std::vector<wire::MsgType> types_;
   std::vector<uint64_t> ids_;

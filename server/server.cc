@@ -119,7 +119,12 @@ void Server::ReplyError(const zmq::message_t& to, uint64_t request_id, const Sta
   Reply(to, wire::EncodeError(fbb_, request_id, s));
 }
 
-void Server::HandleData(std::vector<zmq::message_t>& frames) {
+// A request has at most 3 + kMaxPushSteps frames (identity, header, keys,
+// one values frame per step), a primary's Replicate one more; an envelope
+// up to wire::kMaxEnvelopeFrames after its header.
+constexpr size_t kMaxRequestFrames = 4 + kMaxPushSteps;
+
+void Server::HandleData(std::vector<zmq::message_t>& frames, bool enveloped) {
   if (frames.size() < 2) {
     if (!frames.empty())
       ReplyError(frames[0], 0, Status::BadMessage("message without a header frame"));
@@ -134,6 +139,15 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
                     : Status::PermissionDenied("the connection carries no key role");
     if (!a.ok()) return ReplyError(frames[0], h->request_id(), a);
   }
+  if (h->type() == wire::MsgType::Envelope) {
+    if (enveloped) return ReplyError(frames[0], 0, Status::BadMessage("an envelope inside an envelope"));
+    return HandleEnvelope(*h, frames);
+  }
+  if (frames.size() > kMaxRequestFrames)
+    return ReplyError(frames[0], h->request_id(),
+                      Status::BadMessage("a request has at most " + std::to_string(kMaxRequestFrames - 2) +
+                                         " frames (header, keys, a push's values per step), got " +
+                                         std::to_string(frames.size() - 1)));
   uint64_t total = 0;  // (a Replicate's own header aside: its request was within the primary's limit)
   for (size_t i = h->type() == wire::MsgType::Replicate ? 2 : 1; i < frames.size(); ++i) total += frames[i].size();
   if (total > opts_.max_request_bytes)
@@ -157,6 +171,28 @@ void Server::HandleData(std::vector<zmq::message_t>& frames) {
       return ReplyError(frames[0], h->request_id(),
                         Status::InvalidArgument(std::string("a server does not serve '") +
                                                 wire::EnumNameMsgType(h->type()) + "' messages"));
+  }
+}
+
+void Server::HandleEnvelope(const wire::Header& h, std::vector<zmq::message_t>& frames) {
+  std::vector<uint32_t> counts;
+  if (Status s = wire::EnvelopeParts(h, frames.size() - 2, &counts); !s.ok()) return ReplyError(frames[0], 0, s);
+  // (h points into frames[1] or header_scratch_: not read past here.)
+  // A client that sends envelopes gets its replies in them.
+  outbox_key_.assign(frames[0].data<char>(), frames[0].size());
+  if (!outbox_.contains(outbox_key_)) {
+    if (outbox_.size() >= kMaxOutboxPeers)
+      std::erase_if(outbox_, [](const auto& e) { return !e.second.queued; });
+    outbox_.try_emplace(outbox_key_);
+  }
+  std::vector<zmq::message_t> part;
+  size_t at = 2;
+  for (uint32_t n : counts) {
+    part.clear();
+    part.emplace_back(frames[0].data(), frames[0].size());
+    for (size_t i = at; i < at + n; ++i) part.push_back(std::move(frames[i]));
+    at += n;
+    HandleData(part, true);
   }
 }
 
@@ -391,23 +427,27 @@ Status Server::Run(const std::atomic<bool>& stop) {
       unread_.coord = false;  // (read after anything a handler sent on it)
     }
     backlog = ReceiveAcks();
-    // A request has at most 3 + kMaxPushSteps frames (identity, header, keys,
-    // one values frame per step), a primary's Replicate one more: more are
-    // dropped as they are read, and the request refused.
+    // Frames past an envelope's most are dropped as they are read, and the
+    // message refused (HandleData refuses a request of more than its most).
     size_t dropped = 0;
     int received = 0;
-    for (; unread_.data && received < 256 && RecvMultipart(data_, &frames, true, 4 + kMaxPushSteps, &dropped);
+    for (; unread_.data && received < 256 &&
+           RecvMultipart(data_, &frames, true, 2 + wire::kMaxEnvelopeFrames, &dropped);
          ++received) {
+      m_.messages.SingleWriterInc();
       if (dropped && frames.size() >= 2) {
         const wire::Header* h = nullptr;
         const uint64_t id = wire::ParseHeader(frames[1], header_scratch_, &h).ok() ? h->request_id() : 0;
-        ReplyError(frames[0], id, Status::BadMessage("a request has at most " + std::to_string(2 + kMaxPushSteps) +
-                                                     " frames (header, keys, a push's values per step), got " +
+        ReplyError(frames[0], id, Status::BadMessage("a message has at most " +
+                                                     std::to_string(1 + wire::kMaxEnvelopeFrames) +
+                                                     " frames (an envelope's header and its messages'), got " +
                                                      std::to_string(frames.size() - 1 + dropped)));
+        FlushReplies();
         continue;
       }
       HandleData(frames);
       if (!peers_.empty()) backlog |= ReceiveAcks();  // held replies go as soon as the backups have what they wait for
+      FlushReplies();
     }
     // Read to the end after every reply sent in the loop; the rest of a
     // burst of more than 256 on the next pass.
@@ -424,13 +464,17 @@ Status Server::Run(const std::atomic<bool>& stop) {
     // while a cut is being copied (it reads the rows as they were).
     if (!cutting) tables_.EvictSome(4096);
     SendSnapshotReports();
+    FlushReplies();  // (what the coordinator's messages, acknowledgements and expiries answered)
   }
+  FlushReplies();
   uint64_t rows = 0;
   for (const auto& t : tables_.all()) rows += t->spec().kind == TableKind::kSparse ? t->rows_held() : 0;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   LOG_INFO << "server stopped: held " << tables_.all().size() << " tables, " << rows << " sparse rows, "
-           << tables_.Bytes() << " table bytes; peak resident " << ru.ru_maxrss / 1024 << " MiB";
+           << tables_.Bytes() << " table bytes; peak resident " << ru.ru_maxrss / 1024 << " MiB; "
+           << m_.pushes.Value() + m_.pulls.Value() + m_.ticks.Value() << " pushes, pulls and ticks in "
+           << m_.messages.Value() << " messages";
   return fatal_;
 }
 

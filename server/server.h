@@ -42,12 +42,15 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <flatbuffers/flatbuffers.h>
 #include <zmq.hpp>
 
 #include "common/cluster/cluster.h"
+#include "common/codec/envelope.h"
 #include "common/metrics/metrics.h"
 #include "common/net/net.h"
 #include "server/request_check.h"
@@ -87,13 +90,24 @@ class Server {
 
   // Every member function runs on the event loop.
   uint64_t TableBytes() const { return tables_.Bytes(); }  // (the fuzz targets check it against the budget)
-  void HandleData(std::vector<zmq::message_t>& frames);
+  // A message on the data socket: a request, a stream message, or an
+  // envelope of requests (each handled as if it came alone, in order).
+  // `enveloped`: it came in one (an envelope in it is refused).
+  void HandleData(std::vector<zmq::message_t>& frames, bool enveloped = false);
+  void HandleEnvelope(const wire::Header& h, std::vector<zmq::message_t>& frames);
   void HandleCoordinator(std::vector<zmq::message_t>& frames);
   void ApplyCluster(const ClusterView& v);
   // Every reply to a data request goes out here: at once, held by its
   // shard until the backups have what it follows from, or dropped on a
   // backup (server_replica.cc).
   void Send(std::vector<zmq::message_t>&& frames);
+  // A reply leaving: to a client that sends envelopes, gathered with its
+  // other replies until FlushReplies; else sent now.
+  void SendReply(std::vector<zmq::message_t>&& frames);
+  // Sends the gathered replies: one message per client. Called after each
+  // message read and before the loop sleeps (nothing waits in the outbox
+  // while the loop does).
+  void FlushReplies();
   void Reply(const zmq::message_t& to, zmq::message_t header);
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s);
   void UpdateGauges();
@@ -238,6 +252,18 @@ class Server {
     bool check = true;     // to be read before the loop sleeps (Run)
   };
   std::map<uint32_t, PeerLink> peers_;  // by server rank
+  // Replies gathered per client (by routing id), for the clients that sent
+  // an envelope (the others never get one). At most kMaxOutboxPeers are
+  // known; past that the idle ones are forgotten (theirs go alone again).
+  struct Outbox {
+    wire::EnvelopeBuilder replies;
+    bool queued = false;  // in outbox_queued_
+  };
+  static constexpr size_t kMaxOutboxPeers = 4096;
+  std::unordered_map<std::string, Outbox> outbox_;
+  std::vector<std::pair<const std::string, Outbox>*> outbox_queued_;  // those holding replies, in order
+  std::string outbox_key_;  // scratch: a routing id looked up
+  flatbuffers::FlatBufferBuilder envelope_fbb_;  // (not fbb_: a reply may go while a handler builds another)
   struct Early {
     std::deque<std::vector<zmq::message_t>> messages;  // came before the map that makes this a backup
     uint64_t bytes = 0;  // their bytes (kept at most the held-bytes limit, and 65536 of them)

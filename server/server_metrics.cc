@@ -20,6 +20,8 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
       push_bytes(r.GetCounter("shardps_push_bytes_total", "Gradient bytes received in pushes")),
       pull_bytes(r.GetCounter("shardps_pull_bytes_total", "Parameter bytes sent in pull replies")),
       ticks(r.GetCounter("shardps_ticks_total", "Clock ticks received from workers")),
+      messages(r.GetCounter("shardps_data_messages_total",
+                            "ZeroMQ messages read on the data socket: requests, or envelopes of several")),
       errors(r.GetCounter("shardps_request_errors_total", "Requests answered with an error")),
       push_steps(r.GetCounter("shardps_push_steps_total",
                               "Optimizer steps applied from pushes (a push may carry several batches' gradients)")),

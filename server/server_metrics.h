@@ -26,7 +26,7 @@ struct ServerMetrics {
   void SetTables(const std::vector<std::unique_ptr<ServerTable>>& tables);
 
   metrics::Registry& registry;
-  metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &errors, &push_steps, &dc_uncompensated,
+  metrics::Counter &pushes, &pulls, &push_bytes, &pull_bytes, &ticks, &messages, &errors, &push_steps, &dc_uncompensated,
       &stale_unknown, &fills, &fill_bytes;
   metrics::Histogram &push_seconds, &pull_seconds, &wait_seconds, &staleness;
   metrics::Gauge &parked, &buffered, &applied_clock, &min_clock;

@@ -7,7 +7,11 @@
 // by row ids alike; under sync the held 16-bit pushes of a clock are summed
 // as their float32 values. A compressed push applies what it sent, and the
 // residual it kept arrives with the next pushes, to the last bit; under
-// sync every worker reads the same model.
+// sync every worker reads the same model. Requests held and sent together
+// (Client::HoldRequests) go in one message per server, an envelope
+// (docs/protocol.md, "Envelopes"), and read what single requests read; a
+// server answers each request of an envelope on its own, and refuses an
+// envelope whose frames do not add up or that holds another.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,9 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "common/codec/envelope.h"
 #include "common/codec/half.h"
+#include "common/codec/wire.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
+#include "tests/raw_peer.h"
 #include "tests/table_spec.h"
 
 namespace shardps {
@@ -230,6 +237,125 @@ TEST_F(TransferTest, UnderSyncCompressedPushesKeepEveryWorkersModelEqual) {
     for (float v : m0) moved += v != 0.5f;
     EXPECT_GT(moved, 0u);
   }
+}
+
+TEST_F(TransferTest, HeldRequestsGoInOneMessagePerServerAndReadWhatSingleOnesRead) {
+  Start("async", 1);
+  std::vector<Table> ts;
+  for (int i = 0; i < 6; ++i)
+    ts.push_back(Make(testing::Dense("held" + std::to_string(i), 300 + 50 * i, 3).Uniform(-1, 1).Seed(i + 1).Sgd(0.5f)));
+  Table emb = Make(testing::Sparse("held_emb", 4).Uniform(-1, 1).Seed(9).Sgd(0.5f));
+  const std::vector<uint64_t> keys = {1, 77, 1ull << 40, 5, 123456789, 6};
+  // A step's pushes, held and sent together.
+  std::vector<std::vector<float>> grads;
+  for (size_t i = 0; i < ts.size(); ++i) grads.push_back(Gradients(ts[i].size(), static_cast<int>(i)));
+  const std::vector<float> emb_grads = Gradients(keys.size() * 4, 99);
+  std::vector<Request> pushes;
+  {
+    HeldRequests together = w_[0]->HoldRequests();
+    for (size_t i = 0; i < ts.size(); ++i) pushes.push_back(w_[0]->Push(ts[i], grads[i]));
+    pushes.push_back(w_[0]->Push(emb, keys, emb_grads));
+  }
+  for (auto& r : pushes) ASSERT_TRUE(r.Wait().ok());
+  // What single pulls read...
+  std::vector<std::vector<float>> single;
+  for (const Table& t : ts) single.push_back(PullAll(t));
+  std::vector<float> single_emb(keys.size() * 4);
+  ASSERT_TRUE(w_[0]->Pull(emb, keys, single_emb).Wait().ok());
+  // ... held pulls read too, in one message to server 0 (every table has
+  // rows there).
+  const std::string before = testing::ServerMetrics(cluster_);
+  std::vector<std::vector<float>> held(ts.size());
+  std::vector<float> held_emb(keys.size() * 4);
+  std::vector<Request> pulls;
+  HeldRequests together = w_[0]->HoldRequests();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    held[i].resize(ts[i].size());
+    pulls.push_back(w_[0]->Pull(ts[i], held[i]));
+  }
+  pulls.push_back(w_[0]->Pull(emb, keys, held_emb));
+  together.Release();
+  for (auto& r : pulls) ASSERT_TRUE(r.Wait().ok());
+  EXPECT_EQ(held, single);
+  EXPECT_EQ(held_emb, single_emb);
+  const std::string after = testing::ServerMetrics(cluster_);
+  const char* msgs = "shardps_data_messages_total";
+  const char* reqs = "shardps_pull_requests_total";
+  EXPECT_EQ(testing::MetricValue(after, msgs) - testing::MetricValue(before, msgs), 1) << before << after;
+  EXPECT_GE(testing::MetricValue(after, reqs) - testing::MetricValue(before, reqs), 6) << before << after;
+}
+
+TEST_F(TransferTest, AnEnvelopesRequestsAreAnsweredEachOnItsOwn) {
+  Start("async", 1);
+  Table t = Make(testing::Dense("env", 100, 2).Constant(0.25f).Sgd(0.1f));
+  testing::RawPeer raw(cluster_.ServerEndpoint(0));
+  flatbuffers::FlatBufferBuilder fbb;
+  auto pull = [&](uint64_t id, uint32_t table, uint64_t end) {
+    wire::Fields f;
+    f.type = wire::MsgType::Pull;
+    f.request_id = id;
+    f.table = table;
+    f.row_end = end;
+    return testing::Frames(raw.Header(f));
+  };
+  // (Row 0 is server 0's.)
+  ASSERT_TRUE(raw.Exchange(pull(1, t.id, 1)).ok());
+  // A good pull, one of no table, one past the rows: three replies in one
+  // envelope, in order, each with its own status.
+  wire::EnvelopeBuilder env;
+  auto add = [&](wire::EnvelopeBuilder& to, std::vector<zmq::message_t> m) { to.Add(m); };
+  add(env, pull(2, t.id, 1));
+  add(env, pull(3, 999, 1));
+  add(env, pull(4, t.id, 1000));
+  std::vector<zmq::message_t> out;
+  env.Take(fbb, &out);
+  ASSERT_TRUE(raw.Exchange(std::move(out)).ok());
+  ASSERT_EQ(raw.reply()->type(), wire::MsgType::Envelope);
+  std::vector<zmq::message_t>& got = raw.reply_frames();
+  std::vector<uint32_t> counts;
+  ASSERT_TRUE(wire::EnvelopeParts(*raw.reply(), got.size() - 1, &counts).ok());
+  ASSERT_EQ(counts, (std::vector<uint32_t>{2, 1, 1}));
+  std::vector<uint64_t> scratch;
+  const wire::Header* h = nullptr;
+  const Code want[] = {Code::kOk, Code::kUnknownTable, Code::kOutOfRange};
+  for (size_t i = 0, at = 1; i < 3; at += counts[i], ++i) {
+    ASSERT_TRUE(wire::ParseHeader(got[at], scratch, &h).ok());
+    EXPECT_EQ(h->request_id(), 2 + i);
+    EXPECT_EQ(wire::ReplyStatus(h).code(), want[i]) << wire::ReplyStatus(h).ToString();
+  }
+  ASSERT_EQ(got[2].size(), 2 * sizeof(float));
+  EXPECT_EQ(got[2].data<float>()[0], 0.25f);
+
+  // Frames that do not add up: the envelope is refused, naming why.
+  add(env, pull(5, t.id, 1));
+  add(env, pull(6, t.id, 1));
+  out.clear();
+  env.Take(fbb, &out);
+  out.pop_back();
+  Status s = raw.Exchange(std::move(out));
+  EXPECT_EQ(s.code(), Code::kBadMessage) << s.ToString();
+  EXPECT_NE(s.message().find("have 2 frames, followed by 1"), std::string::npos) << s.ToString();
+
+  // An envelope inside one: refused; the request beside it answered.
+  wire::EnvelopeBuilder inner;
+  add(inner, pull(7, t.id, 1));
+  add(inner, pull(8, t.id, 1));
+  std::vector<zmq::message_t> nested;
+  inner.Take(fbb, &nested);
+  add(env, pull(9, t.id, 1));
+  env.Add(nested);
+  out.clear();
+  env.Take(fbb, &out);
+  ASSERT_TRUE(raw.Exchange(std::move(out)).ok());
+  ASSERT_EQ(raw.reply()->type(), wire::MsgType::Envelope);
+  ASSERT_TRUE(wire::EnvelopeParts(*raw.reply(), raw.reply_frames().size() - 1, &counts).ok());
+  ASSERT_EQ(counts, (std::vector<uint32_t>{2, 1}));
+  ASSERT_TRUE(wire::ParseHeader(raw.reply_frames()[1], scratch, &h).ok());
+  EXPECT_EQ(h->request_id(), 9u);
+  EXPECT_TRUE(wire::ReplyStatus(h).ok());
+  ASSERT_TRUE(wire::ParseHeader(raw.reply_frames()[3], scratch, &h).ok());
+  EXPECT_EQ(wire::ReplyStatus(h).code(), Code::kBadMessage);
+  EXPECT_NE(wire::ReplyStatus(h).message().find("an envelope inside an envelope"), std::string::npos);
 }
 
 }  // namespace

@@ -178,6 +178,9 @@ unsigned Allowed(MsgType type, wire::Role declared) {
     case MsgType::GetCluster:
     case MsgType::GetStatus: return kAny;
     case MsgType::Pull: return kW | kO | kA;
+    // Whoever may send one data request may send several in an envelope:
+    // each is authorized on its own as the envelope is opened.
+    case MsgType::Envelope: return kW | kO | kA;
     case MsgType::Push:
     case MsgType::Tick:
     case MsgType::Join:

@@ -11,8 +11,10 @@
 //           half the partitions), bit 5 three workers (else two),
 //           bits 6-7 both set: snapshot cuts every 2 clocks into a temp dir
 //   then operations, each [u8 op] then:
-//     op % 8 in 0-3: a data message: [u8 n % 6] n frames (header, keys,
+//     op % 8 in 0-2: a data message: [u8 n % 6] n frames (header, keys,
 //                    values) from client "fuzz" -> HandleData
+//     3: [u8 k % 4] an envelope of k + 1 messages, each [u8 n % 3] n + 1
+//        frames -> HandleData
 //     4: Advance()                       5: every parked pull expires
 //     6: [u8 mask] the live workers change (a cluster update)
 //     7: [u8 n % 4] a message of n frames from the coordinator (n > 0): a ClusterUpdate is
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "common/base/log.h"
+#include "common/codec/envelope.h"
 #include "common/codec/wire.h"
 #include "server/server.h"
 #include "tests/fuzz/fuzz_input.h"
@@ -149,9 +152,24 @@ void ServerFuzzAccess::Run(const uint8_t* data, size_t size) {
 
   for (int ops = 0; !in.empty() && ops < 256 && !s.shutdown_; ++ops) {
     const uint8_t op = in.U8() % 8;
-    if (op < 4) {
+    if (op < 3) {
       auto frames = Frames(in, in.U8() % 6, true);
       s.HandleData(frames);
+      s.FlushReplies();
+      each([](Shard& sh) { sh.cut.CopySome(0); });  // one partition of a cut in progress, as between requests
+    } else if (op == 3) {
+      // An envelope of 1-4 messages of 1-3 frames each.
+      wire::EnvelopeBuilder env;
+      for (int k = in.U8() % 4; k >= 0; --k) {
+        auto part = Frames(in, 1 + in.U8() % 3, false);
+        env.Add(part);
+      }
+      std::vector<zmq::message_t> frames;
+      frames.emplace_back("fuzz", 4);
+      flatbuffers::FlatBufferBuilder fbb;
+      env.Take(fbb, &frames);
+      s.HandleData(frames);
+      s.FlushReplies();
       each([](Shard& sh) { sh.cut.CopySome(0); });  // one partition of a cut in progress, as between requests
     } else if (op == 4) {
       advance();

@@ -235,6 +235,25 @@ class SHARDPS_EXPORT Request {
   std::shared_ptr<detail::Call> call_;
 };
 
+// Client::HoldRequests's hold: while it lives, the client's requests (any
+// thread's) wait; when it ends, they leave together. Move-only.
+class SHARDPS_EXPORT HeldRequests {
+ public:
+  HeldRequests() = default;
+  ~HeldRequests() { Release(); }
+  HeldRequests(HeldRequests&& o) noexcept : impl_(o.impl_) { o.impl_ = nullptr; }
+  HeldRequests& operator=(HeldRequests&& o) noexcept;
+  HeldRequests(const HeldRequests&) = delete;
+  HeldRequests& operator=(const HeldRequests&) = delete;
+  // Sends what was held now (the destructor does it otherwise). Idempotent.
+  void Release();
+
+ private:
+  friend class Client;
+  explicit HeldRequests(detail::ClientImpl* impl) : impl_(impl) {}
+  detail::ClientImpl* impl_ = nullptr;
+};
+
 class SHARDPS_EXPORT Client {
  public:
   // Registers with the coordinator and waits until every server joined.
@@ -296,6 +315,18 @@ class SHARDPS_EXPORT Client {
   // stamped with: to push a gradient computed on another pull's values,
   // use PushSteps with that pull's stamp().
   Request PullCurrent(const Table& t, std::span<float> out);
+
+  // Holds this client's requests back until the hold ends, then sends them
+  // together: one message per server, however many requests (an envelope
+  // of them: docs/protocol.md, "Envelopes"). Each request costs a ZeroMQ
+  // message otherwise, and on the small-request path the cost is per
+  // message: hold around a step's burst of small requests (a model's dense
+  // tables, every feature's rows, the pushes after backward). The requests
+  // are the same, numbered and ordered as issued; only when they leave
+  // changes. Holds nest (the last one's end sends) and hold every thread's
+  // requests: keep one short, and never Wait() inside it on a request
+  // issued inside it (it has not left: the wait times out).
+  [[nodiscard]] HeldRequests HoldRequests();
 
   // Ends this worker's current iteration: tells every server (in order after
   // this worker's pushes) and advances clock() by one. Workers only.
