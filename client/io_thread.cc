@@ -521,26 +521,12 @@ void IoLoop::OnReply(std::vector<zmq::message_t>& frames, int from) {
     LOG_ERROR << "bad reply from " << PeerName(from) << ": " << s.ToString();
     return;
   }
-  if (h->type() == wire::MsgType::Envelope) {
-    // A server's replies gathered: each handled as if it came alone.
+  if (h->type() == wire::MsgType::Envelope) {  // a server's replies gathered: each as if it came alone
     std::vector<uint32_t> counts;
-    if (s = wire::EnvelopeParts(*h, frames.size() - 1, &counts); !s.ok() || from < 0) {
-      LOG_ERROR << "bad reply from " << PeerName(from) << ": " << (s.ok() ? "an envelope" : s.ToString());
-      return;
-    }
-    std::vector<zmq::message_t> part;
-    size_t at = 1;
-    for (uint32_t n : counts) {
-      part.clear();
-      for (size_t i = at; i < at + n; ++i) part.push_back(std::move(frames[i]));
-      at += n;
-      const wire::Header* ph = nullptr;
-      if (wire::ParseHeader(part[0], scratch, &ph).ok() && ph->type() == wire::MsgType::Envelope) {
-        LOG_ERROR << "bad reply from " << PeerName(from) << ": an envelope inside an envelope";
-        continue;
-      }
-      OnReply(part, from);
-    }
+    if (s = wire::EnvelopeParts(*h, frames.size() - 1, &counts); !s.ok())
+      LOG_ERROR << "bad reply from " << PeerName(from) << ": " << s.ToString();
+    else
+      wire::ForEachMessage(frames, 1, counts, nullptr, [&](auto& part) { OnReply(part, from); });
     return;
   }
   if (from < 0 && h->stopping()) io.stop_requested_.store(true, std::memory_order_relaxed);

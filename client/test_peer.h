@@ -97,12 +97,7 @@ class TestPeer {
         if (h->type() == wire::MsgType::Envelope) {
           std::vector<uint32_t> counts;
           if (!wire::EnvelopeParts(*h, frames.size() - 1, &counts).ok()) continue;
-          size_t at = 1;
-          for (uint32_t n : counts) {
-            auto& r = requests.emplace_back();
-            for (size_t i = at; i < at + n; ++i) r.push_back(std::move(frames[i]));
-            at += n;
-          }
+          wire::ForEachMessage(frames, 1, counts, nullptr, [&](auto& part) { requests.push_back(std::move(part)); });
         } else {
           requests.push_back(std::move(frames));
         }

@@ -178,22 +178,8 @@ void Server::HandleEnvelope(const wire::Header& h, std::vector<zmq::message_t>& 
   std::vector<uint32_t> counts;
   if (Status s = wire::EnvelopeParts(h, frames.size() - 2, &counts); !s.ok()) return ReplyError(frames[0], 0, s);
   // (h points into frames[1] or header_scratch_: not read past here.)
-  // A client that sends envelopes gets its replies in them.
-  outbox_key_.assign(frames[0].data<char>(), frames[0].size());
-  if (!outbox_.contains(outbox_key_)) {
-    if (outbox_.size() >= kMaxOutboxPeers)
-      std::erase_if(outbox_, [](const auto& e) { return !e.second.queued; });
-    outbox_.try_emplace(outbox_key_);
-  }
-  std::vector<zmq::message_t> part;
-  size_t at = 2;
-  for (uint32_t n : counts) {
-    part.clear();
-    part.emplace_back(frames[0].data(), frames[0].size());
-    for (size_t i = at; i < at + n; ++i) part.push_back(std::move(frames[i]));
-    at += n;
-    HandleData(part, true);
-  }
+  outbox_.Remember(frames[0]);  // a client that sends envelopes gets its replies in them
+  wire::ForEachMessage(frames, 2, counts, &frames[0], [&](auto& part) { HandleData(part, true); });
 }
 
 void Server::HandleDrain(const wire::Header& h) {
@@ -380,6 +366,34 @@ void Server::SendHeartbeat() {
   Coord().send(wire::Encode(fbb_, f, wire::Body::ServerStats, body.Union()), zmq::send_flags::dontwait);
 }
 
+bool Server::ReadData() {
+  // Frames past an envelope's most are dropped as they are read, and the
+  // message refused (HandleData refuses a request of more than its most).
+  std::vector<zmq::message_t> frames;
+  size_t dropped = 0;
+  int received = 0;
+  bool backlog = false;
+  for (; unread_.data && received < 256 && RecvMultipart(data_, &frames, true, 2 + wire::kMaxEnvelopeFrames, &dropped);
+       ++received) {
+    m_.messages.SingleWriterInc();
+    if (dropped && frames.size() >= 2) {
+      const wire::Header* h = nullptr;
+      const uint64_t id = wire::ParseHeader(frames[1], header_scratch_, &h).ok() ? h->request_id() : 0;
+      ReplyError(frames[0], id, Status::BadMessage("a message has at most " + std::to_string(1 + wire::kMaxEnvelopeFrames) +
+                                                   " frames (an envelope's header and its messages'), got " +
+                                                   std::to_string(frames.size() - 1 + dropped)));
+    } else {
+      HandleData(frames);
+      if (!peers_.empty()) backlog |= ReceiveAcks();  // held replies go as soon as the backups have what they wait for
+    }
+    FlushReplies();
+  }
+  // Read to the end after every reply sent in the loop; the rest of a
+  // burst of more than 256 on the next pass.
+  if (received < 256) unread_.data = false;
+  return backlog || received == 256;
+}
+
 // The loop sleeps in poll(2) on the sockets' ZMQ_FDs, not in zmq_poll,
 // which asks each socket for ZMQ_EVENTS around two poll(2) calls (a system
 // call each on a socket with no command waiting): twice the calls of this
@@ -427,32 +441,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
       unread_.coord = false;  // (read after anything a handler sent on it)
     }
     backlog = ReceiveAcks();
-    // Frames past an envelope's most are dropped as they are read, and the
-    // message refused (HandleData refuses a request of more than its most).
-    size_t dropped = 0;
-    int received = 0;
-    for (; unread_.data && received < 256 &&
-           RecvMultipart(data_, &frames, true, 2 + wire::kMaxEnvelopeFrames, &dropped);
-         ++received) {
-      m_.messages.SingleWriterInc();
-      if (dropped && frames.size() >= 2) {
-        const wire::Header* h = nullptr;
-        const uint64_t id = wire::ParseHeader(frames[1], header_scratch_, &h).ok() ? h->request_id() : 0;
-        ReplyError(frames[0], id, Status::BadMessage("a message has at most " +
-                                                     std::to_string(1 + wire::kMaxEnvelopeFrames) +
-                                                     " frames (an envelope's header and its messages'), got " +
-                                                     std::to_string(frames.size() - 1 + dropped)));
-        FlushReplies();
-        continue;
-      }
-      HandleData(frames);
-      if (!peers_.empty()) backlog |= ReceiveAcks();  // held replies go as soon as the backups have what they wait for
-      FlushReplies();
-    }
-    // Read to the end after every reply sent in the loop; the rest of a
-    // burst of more than 256 on the next pass.
-    if (received < 256) unread_.data = false;
-    backlog |= received == 256;
+    backlog |= ReadData();
     bool cutting = false;
     for (auto& sh : shards_)
       if (sh) {

@@ -42,17 +42,15 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include <flatbuffers/flatbuffers.h>
 #include <zmq.hpp>
 
 #include "common/cluster/cluster.h"
-#include "common/codec/envelope.h"
 #include "common/metrics/metrics.h"
 #include "common/net/net.h"
+#include "server/reply_outbox.h"
 #include "server/request_check.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
@@ -95,6 +93,9 @@ class Server {
   // `enveloped`: it came in one (an envelope in it is refused).
   void HandleData(std::vector<zmq::message_t>& frames, bool enveloped = false);
   void HandleEnvelope(const wire::Header& h, std::vector<zmq::message_t>& frames);
+  // Reads the data socket (up to 256 messages a pass; true: more may wait),
+  // handling each message and sending the replies it made.
+  bool ReadData();
   void HandleCoordinator(std::vector<zmq::message_t>& frames);
   void ApplyCluster(const ClusterView& v);
   // Every reply to a data request goes out here: at once, held by its
@@ -232,8 +233,10 @@ class Server {
   uint32_t rank_ = 0;
   flatbuffers::FlatBufferBuilder fbb_;
   std::vector<uint64_t> header_scratch_;
-  std::vector<uint64_t> key_scratch_;  // a held push's keys, when misaligned
-  std::vector<float> value_scratch_;   // a held push's values, when misaligned
+  struct HeldScratch {
+    std::vector<uint64_t> keys;  // a held push's keys, when misaligned
+    std::vector<float> values;   // a held push's values, when misaligned
+  } held_scratch_;
   bool shutdown_ = false;
   // Drained (shardps-ctl drain-server): data requests are dropped (the
   // clients send them again to the copies that take over), the stream goes
@@ -252,18 +255,7 @@ class Server {
     bool check = true;     // to be read before the loop sleeps (Run)
   };
   std::map<uint32_t, PeerLink> peers_;  // by server rank
-  // Replies gathered per client (by routing id), for the clients that sent
-  // an envelope (the others never get one). At most kMaxOutboxPeers are
-  // known; past that the idle ones are forgotten (theirs go alone again).
-  struct Outbox {
-    wire::EnvelopeBuilder replies;
-    bool queued = false;  // in outbox_queued_
-  };
-  static constexpr size_t kMaxOutboxPeers = 4096;
-  std::unordered_map<std::string, Outbox> outbox_;
-  std::vector<std::pair<const std::string, Outbox>*> outbox_queued_;  // those holding replies, in order
-  std::string outbox_key_;  // scratch: a routing id looked up
-  flatbuffers::FlatBufferBuilder envelope_fbb_;  // (not fbb_: a reply may go while a handler builds another)
+  ReplyOutbox outbox_;  // replies gathered for the clients that send envelopes
   struct Early {
     std::deque<std::vector<zmq::message_t>> messages;  // came before the map that makes this a backup
     uint64_t bytes = 0;  // their bytes (kept at most the held-bytes limit, and 65536 of them)

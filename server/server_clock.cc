@@ -39,9 +39,9 @@ void Server::ApplyClock(Shard& sh, WorkerClocks::CompleteClock& c) {
     const wire::Header* h = nullptr;
     if (!wire::ParseHeader(b.frames[1], header_scratch_, &h).ok()) continue;  // verified on arrival
     ServerTable* t = tables_.get(b.table);
-    const float* values = RequestCheck::PushValues(*t, *h, b.frames.back(), &value_scratch_);
+    const float* values = RequestCheck::PushValues(*t, *h, b.frames.back(), &held_scratch_.values);
     if (h->key_count() > 0) {
-      const uint64_t* keys = wire::ArrayView<uint64_t>(b.frames[2], key_scratch_);
+      const uint64_t* keys = wire::ArrayView<uint64_t>(b.frames[2], held_scratch_.keys);
       sh.cut.EnsureCopiedKeys(b.table, keys, h->key_count());  // the sum is applied below
       t->AccumulateKeys(keys, h->key_count(), values);
     } else {

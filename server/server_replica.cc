@@ -241,35 +241,18 @@ void Server::Send(std::vector<zmq::message_t>&& frames) {
 }
 
 void Server::SendReply(std::vector<zmq::message_t>&& frames) {
-  if (!outbox_.empty() && frames.size() > 1) {
-    outbox_key_.assign(frames[0].data<char>(), frames[0].size());
-    auto it = outbox_.find(outbox_key_);
-    if (it != outbox_.end()) {
-      Outbox& o = it->second;
-      if (!o.replies.Fits(frames.size() - 1)) FlushReplies();
-      o.replies.Add(frames, 1);
-      if (!o.queued) {
-        o.queued = true;
-        outbox_queued_.push_back(&*it);
-      }
-      return;
-    }
-  }
-  Status s = SendMultipart(Data(), frames);
-  if (!s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
+  auto send = [this](std::vector<zmq::message_t>& out) {
+    if (Status s = SendMultipart(Data(), out); !s.ok()) LOG_WARN << "replies dropped: " << s.ToString();
+  };
+  if (outbox_.Add(frames, send)) return;
+  send(frames);
 }
 
 void Server::FlushReplies() {
-  std::vector<zmq::message_t> out;
-  for (auto* e : outbox_queued_) {
-    out.clear();
-    out.emplace_back(e->first.data(), e->first.size());
-    e->second.replies.Take(envelope_fbb_, &out);
-    e->second.queued = false;
-    Status s = SendMultipart(Data(), out);
-    if (!s.ok()) LOG_WARN << "replies dropped: " << s.ToString();
-  }
-  outbox_queued_.clear();
+  if (outbox_.empty()) return;
+  outbox_.Flush([this](std::vector<zmq::message_t>& out) {
+    if (Status s = SendMultipart(Data(), out); !s.ok()) LOG_WARN << "replies dropped: " << s.ToString();
+  });
 }
 
 zmq::socket_t& Server::Peer(uint32_t server) {

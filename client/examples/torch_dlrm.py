@@ -208,8 +208,9 @@ def main():
                 if ps.stop_requested:
                     break
                 loss = loss_fn(model(x, keys), y)
-                loss.backward()  # the MLPs' and the embeddings' gradients are pushed as backward makes them
-                sm.step()        # they arrive, the clock ends, the MLPs' next parameters are pulled
+                with ps.hold_requests():  # the gradients backward pushes leave together: one message per server
+                    loss.backward()
+                sm.step()  # they arrive, the clock ends, the MLPs' next parameters are pulled
                 total += loss.item()
                 done += 1
             secs = time.time() - t0

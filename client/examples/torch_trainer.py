@@ -102,7 +102,8 @@ def main():
                     break
                 idx = order[step * args.batch:(step + 1) * args.batch]
                 loss = loss_fn(model(x[idx]), y[idx])
-                loss.backward()
+                with ps.hold_requests():  # the gradients backward pushes leave together: one message per server
+                    loss.backward()
                 sm.step()
                 total_loss += loss.item()
                 samples += len(idx)

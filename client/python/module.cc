@@ -450,6 +450,9 @@ PYBIND11_MODULE(_shardps, m) {
             return r.req.stamp().UpdatesSince(earlier.req.stamp());
           }, py::arg("earlier"));
 
+  // Client::HoldRequests's hold (shardps.Client.hold_requests() ends it).
+  py::class_<HeldRequests>(m, "HeldRequests").def("release", &HeldRequests::Release);
+
   py::class_<PyClient>(m, "Client")
       .def(py::init<const std::string&, int, const std::string&, double, double, const std::string&,
                     const std::string&>(),
@@ -468,6 +471,7 @@ PYBIND11_MODULE(_shardps, m) {
            "Counts n more training examples done by this worker (sent with its heartbeats: "
            "shardps_worker_samples_total{worker} on the coordinator)")
       .def("claim_work", &PyClient::ClaimWork)
+      .def("hold_requests", [](PyClient& c) { return c.live()->HoldRequests(); }, py::keep_alive<0, 1>())
       .def("close", &PyClient::Close)
       .def_property_readonly("rank", [](PyClient& c) { return c.live()->rank(); })
       .def_property_readonly("clock_value", [](PyClient& c) { return c.live()->clock(); })

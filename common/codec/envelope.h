@@ -58,4 +58,21 @@ class EnvelopeBuilder {
 // `after`).
 Status EnvelopeParts(const Header& h, size_t after, std::vector<uint32_t>* counts);
 
+// Hands each message of an envelope (`counts` from EnvelopeParts) to
+// fn(std::vector<zmq::message_t>&), its frames moved out of `frames` from
+// frames[first] on; with a `prefix` (a ROUTER's routing id), a copy of it
+// first.
+template <typename Fn>
+void ForEachMessage(std::vector<zmq::message_t>& frames, size_t first, const std::vector<uint32_t>& counts,
+                    const zmq::message_t* prefix, Fn&& fn) {
+  std::vector<zmq::message_t> part;
+  for (uint32_t n : counts) {
+    part.clear();
+    if (prefix) part.emplace_back(prefix->data(), prefix->size());
+    for (size_t i = first; i < first + n; ++i) part.push_back(std::move(frames[i]));
+    first += n;
+    fn(part);
+  }
+}
+
 }  // namespace shardps::wire

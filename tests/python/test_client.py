@@ -227,6 +227,26 @@ def test_clock_async_sends_the_tick_and_the_next_pull_behind_the_pushes(cluster_
         ps1.close()
 
 
+def test_requests_held_leave_together_at_the_end_of_the_block(cluster_factory):
+    c = cluster_factory(servers=2, consistency="async")
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        tables = [ps.create_table(f"h{i}", rows=50 + i, cols=3, init="constant", value=1.0, optimizer="sgd",
+                                  lr=1.0) for i in range(4)]
+        with ps.hold_requests() as held:
+            assert held is ps
+            pushes = [ps.push_async(t, np.full((t.rows, 3), 0.5, np.float32)) for t in tables]
+            pull = ps.pull_async(tables[0])
+            with pytest.raises(shardps.TimeoutError):
+                pull.wait(timeout=0.3)  # held: it has not left
+        for r in pushes:
+            r.wait(30)
+        np.testing.assert_array_equal(pull.wait(30), 0.5)  # behind the push, as issued
+        with ps.hold_requests():
+            pulls = [ps.pull_async(t) for t in tables]
+        for r, t in zip(pulls, tables):
+            np.testing.assert_array_equal(r.wait(30), np.full((t.rows, 3), 0.5, np.float32))
+
+
 def test_a_dropped_array_stays_valid_until_its_request_completes(cluster_factory):
     c = cluster_factory(servers=2, consistency="async")
     with shardps.connect(c.endpoint) as ps:

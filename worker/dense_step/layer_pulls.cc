@@ -34,6 +34,7 @@ void LayerPulls::Issue(int l, Kind k) {
 
 void LayerPulls::IssueAll(Kind k) {
   Start();
+  HeldRequests together = ps_.HoldRequests();  // one message per server (docs/protocol.md, "Envelopes")
   for (size_t l = 0; l < wt_.size(); ++l) Issue(static_cast<int>(l), k);
 }
 

@@ -16,6 +16,7 @@ raises a `shardps.Error` subclass carrying the server's message.
 PyTorch: `shardps.torch` (docs/python.md).
 """
 
+import contextlib
 import operator
 import os
 
@@ -207,6 +208,20 @@ class Client:
     def barrier(self, timeout=None):
         """Waits until every live worker reached the barrier."""
         self._c.barrier(timeout)
+
+    @contextlib.contextmanager
+    def hold_requests(self):
+        """Requests issued inside the block (by any thread) wait, and leave
+        together at its end: one message per server, however many requests
+        (docs/protocol.md, "Envelopes"). For a step's burst of small
+        requests: every dense table's pull, every feature's rows, the
+        pushes after backward. Never wait() inside the block on a request
+        issued inside it (it has not left yet)."""
+        hold = self._c.hold_requests()
+        try:
+            yield self
+        finally:
+            hold.release()
 
     def claim_work(self, pool, total_units, max_units):
         """Up to `max_units` consecutive units of the job-wide pool `pool`

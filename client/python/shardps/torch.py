@@ -150,7 +150,8 @@ class ShardedModel:
         """The pulls of pull(): the prefetch outstanding, else new ones."""
         if self._prefetch is not None:
             return self._prefetch
-        return [self.client.pull_async(t, out=v) for t, v in zip(self.tables, self.views)]
+        with self.client.hold_requests():  # one message per server
+            return [self.client.pull_async(t, out=v) for t, v in zip(self.tables, self.views)]
 
     def _land(self, reqs, predict):
         """Waits for pull()'s requests; the values in the model."""
@@ -200,16 +201,18 @@ class ShardedModel:
 
     def push_grads(self):
         """Pushes every parameter's .grad now (when not pushing in backward)."""
-        for p, t in zip(self.params, self.tables):
-            if p.grad is not None:
-                rows, cols = _rows_cols(p)
-                self._pushes.append(self.client.push_async(t, p.grad.detach().contiguous().numpy().reshape(rows, cols)))
+        with self.client.hold_requests():  # one message per server
+            for p, t in zip(self.params, self.tables):
+                if p.grad is not None:
+                    rows, cols = _rows_cols(p)
+                    self._pushes.append(self.client.push_async(t, p.grad.detach().contiguous().numpy().reshape(rows, cols)))
 
     def start_prefetch(self):
         """Sends the next iteration's pulls now (into staging buffers)."""
         if self._staged is None:
             self._staged = [np.empty_like(v) for v in self.views]
-        self._prefetch = [self.client.prefetch(t, out=s) for t, s in zip(self.tables, self._staged)]
+        with self.client.hold_requests():  # one message per server
+            self._prefetch = [self.client.prefetch(t, out=s) for t, s in zip(self.tables, self._staged)]
 
     def step(self):
         """Ends the iteration: the pushes arrive (the model's shardps
