@@ -18,6 +18,7 @@
 //   server_start.h   start-up: sockets, CURVE, registration
 //   table_set.h      the tables held, within the memory budget; restore
 //   request_check.h  a push or pull validated before anything changes
+//   reply_outbox.h   replies gathered per client into envelopes
 //   shard.h          one replica group held here: its consistency model
 //                    (worker_clocks.h: clocks, membership, held sync
 //                    pushes, parked pulls; no sockets), delay
