@@ -226,6 +226,7 @@ void IoLoop::Run() {
       unread = ReceiveAll();
       const uint64_t before = sends;
       SendDeferred();
+      FlushOut();
       if (sends == before) break;
     }
   }
@@ -272,7 +273,6 @@ void IoLoop::SendDeferred() {
     deferred.pop_front();
     Send(o);
   }
-  FlushOut();
 }
 
 bool IoLoop::ReceiveAll(uint64_t* read) {

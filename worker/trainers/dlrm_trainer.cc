@@ -116,8 +116,14 @@ Status DlrmTrainer::RunEpoch(int epoch, DlrmResult* r) {
       [&] { return ps_.StopRequested(); }, source_, examples, o_.batch, o_.work_chunk);
   EpochTotals t;
   Status s = batches.Run(
-      epoch, [&] { return ps_.Clock(false); }, [&](const Batch& b) { return TrainBatch(b, epoch, batches, &t); });
+      epoch,
+      [&] {
+        SHARDPS_RETURN_IF_ERROR(WaitTick());
+        return ps_.Clock(false);
+      },
+      [&](const Batch& b) { return TrainBatch(b, epoch, batches, &t); });
   DropAhead();
+  if (Status ts = WaitTick(); s.ok()) s = ts;
   SHARDPS_RETURN_IF_ERROR(s);
   if (batches.stopped()) {
     r->stopped = true;
@@ -153,7 +159,24 @@ void DlrmTrainer::DropAhead() {
   ahead_.lines = 0;
 }
 
+void DlrmTrainer::EndClock(bool trained) {
+  HeldRequests together = ps_.HoldRequests();
+  tick_ = ps_.ClockAsync(trained);
+  // What the next step would pull (they carry the new clock, and wait at the
+  // servers as its own pulls would): the same values, a message earlier.
+  bottom_.Pull();
+  top_.Pull();
+  dense_ahead_ = ps_.clock();
+}
+
+Status DlrmTrainer::WaitTick() {
+  Status s = tick_.Wait();
+  tick_ = Request();
+  return s;
+}
+
 Status DlrmTrainer::TrainBatch(const Batch& b, int epoch, const EpochBatches& batches, EpochTotals* t) {
+  SHARDPS_RETURN_IF_ERROR(WaitTick());
   const uint64_t first = SharesBatches(source_) ? b.first : shard_begin_ + b.first;
   if (ahead_.lines > 0 && ahead_.first == first && ahead_.lines == b.n) {
     std::swap(now_, ahead_);  // read and pulled already
@@ -165,7 +188,7 @@ Status DlrmTrainer::TrainBatch(const Batch& b, int epoch, const EpochBatches& ba
   const int n = static_cast<int>(now_.examples.size());  // fewer than b.n when malformed lines were skipped
   double loss = 0;
   if (n > 0) SHARDPS_RETURN_IF_ERROR(Step(batches, &loss));
-  SHARDPS_RETURN_IF_ERROR(ps_.Clock(n > 0));
+  EndClock(n > 0);
   t->loss += loss;
   t->examples += n;
   ps_.AddSamples(static_cast<uint64_t>(n));
@@ -190,13 +213,16 @@ Status DlrmTrainer::Step(const EpochBatches& batches, double* loss) {
   dev_.Upload(x_dev_.data(), now_.x.data(), now_.x.size());
   dev_.Upload(labels_dev_.data(), now_.labels.data(), now_.labels.size());
   emb_grad_.resize(now_.emb.size());
-  {
+  if (dense_ahead_ != ps_.clock()) {
     // Every dense table's pull in one message per server (docs/protocol.md,
-    // "Envelopes"): ten small tables, a message each otherwise.
+    // "Envelopes"): ten small tables, a message each otherwise. (Pulls
+    // issued for another clock, by EndClock before an idle one, are
+    // waited for and pulled again.)
     HeldRequests together = ps_.HoldRequests();
     bottom_.Pull();
     top_.Pull();
   }
+  dense_ahead_ = -1;
   SHARDPS_RETURN_IF_ERROR(now_.rows.Wait());
   SHARDPS_RETURN_IF_ERROR(bottom_.Await());
   SHARDPS_RETURN_IF_ERROR(top_.Await());
@@ -213,11 +239,10 @@ Status DlrmTrainer::Step(const EpochBatches& batches, double* loss) {
     if (part == DlrmPart::kBottom) bottom_.PushLayer(l);
     if (part == DlrmPart::kEmbeddings) {
       rows_pushed = ps_.Push(emb_table_, now_.keys, emb_grad_);
-      pushes.Release();  // (before the next batch is read)
-      ahead = PullAhead(batches);  // behind the push: the next rows hold it
+      ahead = PullAhead(batches);  // behind the push: the next rows hold it (and leave with it)
     }
   });
-  pushes.Release();
+  pushes.Release();  // (the bottom MLP's pushes come after the embeddings')
   float stats[2];
   dev_.Download(stats, stats_.data(), 2);
   *loss = stats[0];
@@ -228,6 +253,7 @@ Status DlrmTrainer::Step(const EpochBatches& batches, double* loss) {
 }
 
 Status DlrmTrainer::Evaluate(double* auc, double* logloss) {
+  dense_ahead_ = -1;  // (its pulls land in the buffers the pulls ahead use)
   bottom_.Pull();
   top_.Pull();
   SHARDPS_RETURN_IF_ERROR(bottom_.Await());

@@ -129,6 +129,12 @@ class DlrmTrainer {
   // The next batch, read and pulled ahead (if PeekNext knows it).
   Status PullAhead(const EpochBatches& batches);
   void DropAhead();  // waits for a pull ahead no batch will use
+  // Ends the clock: the tick and the next clock's dense pulls leave
+  // together, one message per server (docs/protocol.md, "Envelopes"); the
+  // tick is waited for at the next batch (WaitTick), so the next claim of
+  // work travels while it does.
+  void EndClock(bool trained);
+  Status WaitTick();
   Status Step(const EpochBatches& batches, double* loss);
   Status Evaluate(double* auc, double* logloss);
   Status EndEpoch(int epoch, const EpochTotals& t, const EpochBatches& batches, DlrmResult* r);
@@ -146,6 +152,8 @@ class DlrmTrainer {
   StackParams bottom_, top_;
   Table emb_table_;
   DlrmBatch now_, ahead_;      // the batch being trained, the next one pulled ahead
+  Request tick_;               // the last clock's tick (EndClock), until WaitTick
+  int64_t dense_ahead_ = -1;   // the clock the dense pulls in flight were issued for (-1: none)
   std::vector<float> emb_grad_;  // n x 26 x dim, host
   DeviceBuffer x_dev_, labels_dev_, stats_;
   Progress progress_;

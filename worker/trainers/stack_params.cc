@@ -28,6 +28,10 @@ void StackTableSpecs(const std::string& prefix, const std::vector<int>& dims, Op
 
 StackParams::StackParams(Client& ps, Device& dev, DenseStack& stack) : ps_(ps), dev_(dev), stack_(stack) {}
 
+StackParams::~StackParams() {
+  for (auto& r : pulls_) (void)r.Wait();
+}
+
 Status StackParams::Create(const std::vector<TableSpec>& specs) {
   const int n = stack_.num_layers();
   if (specs.size() != static_cast<size_t>(2 * n))
@@ -49,6 +53,9 @@ Status StackParams::Create(const std::vector<TableSpec>& specs) {
 }
 
 void StackParams::Pull() {
+  // A round still in flight writes into the same buffers: it lands first
+  // (its error, if any, is the new round's to find again).
+  for (auto& r : pulls_) (void)r.Wait();
   pulls_.clear();
   for (size_t l = 0; l < w_.size(); ++l) {
     pulls_.push_back(ps_.Pull(w_[l], std::span<float>(wv_[l].data(), wv_[l].size())));

@@ -27,13 +27,16 @@ void StackTableSpecs(const std::string& prefix, const std::vector<int>& dims, Op
 class StackParams {
  public:
   StackParams(Client& ps, Device& dev, DenseStack& stack);
+  // Waits for pulls still in flight (they write into its buffers).
+  ~StackParams();
   StackParams(const StackParams&) = delete;
   StackParams& operator=(const StackParams&) = delete;
 
   // Looks up (or defines, from StackTableSpecs' `specs`) every layer's tables.
   Status Create(const std::vector<TableSpec>& specs);
-  // Every layer's pull of the current clock; Await() waits for them and
-  // uploads the values into the stack.
+  // Every layer's pull of the current clock (a round still in flight is
+  // waited for first); Await() waits for them and uploads the values into
+  // the stack.
   void Pull();
   Status Await();
   // Layer l's gradients (the stack's grad_weight/grad_bias, on the device)

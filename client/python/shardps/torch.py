@@ -230,8 +230,9 @@ class ShardedModel:
         # without a round trip for the pushes first (the tick is sent behind
         # them; under sync, once they are answered; the pulls behind it).
         pushes, self._pushes = self._pushes, []
-        tick = self.client.clock_async()
-        pulls = self._issue_pulls()
+        with self.client.hold_requests():  # the tick and the pulls: one message per server
+            tick = self.client.clock_async()
+            pulls = self._issue_pulls()
         for r in pushes:
             r.wait()
             self._tau += 0.02 * (r.staleness - self._tau)  # as shardps-worker's StalenessMean
