@@ -172,6 +172,8 @@ Status MlpTrainer::Step(bool last_of_epoch, double* waited) {
     if (fresh_ahead) fills_.IssueFresh(l);
   });
   fills_.PendingPushed();
+  // The tick and the pulls behind it leave together: one message per server.
+  HeldRequests together = ps_.HoldRequests();
   SHARDPS_RETURN_IF_ERROR(pushes_.Tick(/*trained=*/true));
   // Otherwise fetch now, after this step's pushes and tick: the servers
   // answer when the model allows.
@@ -222,6 +224,7 @@ Status MlpTrainer::IdleStep() {
   int64_t min_clock = INT64_MAX;
   SHARDPS_RETURN_IF_ERROR(pulls_.Wait(&min_clock));
   SHARDPS_RETURN_IF_ERROR(pushes_.Drain());
+  HeldRequests together = ps_.HoldRequests();  // the tick and the pulls: one message per server
   SHARDPS_RETURN_IF_ERROR(pushes_.Tick(/*trained=*/false));
   pulls_.IssueAll(LayerPulls::Kind::kPull);
   return Status::OK();
