@@ -74,19 +74,30 @@ void IoThread::SetMap(std::shared_ptr<const ShardMap> map) {
 void IoThread::TakeQueued(std::deque<Outgoing>* batch) {
   std::lock_guard<std::mutex> lock(queue_mu_);
   asleep_ = false;
-  if (holds_ == 0 || stopping_) batch->swap(queue_);
+  if (holds_ == 0 || stopping_) {
+    batch->swap(queue_);
+    return;
+  }
+  // Held: only what was queued before the hold began.
+  for (; unheld_ > 0 && !queue_.empty(); --unheld_) {
+    batch->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  unheld_ = 0;
 }
 
 bool IoThread::PrepareToSleep() {
   std::lock_guard<std::mutex> lock(queue_mu_);
-  if (!queue_.empty() && (holds_ == 0 || stopping_)) return false;
+  if (!queue_.empty() && (holds_ == 0 || stopping_ || unheld_ > 0)) return false;
   asleep_ = true;
   return true;
 }
 
 void IoThread::Hold() {
   std::lock_guard<std::mutex> lock(queue_mu_);
-  ++holds_;
+  // What is queued already is not held (a request issued before the hold
+  // may be waited for inside it).
+  if (holds_++ == 0) unheld_ = queue_.size();
 }
 
 void IoThread::Release() {

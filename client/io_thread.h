@@ -105,8 +105,9 @@ class IoThread {
   void EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::message_t> extra, bool numbered,
                       flatbuffers::FlatBufferBuilder& fbb);
   // Client::HoldRequests: while held (Hold more often than Release), what
-  // is queued stays queued (but a stop); the last Release wakes the I/O
-  // thread, which sends it all in one pass: one message per server.
+  // is queued from then on stays queued (but a stop; what was queued before
+  // the first Hold goes as usual); the last Release wakes the I/O thread,
+  // which sends it all in one pass: one message per server.
   void Hold();
   void Release();
   // (Re)connects to `endpoints` (server rank -> data endpoint), dropping
@@ -156,14 +157,15 @@ class IoThread {
   std::atomic<uint64_t> late_replies_{0};
   int efd_ = -1;  // wakes the I/O thread; set by Start, then constant
 
-  std::mutex queue_mu_;  // guards queue_, stopping_, seq_, asleep_, holds_
+  std::mutex queue_mu_;  // guards queue_, stopping_, seq_, asleep_, holds_, unheld_
   std::deque<Outgoing> queue_;
   bool stopping_ = false;
   // The I/O thread polls (or is about to) with nothing queued: only then
   // does an Enqueue write efd_ (a system call; the thread awake takes the
   // queue before it polls again).
   bool asleep_ = false;
-  int holds_ = 0;  // Hold()s not Release()d yet
+  int holds_ = 0;      // Hold()s not Release()d yet
+  size_t unheld_ = 0;  // while held: the queue's first items, queued before the hold began (not held)
   std::vector<uint64_t> seq_;  // replica group -> this worker's last push sequence number
   std::function<void(ClusterView)> on_cluster_;  // set before Start, then called by the I/O thread
 

@@ -232,6 +232,29 @@ TEST_F(IoThreadTest, HeldRequestsLeaveInOneMessagePerServerAndEnvelopedRepliesLa
   io_->Release();
 }
 
+// A hold holds what is issued while it lives, not what was queued before
+// it: waiting inside a hold on a request issued before it (a trainer's
+// last tick) must not wait for the hold's end.
+TEST_F(IoThreadTest, AHoldDoesNotHoldWhatWasQueuedBeforeIt) {
+  TestPeer coord(Silent());
+  TestPeer s0([](const wire::Header& h, std::vector<zmq::message_t>&) { return TestPeer::Reply(h); });
+  Start(coord);
+  io_->ConnectServers({s0.endpoint()});
+  for (int i = 0; i < 20; ++i) {
+    auto before = NewCall(1, "tick");
+    io_->EnqueueRequest(Item(0, before), Fields(wire::MsgType::Tick), {}, false, fbb_);
+    io_->Hold();  // (at once: the I/O thread has most likely not taken it yet)
+    auto inside = NewCall(1, "pull");
+    io_->EnqueueRequest(Item(0, inside), Fields(wire::MsgType::Pull), {}, false, fbb_);
+    Status s = MakeRequest(before).Wait(5s);
+    EXPECT_TRUE(s.ok()) << i << ": " << s.ToString();
+    EXPECT_FALSE(MakeRequest(inside).Done());  // held
+    io_->Release();
+    ASSERT_TRUE(MakeRequest(inside).Wait(10s).ok());
+    if (!s.ok()) break;
+  }
+}
+
 // A synchronous tick (after_pushes) leaves only once every push sent before
 // it was answered (here: one server's push is never answered and times
 // out), so a worker that dies between its ticks left its clock's pushes on

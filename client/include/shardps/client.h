@@ -316,7 +316,8 @@ class SHARDPS_EXPORT Client {
   // use PushSteps with that pull's stamp().
   Request PullCurrent(const Table& t, std::span<float> out);
 
-  // Holds this client's requests back until the hold ends, then sends them
+  // Holds the requests this client is given from now on (not those issued
+  // before) until the hold ends, then sends them
   // together: one message per server, however many requests (an envelope
   // of them: docs/protocol.md, "Envelopes"). Each request costs a ZeroMQ
   // message otherwise, and on the small-request path the cost is per
