@@ -236,7 +236,8 @@ class SHARDPS_EXPORT Request {
 };
 
 // Client::HoldRequests's hold: while it lives, the client's requests (any
-// thread's) wait; when it ends, they leave together. Move-only.
+// thread's) wait; when it ends, they leave together. Move-only; it must end
+// before its Client is destroyed.
 class SHARDPS_EXPORT HeldRequests {
  public:
   HeldRequests() = default;
