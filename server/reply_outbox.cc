@@ -1,7 +1,5 @@
 #include "server/reply_outbox.h"
 
-#include <iterator>
-
 namespace shardps {
 
 void ReplyOutbox::Remember(const zmq::message_t& id) {

@@ -366,10 +366,9 @@ void Server::SendHeartbeat() {
   Coord().send(wire::Encode(fbb_, f, wire::Body::ServerStats, body.Union()), zmq::send_flags::dontwait);
 }
 
-bool Server::ReadData() {
+bool Server::ReadData(std::vector<zmq::message_t>& frames) {
   // Frames past an envelope's most are dropped as they are read, and the
   // message refused (HandleData refuses a request of more than its most).
-  std::vector<zmq::message_t> frames;
   size_t dropped = 0;
   int received = 0;
   bool backlog = false;
@@ -441,7 +440,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
       unread_.coord = false;  // (read after anything a handler sent on it)
     }
     backlog = ReceiveAcks();
-    backlog |= ReadData();
+    backlog |= ReadData(frames);
     bool cutting = false;
     for (auto& sh : shards_)
       if (sh) {

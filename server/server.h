@@ -94,9 +94,9 @@ class Server {
   // `enveloped`: it came in one (an envelope in it is refused).
   void HandleData(std::vector<zmq::message_t>& frames, bool enveloped = false);
   void HandleEnvelope(const wire::Header& h, std::vector<zmq::message_t>& frames);
-  // Reads the data socket (up to 256 messages a pass; true: more may wait),
-  // handling each message and sending the replies it made.
-  bool ReadData();
+  // Reads the data socket (up to 256 messages a pass, into `frames`; true:
+  // more may wait), handling each message and sending the replies it made.
+  bool ReadData(std::vector<zmq::message_t>& frames);
   void HandleCoordinator(std::vector<zmq::message_t>& frames);
   void ApplyCluster(const ClusterView& v);
   // Every reply to a data request goes out here: at once, held by its
@@ -110,6 +110,7 @@ class Server {
   // message read and before the loop sleeps (nothing waits in the outbox
   // while the loop does).
   void FlushReplies();
+  void SendOut(std::vector<zmq::message_t>& frames);  // a reply (or an envelope of them) to the data socket
   void Reply(const zmq::message_t& to, zmq::message_t header);
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s);
   void UpdateGauges();

@@ -241,18 +241,16 @@ void Server::Send(std::vector<zmq::message_t>&& frames) {
 }
 
 void Server::SendReply(std::vector<zmq::message_t>&& frames) {
-  auto send = [this](std::vector<zmq::message_t>& out) {
-    if (Status s = SendMultipart(Data(), out); !s.ok()) LOG_WARN << "replies dropped: " << s.ToString();
-  };
-  if (outbox_.Add(frames, send)) return;
-  send(frames);
+  auto send = [this](std::vector<zmq::message_t>& out) { SendOut(out); };
+  if (!outbox_.Add(frames, send)) SendOut(frames);
 }
 
 void Server::FlushReplies() {
-  if (outbox_.empty()) return;
-  outbox_.Flush([this](std::vector<zmq::message_t>& out) {
-    if (Status s = SendMultipart(Data(), out); !s.ok()) LOG_WARN << "replies dropped: " << s.ToString();
-  });
+  if (!outbox_.empty()) outbox_.Flush([this](std::vector<zmq::message_t>& out) { SendOut(out); });
+}
+
+void Server::SendOut(std::vector<zmq::message_t>& frames) {
+  if (Status s = SendMultipart(Data(), frames); !s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
 }
 
 zmq::socket_t& Server::Peer(uint32_t server) {

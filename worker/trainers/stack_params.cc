@@ -28,8 +28,13 @@ void StackTableSpecs(const std::string& prefix, const std::vector<int>& dims, Op
 
 StackParams::StackParams(Client& ps, Device& dev, DenseStack& stack) : ps_(ps), dev_(dev), stack_(stack) {}
 
-StackParams::~StackParams() {
+StackParams::~StackParams() { Drain(); }
+
+void StackParams::Drain() {
+  // A round still in flight writes into the buffers: it lands first (its
+  // error, if any, is the next round's to find again).
   for (auto& r : pulls_) (void)r.Wait();
+  pulls_.clear();
 }
 
 Status StackParams::Create(const std::vector<TableSpec>& specs) {
@@ -53,10 +58,7 @@ Status StackParams::Create(const std::vector<TableSpec>& specs) {
 }
 
 void StackParams::Pull() {
-  // A round still in flight writes into the same buffers: it lands first
-  // (its error, if any, is the new round's to find again).
-  for (auto& r : pulls_) (void)r.Wait();
-  pulls_.clear();
+  Drain();
   for (size_t l = 0; l < w_.size(); ++l) {
     pulls_.push_back(ps_.Pull(w_[l], std::span<float>(wv_[l].data(), wv_[l].size())));
     pulls_.push_back(ps_.Pull(b_[l], std::span<float>(bv_[l].data(), bv_[l].size())));

@@ -45,6 +45,8 @@ class StackParams {
   Status AwaitPushes();
 
  private:
+  void Drain();  // waits for the pulls in flight (errors dropped)
+
   Client& ps_;
   Device& dev_;
   DenseStack& stack_;

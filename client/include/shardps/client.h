@@ -318,8 +318,8 @@ class SHARDPS_EXPORT Client {
   Request PullCurrent(const Table& t, std::span<float> out);
 
   // Holds the requests this client is given from now on (not those issued
-  // before) until the hold ends, then sends them
-  // together: one message per server, however many requests (an envelope
+  // before) until the hold ends, then sends them together: one message per
+  // server, however many requests (an envelope
   // of them: docs/protocol.md, "Envelopes"). Each request costs a ZeroMQ
   // message otherwise, and on the small-request path the cost is per
   // message: hold around a step's burst of small requests (a model's dense
