@@ -41,6 +41,7 @@
 #include "common/net/handshake.h"
 #include "common/net/net.h"
 #include "common/net/security.h"
+#include "tools/ctl_run_dir.h"
 
 namespace shardps {
 namespace {
@@ -51,6 +52,7 @@ int Fail(const std::string& msg, int rc = 1) {
 }
 
 std::optional<KeyFile> g_key;  // --key / $SHARDPS_KEY
+const char* g_key_needed = "observer.key";  // the key of the job this command needs, with security on
 
 // One request to the coordinator and its reply (a header), within `timeout_sec`.
 // A request's body, if any: built into the header's builder.
@@ -84,9 +86,13 @@ Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec,
   const auto deadline = Clock::now() + std::chrono::seconds(timeout_sec);
   if (Status s = RequestReply(sock, monitor, g_key ? &*g_key : nullptr, request, deadline, "coordinator " + coordinator,
                               reply);
-      !s.ok())
+      !s.ok()) {
+    if (s.code() == Code::kPermissionDenied && !g_key)
+      return Status::PermissionDenied(s.message() + "; this command needs the job's " + g_key_needed +
+                                      " (--key FILE, or --run-dir RUN_DIR of a job shardps-launch started)");
     return s.code() == Code::kTimeout ? Status::Timeout(s.message() + " within " + std::to_string(timeout_sec) + " s")
                                       : s;
+  }
   Status s = wire::ParseHeader(*reply, *scratch, h);
   if (s.ok()) s = wire::ReplyStatus(*h);
   return s;
@@ -549,48 +555,50 @@ int main(int argc, char** argv) {
   std::vector<std::string> targets;
   std::string key_file;
   app.add_option("--key", key_file, "security on: this tool's key (admin.key for snapshot and stop; observer.key is enough for status)")->envname("SHARDPS_KEY");
+  std::string run_dir;
+  app.add_option("--run-dir", run_dir,
+                 "a job shardps-launch started: its run directory (or its job.json) gives the coordinator and, with "
+                 "security on, the key (admin.key or observer.key, as the command needs); COORDINATOR may then be left out");
   auto* status = app.add_subcommand("status", "every process, worker clocks, rates per server, who waits on whom");
-  status->add_option("COORDINATOR", coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555")->required();
+  status->add_option("COORDINATOR", coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555 (or --run-dir)");
   status->add_flag("--json", json, "one JSON object");
   status->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   double interval = 1.0;
   bool once = false;
   auto* top = app.add_subcommand("top", "the status redrawn in place every second (clocks/s per worker too) until Ctrl-C");
-  top->add_option("COORDINATOR", coordinator)->required();
+  top->add_option("COORDINATOR", coordinator);
   top->add_option("--interval-sec", interval, "seconds between frames")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
   top->add_flag("--once", once, "print one frame and exit");
   top->add_option("--timeout-sec", timeout_sec, "for each frame's answer")->check(CLI::Range(1, 3600))->capture_default_str();
   auto* snap = app.add_subcommand("snapshot", "take a snapshot now and wait until it is complete");
-  snap->add_option("COORDINATOR", coordinator)->required();
+  snap->add_option("COORDINATOR", coordinator);
   snap->add_option("--timeout-sec", snap_timeout)->check(CLI::Range(1, 86400))->capture_default_str();
   auto* stop = app.add_subcommand("stop", "workers finish their step and leave, a final snapshot (if configured), every process exits 0");
-  stop->add_option("COORDINATOR", coordinator)->required();
+  stop->add_option("COORDINATOR", coordinator);
   stop->add_option("--timeout-sec", stop_timeout)->check(CLI::Range(1, 86400))->capture_default_str();
   auto* rollback = app.add_subcommand("rollback", "after a server died: the job goes back to its newest complete snapshot (then start every server and worker again)");
-  rollback->add_option("COORDINATOR", coordinator)->required();
+  rollback->add_option("COORDINATOR", coordinator);
   rollback->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   int dead_server = -1;
   int drain_server = -1;
   auto* drain = app.add_subcommand("drain-server", "move server SERVER's copies of its groups to other servers while the job runs (replicas >= 2), then let it exit 0");
-  drain->add_option("COORDINATOR", coordinator)->required();
-  drain->add_option("SERVER", drain_server, "the rank of the server to drain")->required()->check(CLI::Range(0, 4095));
+  std::vector<std::string> drain_args, move_args, declare_args;  // [COORDINATOR] then numbers
+  drain->add_option("ARGS", drain_args, "[COORDINATOR] SERVER: the rank of the server to drain")->required();
   drain->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* add = app.add_subcommand("add-server", "open one more server rank in the running job (replicas >= 2) and print it: the server started on it gets copies of groups moved onto it");
-  add->add_option("COORDINATOR", coordinator)->required();
+  add->add_option("COORDINATOR", coordinator);
   add->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* rebalance = app.add_subcommand("rebalance", "move copies of groups from the most to the least loaded live servers while the job runs (replicas >= 2)");
-  rebalance->add_option("COORDINATOR", coordinator)->required();
+  rebalance->add_option("COORDINATOR", coordinator);
   rebalance->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   uint32_t move_group = 0, move_from = 0, move_to = 0;
   auto* move = app.add_subcommand("move-group", "move server FROM's copy of group GROUP to server TO while the job runs (replicas >= 2): TO is filled with a copy, then FROM's copy leaves");
-  move->add_option("COORDINATOR", coordinator)->required();
-  move->add_option("GROUP", move_group, "the replica group")->required()->check(CLI::Range(0, 1 << 20));
-  move->add_option("FROM", move_from, "the server whose copy leaves")->required()->check(CLI::Range(0, 4095));
-  move->add_option("TO", move_to, "the server that takes a copy")->required()->check(CLI::Range(0, 4095));
+  move->add_option("ARGS", move_args,
+                   "[COORDINATOR] GROUP FROM TO: the replica group, the server whose copy leaves, the server that takes a copy")
+      ->required();
   move->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* declare = app.add_subcommand("declare-dead", "server SERVER's process ended: with replicas, its groups are served by their backups now (no rollback); fails, saying why, where a group would lose its last copy");
-  declare->add_option("COORDINATOR", coordinator)->required();
-  declare->add_option("SERVER", dead_server, "the dead server's rank")->required()->check(CLI::Range(0, 4095));
+  declare->add_option("ARGS", declare_args, "[COORDINATOR] SERVER: the dead server's rank")->required();
   declare->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   auto* listen = app.add_subcommand("probe-listen", "(launcher checks) listen on ADDRESS, print the port");
   listen->add_option("ADDRESS", address)->required();
@@ -599,7 +607,38 @@ int main(int argc, char** argv) {
   connect->add_option("TARGETS", targets)->required();
   connect->add_option("--timeout-ms", timeout_ms)->check(CLI::Range(1, 600000))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (!key_file.empty() && !*listen && !*connect) {
+  const bool probe = *listen || *connect;
+  {
+    std::vector<long> v;
+    std::string err;
+    if (*drain) {
+      err = NumbersAfterCoordinator(drain_args, {{"SERVER", 4095}}, &coordinator, &v);
+      if (err.empty()) drain_server = static_cast<int>(v[0]);
+    } else if (*declare) {
+      err = NumbersAfterCoordinator(declare_args, {{"SERVER", 4095}}, &coordinator, &v);
+      if (err.empty()) dead_server = static_cast<int>(v[0]);
+    } else if (*move) {
+      err = NumbersAfterCoordinator(move_args, {{"GROUP", 1 << 20}, {"FROM", 4095}, {"TO", 4095}}, &coordinator, &v);
+      if (err.empty()) {
+        move_group = static_cast<uint32_t>(v[0]);
+        move_from = static_cast<uint32_t>(v[1]);
+        move_to = static_cast<uint32_t>(v[2]);
+      }
+    }
+    if (!err.empty()) return Fail(err, 2);
+  }
+  const bool admin = !*status && !*top;  // everything else changes the job
+  g_key_needed = admin ? "admin.key" : "observer.key";
+  if (!run_dir.empty() && !probe) {
+    RunDirJob job;
+    if (Status s = ReadRunDir(run_dir, &job); !s.ok()) return Fail("--run-dir: " + s.message(), 2);
+    if (coordinator.empty()) coordinator = job.coordinator;
+    if (key_file.empty()) key_file = RunDirKey(job, admin);
+  }
+  if (coordinator.empty() && !probe)
+    return Fail("the coordinator's endpoint is missing: give COORDINATOR (tcp://HOST:PORT) or the job's run directory "
+                "(--run-dir DIR)", 2);
+  if (!key_file.empty() && !probe) {
     KeyFile k;
     if (Status s = LoadKeyFile(key_file, &k); !s.ok()) return Fail("--key: " + s.message(), 2);
     g_key = std::move(k);

@@ -38,7 +38,7 @@ Handshake ReadHandshakeEvent(zmq::socket_t& monitor, const KeyFile* key, std::st
     case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
       if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
         *why = key ? "security is off there (no CURVE), and this client has a key"
-                   : "security is on there and this client has no key (--key, ClientOptions.key_file or $SHARDPS_KEY)";
+                   : "security is on there and this client has no key: it needs one of the job's keys (worker.key for a worker or trainer, observer.key or admin.key for tools) through --key, --run-dir, ClientOptions.key_file or $SHARDPS_KEY";
         return Handshake::kRefused;
       }
       *why = std::string("the handshake failed (ZMTP protocol error ") + hex + ")" +
@@ -53,7 +53,7 @@ Handshake ReadHandshakeEvent(zmq::socket_t& monitor, const KeyFile* key, std::st
 std::string DroppedHandshakesWhy(const KeyFile* key) {
   return "the connection closed during the handshake " + std::to_string(kDropsToRefuse) + " times in a row: " +
          (key ? "the peer does not hold this job's server key, or its security is off"
-              : "security may be on there, and this client has no key (--key, ClientOptions.key_file or $SHARDPS_KEY)");
+              : "security may be on there, and this client has no key: it would need one of the job's keys (worker.key for a worker or trainer, observer.key or admin.key for tools) through --key, --run-dir, ClientOptions.key_file or $SHARDPS_KEY");
 }
 
 bool HandshakeRefused(zmq::socket_t& monitor, const KeyFile* key, int* drops, std::string* why) {

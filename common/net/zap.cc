@@ -101,7 +101,8 @@ void ZapHandler::Serve(zmq::socket_t& sock) {
         if (ev.size() >= 6) std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
         Refused("refused a connection to " + label + " (" + addr.to_string() +
                 "): it failed the CURVE handshake (error " + std::to_string(value) +
-                "): a client without a key, or holding another job's server key");
+                "): a client without a key, or holding another job's server key (security is on in this job: a client needs "
+                "one of its keys, worker.key for workers, observer.key or admin.key for tools)");
       }
     }
     if (!RecvMultipart(sock, &req, true, 8)) continue;

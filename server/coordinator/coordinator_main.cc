@@ -72,6 +72,9 @@ int ResolveJob(Flags& fl, JobConfig* job) {
     if (fl.key_file.empty()) fl.key_file = job->security.keys + "/server.key";
   }
   if (!fl.access_file.empty() && fl.key_file.empty()) return Fail("", "--access needs --key");
+  if (job->security.enabled == true && fl.key_file.empty() && !fl.print_config)
+    return Fail("", "[security] enabled = true, and no keys: give [security] keys = DIR (made by shardps-keygen DIR) "
+                    "or --key (shardps-launch makes a job's keys itself)");
   if (!fl.key_file.empty() && !fl.print_config)
     if (Status s = LoadServerSecurity(fl.key_file, fl.access_file, &o.security); !s.ok()) return Fail("", s.message());
   if (fl.metrics_port >= 0) job->metrics.port = fl.metrics_port;

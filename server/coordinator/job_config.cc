@@ -255,8 +255,16 @@ Status ParseMetrics(const toml::table& t, std::string_view src, MetricsOptions* 
 }
 
 Status ParseSecurity(const toml::table& t, std::string_view src, SecurityConfig* s) {
-  SHARDPS_RETURN_IF_ERROR(CheckKeys(t, src, "security", {"keys"}));
+  SHARDPS_RETURN_IF_ERROR(CheckKeys(t, src, "security", {"keys", "enabled"}));
   SHARDPS_RETURN_IF_ERROR(GetString(t, "keys", src, &s->keys));
+  if (t.get("enabled")) {
+    bool on = false;
+    SHARDPS_RETURN_IF_ERROR(GetBool(t, "enabled", src, &on));
+    s->enabled = on;
+  }
+  if (s->enabled == false && !s->keys.empty())
+    return Status::InvalidArgument(std::string(src) + ": [security] enabled = false with keys = '" + s->keys +
+                                   "': security off, yet a key directory; drop one (--set security.keys=\"\" clears the keys)");
   return Status::OK();
 }
 
@@ -449,7 +457,8 @@ std::string JobConfigJson(const JobConfig& c) {
        ", \"ssh_options\": " + JsonStrings(l.ssh_options) + ", \"srun_options\": " + JsonStrings(l.srun_options) +
        "}, \"metrics\": {\"enabled\": " + JsonBool(c.metrics.enabled) + ", \"port\": " +
        std::to_string(c.metrics.port) + ", \"address\": " + JsonString(c.metrics.address) +
-       "}, \"security\": {\"keys\": " + JsonString(c.security.keys) + "}}";
+       "}, \"security\": {\"keys\": " + JsonString(c.security.keys) + ", \"enabled\": " +
+       (c.security.enabled ? JsonBool(*c.security.enabled) : std::string("null")) + "}}";
   return o;
 }
 

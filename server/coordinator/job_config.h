@@ -27,12 +27,14 @@
 //
 //   [security]
 //   keys = "/etc/shardps/job-keys"   # shardps-keygen DIR; CURVE + roles
+//   enabled = false           # unset: on across hosts (the launcher makes keys), off locally
 //
 // Every key can be overridden with `--set section.key=value` (the value is
 // TOML; a bare word is taken as a string).
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +83,10 @@ struct SecurityConfig {
   // coordinator and servers listen with DIR/server.key and admit DIR/access;
   // the launcher hands each process the key of its role.
   std::string keys;
+  // Whether the job runs with security on. Unset: the launcher decides (on
+  // when a job spans hosts, over ssh or Slurm: it makes the job's keys in
+  // the run directory; off for a local job). false with `keys` is refused.
+  std::optional<bool> enabled;
 };
 
 struct JobConfig {

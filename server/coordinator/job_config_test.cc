@@ -94,6 +94,8 @@ TEST(JobConfig, ErrorsNameTheProblem) {
       {"[[table]]\nname = \"e\"\nkind = \"sparse\"\nwire_dtype = \"bf16\"\n", "wire_dtype is for dense tables"},
       {"[[table]]\nname = \"w\"\nrows = 4\ncompress = \"sign\"\nstaleness_rule = \"dc\"\n", "do not combine"},
       {"[job]\ngroups = -1\n", "groups"},
+      {"[security]\nenabled = \"yes\"\n", "'enabled' must be true or false"},
+      {"[security]\nenabled = false\nkeys = \"/k\"\n", "enabled = false with keys = '/k'"},
   };
   for (const auto& c : cases) {
     CoordinatorOptions o;
@@ -142,6 +144,22 @@ TEST(JobConfig, ValidateRejectsDuplicateTablesAndBadShapes) {
   EXPECT_NE(s.message().find("not supported with replicas = 2"), std::string::npos) << s.ToString();
   o.replicas = 1;
   EXPECT_TRUE(o.Validate().ok()) << o.Validate().ToString();
+}
+
+// [security] enabled: unset (the launcher decides by where the job runs),
+// true or false; --set overrides the job file, and the launcher reads it
+// back from --print-config.
+TEST(JobConfig, SecurityEnabledIsUnsetTrueOrFalse) {
+  JobConfig c;
+  ASSERT_TRUE(ParseJobConfig("[security]\nkeys = \"/k\"\n", "job.toml", {}, &c).ok());
+  EXPECT_FALSE(c.security.enabled.has_value());
+  EXPECT_NE(JobConfigJson(c).find("\"security\": {\"keys\": \"/k\", \"enabled\": null}"), std::string::npos)
+      << JobConfigJson(c);
+  JobConfig off;
+  ASSERT_TRUE(ParseJobConfig("[security]\nenabled = true\n", "job.toml", {"security.enabled=false"}, &off).ok());
+  ASSERT_TRUE(off.security.enabled.has_value());
+  EXPECT_FALSE(*off.security.enabled);
+  EXPECT_NE(JobConfigJson(off).find("\"enabled\": false"), std::string::npos);
 }
 
 TEST(JobConfig, MissingFileIsAClearError) {

@@ -64,7 +64,7 @@ for f in "$lib/libshardps.so.$version" "$lib/libshardps.a" "$lib/pkgconfig/shard
   [[ -f $f ]] || fail "not installed: $f"
 done
 for p in shardps-launch shardps-coordinator shardps-server shardps-worker shardps-ctl shardps-snapshot \
-         shardps-bench shardps-plot-runs; do
+         shardps-bench shardps-plot-runs shardps-keygen; do
   [[ -x $bin/$p ]] || fail "not installed (or not executable): $bin/$p"
 done
 # shardps-launch's own package (tools/shardps_launch), where the installed script looks for it.

@@ -201,3 +201,12 @@ def wait_json(path, pred, timeout, what):
         if time.monotonic() > end:
             raise AssertionError(f"{path}: no {what} within {timeout} s; last seen:\n{json.dumps(doc, indent=1)}")
         time.sleep(0.1)
+
+
+def wait_until(pred, timeout, what):
+    """Waits until pred() holds; fails after `timeout` s saying `what` it waited for."""
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"no {what} within {timeout} s")
+        time.sleep(0.1)

@@ -21,6 +21,7 @@ from shardps_launch.commands import (REMOTE_WRAPPER, JobCommands, endpoint_in, l
                                      on_endpoint, worker_path)
 from shardps_launch.errors import LaunchError  # noqa: E402
 from shardps_launch.jobfile import check_job, overrides, parse_args  # noqa: E402
+from shardps_launch import security  # noqa: E402
 
 # What shardps-coordinator --print-config prints without a job file
 # (test_defaults_are_the_coordinators checks it still does).
@@ -35,7 +36,7 @@ DEFAULTS = {
                "run_dir": "", "timeout_sec": 3600, "restart_workers": False, "restart_servers": False,
                "restart_coordinator": False, "max_restarts": 3, "ssh_options": [], "srun_options": []},
     "metrics": {"enabled": True, "port": 0, "address": ""},
-    "security": {"keys": ""},
+    "security": {"keys": "", "enabled": None},
 }
 
 
@@ -201,6 +202,24 @@ def test_security_every_role_gets_its_key():
     assert c.worker(0, "h3", "tcp://x:1")[1]["SHARDPS_KEY"] == "/remote/h3/worker.key"
     assert got == [("h2", ("server.key", "access")), ("h1", ("server.key", "access")), ("h3", ("worker.key",))]
     assert commands(config(), keys="/keys").worker(0, "localhost", "tcp://x:1")[1]["SHARDPS_KEY"] == "/keys/worker.key"
+
+
+def test_security_is_on_across_hosts_unless_turned_off():
+    # A job across hosts has security on (the launcher makes the keys) unless
+    # told not to; a local job has it when asked; given keys are used anywhere.
+    for mode in ("ssh", "slurm"):
+        assert security.plan(config(launch={"mode": mode})) == "make"
+        assert security.plan(config(launch={"mode": mode}, security={"enabled": False})) == "off"
+    assert security.plan(config()) == "off"
+    assert security.plan(config(security={"enabled": True})) == "make"
+    assert security.plan(config(launch={"mode": "ssh"}, security={"keys": "/k"})) == "given"
+    args, _ = parse_args(["--no-security"])
+    assert "security.enabled=false" in overrides(args)
+    # shardps-keygen is needed here (only) when the launcher makes the keys.
+    needs, remote = job_needs(dict(config()["launch"], mode="ssh"), ["train"], make_keys=True)
+    assert "shardps-keygen" in needs and "shardps-keygen" not in remote
+    warning = security.exposed_warning(["root@10.0.0.2", "root@10.0.0.3"])
+    assert "(root@10.0.0.2, root@10.0.0.3)" in warning and "read the whole model" in warning, warning
 
 
 def test_environment_of_every_process():

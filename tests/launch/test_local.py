@@ -35,6 +35,11 @@ def test_success_prefixes_accuracy_and_nothing_left(run_dir):
     assert "all 2 workers finished" in out
     # Coordinator and server output goes to their logs.
     assert "registered as server 1" in open(os.path.join(run_dir, "server1.log")).read()
+    # A local job (every process on loopback) runs without security, as
+    # ever, and says nothing of it.
+    assert "security" not in out, out
+    assert read_json(os.path.join(run_dir, "job.json"))["security"] == {"on": False, "keys": None,
+                                                                         "made_by_launcher": False}
     wait_none_left(run_dir)
 
 
@@ -726,6 +731,38 @@ def test_security_every_process_gets_its_key_and_others_are_refused(run_dir, tmp
     # Every worker trained over CURVE with the worker key.
     assert "worker 1 joined" in log, log
     wait_none_left(run_dir)
+
+
+def test_security_keys_made_by_the_launcher_are_found_from_the_run_directory(run_dir):
+    # [security] enabled = true on one machine does what a job across hosts
+    # does by default (test_ssh, test_slurm): the launcher makes the job's
+    # keys in the run directory, and the tools find them there.
+    launch = Launch(["--servers", "1", "--workers", "2", "--set", "security.enabled=true", "--",
+                     *small_mlp(epochs=500)], run_dir)
+    coordinator = launch.coordinator(120)
+    launch.wait_for_line(r"worker 1 \| epoch \d+ step", 120)
+    keys = os.path.join(run_dir, "job-keys")
+    assert f"security on: CURVE with the job's own keys, made in {keys} (mode 700)" in launch.output()
+    assert os.stat(keys).st_mode & 0o777 == 0o700
+    assert sorted(os.listdir(keys)) == ["access", "admin.key", "observer.key", "server.key", "worker.key"]
+    job = wait_json(os.path.join(run_dir, "job.json"), lambda j: j.get("coordinator"), 30, "the coordinator in job.json")
+    assert job["security"] == {"on": True, "keys": keys, "made_by_launcher": True}, job
+    # Without a key the tool is refused and told which key it needs.
+    rc, out = ctl("status", coordinator, "--timeout-sec", "30")
+    assert rc != 0 and "this command needs the job's observer.key" in out, out
+    rc, out = ctl("--run-dir", run_dir, "status")  # observer.key, and the coordinator, from job.json
+    assert rc == 0 and "worker" in out, out
+    rc, out = ctl("--run-dir", os.path.join(run_dir, "job.json"), "stop", "--timeout-sec", "120")  # admin.key
+    assert rc == 0, out
+    assert launch.wait(120) == 0, launch.output()
+    wait_none_left(run_dir)
+    rc, out = ctl("--run-dir", os.path.join(run_dir, "nowhere"), "status")
+    assert rc == 2 and "--run-dir: cannot read" in out and "nowhere/job.json" in out, out
+    rc, out = ctl("status")
+    assert rc == 2 and "give COORDINATOR (tcp://HOST:PORT) or the job's run directory (--run-dir DIR)" in out, out
+    # A command with numbers after the coordinator may leave it out too.
+    rc, out = ctl("--run-dir", run_dir, "drain-server", "one")
+    assert rc == 2 and "SERVER must be an integer in [0, 4095], got 'one' ([COORDINATOR] SERVER)" in out, out
 
 
 def test_security_missing_keys_are_named_before_anything_starts(run_dir, tmp_path):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hostenv import slurm_cluster_or_skip
-from launchlib import BUILD, LAUNCH, Launch, small_mlp, started_by, wait_none_left
+from launchlib import BUILD, LAUNCH, Launch, ctl, small_mlp, started_by, wait_none_left
 
 
 def test_srun_command_lines_place_every_process_on_the_allocation():
@@ -32,6 +32,18 @@ def test_srun_command_lines_place_every_process_on_the_allocation():
     assert "shardps-server --coordinator 'tcp://<address of node1>:<port>' --rank 1 --bind tcp://0.0.0.0:0 " \
            "--advertise '<address of node2>'" in placed[2][3], placed[2][3]
     assert re.search(r"shardps-worker --coordinator 'tcp://<address of node1>:<port>' --rank 2 ", placed[5][3])
+    # Security is on (a Slurm job spans nodes): the launcher would make the
+    # job's keys, and each process gets the key of its role.
+    assert "security on: CURVE with the job's own keys, to be made in " in p.stdout, p.stdout
+    assert re.search(r"--key \S*/keys/server\.key --access \S*/keys/access", placed[2][3]), placed[2][3]
+    # --no-security: off, with the warning naming what that exposes.
+    p = subprocess.run([LAUNCH, "--slurm", "--dry-run", "--bin-dir", BUILD, "--servers", "2", "--workers", "4",
+                        "--no-security", "--", *small_mlp()],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stdout
+    assert "WARNING: security is off (--no-security or [security] enabled = false) in a job across hosts " \
+           "(node1, node2, gpu07)" in p.stdout, p.stdout
+    assert "--key" not in p.stdout, p.stdout
 
 
 def test_outside_an_allocation_slurm_mode_says_so():
@@ -62,6 +74,11 @@ def test_job_in_a_real_allocation(slurm, tmp_path):
     node = slurm.node
     assert re.search(rf"^\[worker 0 @{node}\] worker 0 \| epoch 2 done .* test accuracy", out, re.M), out
     assert re.search(rf"^\[worker 1 @{node}\] worker 1 \| finished 2 epochs", out, re.M), out
+    # Security on by default: the keys were made here and handed to the node
+    # through srun steps (mode 600 in the run directory there).
+    assert f"security on: CURVE with the job's own keys, made in {run_dir}/job-keys (mode 700)" in out, out
+    assert sorted(os.listdir(os.path.join(run_dir, "keys"))) == ["access", "server.key", "worker.key"]
+    assert os.stat(os.path.join(run_dir, "keys", "server.key")).st_mode & 0o777 == 0o600
     wait_none_left(run_dir)
 
 
@@ -69,6 +86,13 @@ def test_sigterm_in_an_allocation_leaves_nothing(slurm, tmp_path):
     run_dir = str(tmp_path / "run")
     launch = salloc_launch(slurm, run_dir, "--servers", "1", "--workers", "2", worker=small_mlp(epochs=500))
     launch.wait_for_line(r"worker 1 \| epoch \d+ step", 180)
+    # Security is on: a tool without a key is refused; with the run
+    # directory alone it finds the coordinator and its key.
+    coordinator = launch.coordinator(10)
+    rc, out = ctl("status", coordinator, "--timeout-sec", "30")
+    assert rc != 0 and "this client has no key" in out, out
+    rc, out = ctl("--run-dir", run_dir, "status")
+    assert rc == 0 and "worker" in out, out
     # The launcher is salloc's child.
     children = subprocess.run(["pgrep", "-P", str(launch.p.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
     assert children, "salloc has no child"

@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from hostenv import netns_hosts_or_skip
-from launchlib import Launch, ctl, make_keys, small_mlp, started_by, wait_none_left
+from launchlib import CTL, Launch, ctl, make_keys, small_mlp, started_by, wait_none_left, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +56,38 @@ def test_job_across_three_hosts(hosts, tmp_path):
     log = open(os.path.join(run_dir, "coordinator.log")).read()
     assert f"server 0 registered at tcp://{env.address('h1')}:" in log, log
     assert f"server 1 registered at tcp://{env.address('h2')}:" in log, log
+    # Across hosts security is on by default: the launcher made the job's
+    # keys (mode 700) and each host got the keys of its processes.
+    keys = os.path.join(run_dir, "job-keys")
+    assert f"security on: CURVE with the job's own keys, made in {keys} (mode 700)" in out, out
+    assert os.stat(keys).st_mode & 0o777 == 0o700
+    assert sorted(os.listdir(os.path.join(run_dir, "keys"))) == ["access", "server.key", "worker.key"]
+    wait_none_left(run_dir)
+
+
+def test_security_on_by_default_a_keyless_peer_is_refused_and_the_run_dir_is_enough(hosts, tmp_path):
+    env = hosts
+    run_dir = str(tmp_path / "run")
+    launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2",
+                          worker=small_mlp(epochs=500))
+    coordinator = launch.coordinator(120)
+    launch.wait_for_line(r"worker 1 \| epoch \d+ step", 180)
+    # A peer without the job's keys, on another host (h3 runs only a
+    # worker): refused during the handshake, told why, and logged.
+    p = env.run_in("h3", [CTL, "status", coordinator, "--timeout-sec", "30"], timeout=60)
+    assert p.returncode != 0 and "PermissionDenied" in p.stderr and "this client has no key" in p.stderr and \
+        "observer.key" in p.stderr, p.stdout + p.stderr
+
+    def refused():
+        log = open(os.path.join(run_dir, "coordinator.log")).read()
+        return "refused a connection to the coordinator" in log and "security is on in this job" in log
+    wait_until(refused, 30, "the coordinator's log line of the refused connection")
+    # The operator, where the launcher runs, needs nothing but the run directory.
+    p = env.run_in("h1", [CTL, "--run-dir", run_dir, "status"], timeout=60)
+    assert p.returncode == 0 and "worker" in p.stdout, p.stdout + p.stderr
+    p = env.run_in("h1", [CTL, "--run-dir", run_dir, "stop", "--timeout-sec", "120"], timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert launch.wait(120) == 0, launch.output()
     wait_none_left(run_dir)
 
 
@@ -63,10 +95,17 @@ def test_sigterm_stops_every_remote_process(hosts, tmp_path):
     # Also: addresses taken from a named interface (each namespace's eth0).
     env = hosts
     run_dir = str(tmp_path / "run")
+    # And --no-security: a warning that names what it exposes; any peer
+    # gets in (here the status, without a key).
     launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2",
-                          "--interface", "eth0", worker=small_mlp(epochs=500))
+                          "--interface", "eth0", "--no-security", worker=small_mlp(epochs=500))
     launch.wait_for_line(r"worker 1 \| epoch \d+ step", 180)
     assert f"{name(env, 'h2')} ({env.address('h2')})" in launch.output(), launch.output()
+    assert re.search(r"WARNING: security is off \(--no-security.*\) in a job across hosts \(.*\): anyone who can "
+                     r"reach the job's ports there can read the whole model", launch.output()), launch.output()
+    assert not os.path.exists(os.path.join(run_dir, "job-keys"))
+    p = env.run_in("h3", [CTL, "status", launch.coordinator(), "--timeout-sec", "30"], timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
     rc, out = ctl("status", launch.coordinator(), "--json") if env.root_reachable else (0, "")
     if out:
         st = json.loads(out)

@@ -2,6 +2,7 @@
 errors as exceptions, the GIL released while a call blocks, arrays kept
 alive by their requests."""
 import gc
+import json
 import threading
 import time
 import weakref
@@ -152,6 +153,35 @@ def test_a_coordinator_host_that_does_not_resolve_is_named_at_once():
         shardps.connect("tcp://no-such-host.invalid:5555", timeout=60)
     with pytest.raises(shardps.InvalidArgumentError, match=r"port '0' is not a number in 1\.\.65535"):
         shardps.connect("tcp://127.0.0.1:0")
+
+
+def test_connect_finds_the_job_from_its_run_directory(cluster_factory, tmp_path):
+    # What shardps-launch writes to RUN_DIR/job.json: the coordinator, and
+    # the key directory with security on (docs/security.md).
+    c = cluster_factory(servers=1, consistency="async")
+    job = {"format": 1, "state": "running", "coordinator": c.endpoint,
+           "security": {"on": False, "keys": None, "made_by_launcher": False}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    with shardps.connect(run_dir=str(tmp_path / "job.json")) as ps:  # job.json itself, or its directory
+        ps.create_table("w", rows=2, cols=3)
+    with shardps.connect(run_dir=tmp_path, role="observer") as ps:
+        assert (ps.table("w").rows, ps.table("w").cols) == (2, 3)
+    # With security on, a worker takes the job's worker.key, an observer its observer.key.
+    keys = {"on": True, "keys": "/run/job-keys", "made_by_launcher": True}
+    (tmp_path / "job.json").write_text(json.dumps(dict(job, security=keys)))
+    assert shardps._from_run_dir(tmp_path, "worker") == (c.endpoint, "/run/job-keys/worker.key")
+    assert shardps._from_run_dir(tmp_path, "observer") == (c.endpoint, "/run/job-keys/observer.key")
+    # Each wrong run directory says what is wrong with it.
+    with pytest.raises(shardps.InvalidArgumentError, match=r"cannot read '.*nowhere/job\.json'.*shardps-launch"):
+        shardps.connect(run_dir=tmp_path / "nowhere")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(shardps.InvalidArgumentError, match=r"'.*bad\.json' is not a job\.json written by"):
+        shardps.connect(run_dir=tmp_path / "bad.json")
+    (tmp_path / "job.json").write_text(json.dumps(dict(job, coordinator=None, state="starting")))
+    with pytest.raises(shardps.UnavailableError, match=r"names no coordinator yet \(the job is starting\)"):
+        shardps.connect(run_dir=tmp_path)
+    with pytest.raises(shardps.InvalidArgumentError, match=r"give the coordinator's endpoint"):
+        shardps.connect()
 
 
 def test_errors_become_exceptions_of_their_class(cluster_factory):

@@ -15,7 +15,7 @@ from .errors import LaunchError
 
 BINARIES = {  # name -> its folder in a build tree
     "shardps-coordinator": "server", "shardps-server": "server",
-    "shardps-ctl": "tools", "shardps-worker": "worker",
+    "shardps-ctl": "tools", "shardps-worker": "worker", "shardps-keygen": "tools",
 }
 
 
@@ -83,12 +83,13 @@ class Binaries:
         return self._paths.get(name) or self.locate(name)
 
 
-def job_needs(launch, worker_cmd, replicas=1):
+def job_needs(launch, worker_cmd, replicas=1, make_keys=False):
     """What the job of `launch` ([launch] of the job) needs, as
     ({name: why}, the names that run only on other hosts). The coordinator
     and the servers always; shardps-ctl for --restart-servers (the rollback
     runs it on this machine) and for the host checks over ssh and Slurm;
-    the worker command when it names a shardps binary."""
+    the worker command when it names a shardps binary; shardps-keygen when
+    the launcher makes the job's keys (`make_keys`, on this machine only)."""
     remote = launch["mode"] != "local"
     needs = {"shardps-coordinator": "it runs the job", "shardps-server": "the parameter servers"}
     if remote:
@@ -99,7 +100,9 @@ def job_needs(launch, worker_cmd, replicas=1):
         needs["shardps-ctl"] = "replicas: a dead server is failed over with shardps-ctl declare-dead on this machine"
     if worker_cmd and worker_cmd[0] in BINARIES:
         needs[worker_cmd[0]] = "the worker command"
-    elsewhere = set(needs) - {"shardps-coordinator"} if remote else set()
+    if make_keys:
+        needs["shardps-keygen"] = "security: the launcher makes the job's keys (--no-security turns it off)"
+    elsewhere = set(needs) - {"shardps-coordinator", "shardps-keygen"} if remote else set()
     if launch["restart_servers"] or replicas > 1:
         elsewhere.discard("shardps-ctl")
     return needs, elsewhere

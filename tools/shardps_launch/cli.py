@@ -10,6 +10,7 @@ from .jobfile import check_job, parse_args, resolve_config
 from .launcher import Launcher
 from .output import failure_lines, print_report, say
 from .procs import STOP_SIGNALS
+from . import security
 
 
 def prepare(args, worker_cmd, script_dir, t0):
@@ -20,7 +21,8 @@ def prepare(args, worker_cmd, script_dir, t0):
     cfg = resolve_config(args, reader.path("shardps-coordinator"))
     worker_cmd = check_job(args, cfg, worker_cmd)
     binaries = Binaries(cfg["launch"]["bin_dir"] or args.bin_dir, script_dir)
-    binaries.resolve(*job_needs(cfg["launch"], worker_cmd, cfg["job"].get("replicas", 1)))
+    binaries.resolve(*job_needs(cfg["launch"], worker_cmd, cfg["job"].get("replicas", 1),
+                                make_keys=security.plan(cfg) == "make"))
     if worker_cmd[0] in BINARIES:  # shardps-worker: the one beside the other binaries
         worker_cmd[0] = binaries.path(worker_cmd[0])
     return Launcher(args, cfg, worker_cmd, binaries, t0)

@@ -3,7 +3,7 @@ has the binaries and the run directory, has an address the others can
 reach (found there when not given), listens on it, and every host connects
 to every other's. Each failure names the host, what failed and what to do;
 all of them are one LaunchError (exit 2, nothing started). Also copies
-files (keys, the job file) to a host over ssh."""
+files (keys, the job file) to a host over ssh or srun."""
 
 import os
 import queue
@@ -95,14 +95,15 @@ class Remote:
                 return p.returncode, p.stdout.strip()
             time.sleep(0.5)
 
-    def run_on(self, host, command, timeout=30):
-        """(rc, output) of a shell command on `host` (ssh, or an srun step)."""
+    def run_on(self, host, command, timeout=30, stdin=None):
+        """(rc, output) of a shell command on `host` (ssh, or an srun step),
+        with `stdin` (text) as its input when given."""
         if self.mode == "ssh":
-            return self.ssh(host, command, timeout)
+            return self.ssh(host, command, timeout, stdin)
         argv = srun_step(host) + ["sh", "-c", command]
         try:
-            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               text=True, timeout=timeout)
+            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                               **({"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}))
         except subprocess.TimeoutExpired:
             return 124, f"no answer within {timeout} s"
         except OSError as e:
@@ -110,15 +111,16 @@ class Remote:
         return p.returncode, p.stdout.strip()
 
     def copy_to(self, host, text, target, mode600=False):
-        """Writes `text` to the file `target` on `host` over ssh (atomically:
-        a temporary file renamed; mode 600 and its folder made when asked)."""
+        """Writes `text` to the file `target` on `host` through the channel
+        the job's processes start through (ssh, or an srun step); atomically:
+        a temporary file renamed; mode 600 and its folder made when asked."""
         t = shlex.quote(target)
         if mode600:
             command = (f"umask 077 && mkdir -p {shlex.quote(os.path.dirname(target))} && rm -f {t}.tmp && "
                        f"cat > {t}.tmp && mv {t}.tmp {t}")
         else:
             command = f"cat > {t}"
-        return self.ssh(host, command, stdin=text)
+        return self.run_on(host, command, stdin=text)
 
 
 class HostChecks:

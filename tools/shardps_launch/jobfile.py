@@ -41,7 +41,11 @@ def parse_args(argv):
     ap.add_argument("--snapshot-every-sec", dest="snapshot_every_sec", type=int)
     ap.add_argument("--restore", action="store_true", help="start from the newest good snapshot in --snapshot-dir")
     ap.add_argument("--keys", help="security on: a key directory made by shardps-keygen ([security] keys); "
-                    "every process gets the key of its role, all traffic is CURVE-encrypted")
+                    "every process gets the key of its role, all traffic is CURVE-encrypted; without it a job "
+                    "over ssh or Slurm has security on with keys the launcher makes in the run directory")
+    ap.add_argument("--no-security", dest="no_security", action="store_true",
+                    help="security off even across hosts ([security] enabled = false): anyone who can reach the "
+                         "job's ports can read, change and stop it")
     ap.add_argument("--run-dir", dest="run_dir", help="logs go there (default: a new temporary directory)")
     ap.add_argument("--bin-dir", dest="bin_dir",
                     help="where the shardps binaries are, on every host: an installed bin directory or a build directory")
@@ -95,6 +99,8 @@ def overrides(args):
         v = getattr(args, attr)
         if v is not None:
             sets.append(f"{key}={json.dumps(v) if isinstance(v, str) else v}")
+    if args.no_security:
+        sets.append("security.enabled=false")
     if args.restart_workers:
         sets.append("launch.restart_workers=true")
     if args.restart_servers:

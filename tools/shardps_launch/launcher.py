@@ -18,12 +18,10 @@ from .output import say
 from .placement import dry_run_addresses, job_hosts, place, used_hosts
 from .procs import ProcessSet
 from .rundir import RunDirFiles
+from . import security
 from .supervise import Supervisor, stop_watcher
 
 ENDPOINT_WAIT_SEC = 60  # for the coordinator to report where it listens
-
-KEY_FILES = ("server.key", "worker.key", "observer.key", "access")
-
 
 def make_run_dir(run_dir):
     """The run directory (logs), made if needed; a new temporary one when
@@ -38,16 +36,6 @@ def make_run_dir(run_dir):
     return os.path.abspath(run_dir)
 
 
-def check_keys(keys):
-    """The job's key directory, absolute; every key a process gets must be readable."""
-    keys = os.path.abspath(keys)
-    for f in KEY_FILES:
-        path = os.path.join(keys, f)
-        if not os.access(path, os.R_OK):
-            raise LaunchError(f"security: cannot read '{path}' (make the job's keys with: shardps-keygen {keys})")
-    return keys
-
-
 class Launcher:
     """One launch. Main thread only: the parts it calls keep their own
     threads (a reader per process, the parallel host checks) to themselves."""
@@ -58,11 +46,14 @@ class Launcher:
         self.mode = self.launch["mode"]
         self.binaries = binaries  # Binaries: every one the job needs, resolved (binaries.job_needs)
         self.t0 = t0
-        keys = cfg.get("security", {}).get("keys", "")
-        self.keys = check_keys(keys) if keys else ""
+        self.security = security.plan(cfg)  # 'given', 'make' or 'off'
+        self.keys = security.check_keys(cfg["security"]["keys"]) if self.security == "given" else ""
         if self.mode == "local":
             check_worker_command(worker_cmd[0], worker_path(self.launch, os.environ))
         self.run_dir = make_run_dir(self.launch["run_dir"])
+        if self.security == "make":
+            self.keys = (os.path.join(self.run_dir, security.MADE_DIR) if args.dry_run
+                         else security.make_keys(binaries.path("shardps-keygen"), self.run_dir))
         if self.launch["restart_coordinator"] and not self.job.get("state_dir"):
             # A coordinator started again resumes from its saved state; this
             # job's (a reused run directory may hold an old one).
@@ -78,16 +69,20 @@ class Launcher:
         self.stop_requested = threading.Event()  # shardps-ctl stop: the job ends itself
         self.coordinator = None  # its endpoint, once it listens
         # RUN_DIR/job.json and prometheus-targets.json (rundir.py)
-        self.files = None if args.dry_run else RunDirFiles(self.run_dir, self.job, self.processes)
+        self.files = None if args.dry_run else RunDirFiles(self.run_dir, self.job, self.processes,
+                                                           {"on": bool(self.keys), "keys": self.keys or None,
+                                                            "made_by_launcher": self.security == "make"})
 
     def key_paths(self, host, names):
         """The key files `names` as `host` sees them: the job's key directory
-        here and under Slurm (a shared file system, as for the binaries);
-        over ssh, copied (mode 600, over the ssh channel) into the run
-        directory on that host, only the files that host needs."""
-        if self.mode != "ssh" or self.args.dry_run:
+        here (a local job); over ssh and Slurm, copied (mode 600, through the
+        ssh channel or an srun step) into RUN_DIR/keys on that host, only the
+        files that host needs."""
+        if self.mode == "local":
             return local_paths(self.keys)(host, names)
         remote_dir = os.path.join(self.run_dir, "keys")
+        if self.args.dry_run:  # where they would be copied
+            return local_paths(remote_dir)(host, names)
         have = self.remote_keys.setdefault(host, set())
         for n in names:
             if n in have:
@@ -106,7 +101,13 @@ class Launcher:
         job = self.job
         hosts = job_hosts(self.mode, self.args.hosts, self.launch["hosts"], os.environ)
         placement = place(hosts, job["servers"], job["workers"])
-        addr = self.addresses(placement, used_hosts(placement))
+        used = used_hosts(placement)
+        line = security.start_line(self.security, self.keys, self.mode, self.run_dir, self.args.dry_run)
+        if line:
+            say(line)
+        elif self.mode != "local":
+            say(security.exposed_warning([h["name"] for h in used]), err=True)
+        addr = self.addresses(placement, used)
         coordinator = self.start_coordinator(placement.coordinator, addr)
         for i, h in enumerate(placement.servers):
             argv = self.commands.server(i, h["name"], addr[h["name"]], coordinator)

@@ -2,7 +2,8 @@
 directory"): what scripts and Prometheus read instead of the launcher's
 terminal output.
 
-  RUN_DIR/job.json                  the coordinator's endpoint, every
+  RUN_DIR/job.json                  the coordinator's endpoint, security
+                                    (on or off, the key directory), every
                                     process (role, rank, host, pid, state,
                                     metrics URL, endpoint, log), restarts and
                                     rollbacks so far, the job's state
@@ -100,8 +101,11 @@ class RunDirFiles:
     (it reads the ProcessSet, which is the main thread's); the poller it
     starts keeps its thread to itself."""
 
-    def __init__(self, run_dir, job, processes):
+    def __init__(self, run_dir, job, processes, security=None):
         self.run_dir = run_dir
+        # {"on", "keys" (the key directory here, or None), "made_by_launcher"}:
+        # what `shardps-ctl --run-dir` and shardps.connect(run_dir=) read.
+        self.security = security or {"on": False, "keys": None, "made_by_launcher": False}
         self.name = os.path.basename(run_dir.rstrip("/"))  # the `job` label: the run directory's name
         self.job = job
         self.processes = processes  # ProcessSet
@@ -143,7 +147,7 @@ class RunDirFiles:
         doc = {
             "format": FORMAT, "name": self.name, "state": self.state, "coordinator": self.coordinator,
             "run_dir": self.run_dir, "consistency": self.job.get("consistency"),
-            "servers": self.job.get("servers"), "workers": self.job.get("workers"),
+            "servers": self.job.get("servers"), "workers": self.job.get("workers"), "security": self.security,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at)),
             "restarts": sum(1 for p in self.processes.procs if p.incarnation > 0),
             "rollbacks": self.rollbacks, "events": self.events, "processes": procs, "final": self.final,

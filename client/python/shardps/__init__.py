@@ -17,6 +17,7 @@ PyTorch: `shardps.torch` (docs/python.md).
 """
 
 import contextlib
+import json
 import operator
 import os
 
@@ -67,7 +68,32 @@ def _count(what, value, most=0xFFFFFFFF):
     return v
 
 
-def connect(coordinator, rank=None, role="worker", timeout=60.0, request_timeout=120.0, key=None, metrics_url=None):
+def _from_run_dir(run_dir, role):
+    """(coordinator, key file or None) of the job whose run directory (or
+    job.json) is `run_dir`: what shardps-launch wrote there. The key is the
+    job's worker.key for a worker, observer.key for an observer."""
+    path = os.fspath(run_dir)
+    if not os.path.isfile(path):
+        path = os.path.join(path, "job.json")
+    try:
+        with open(path) as f:
+            job = json.load(f)
+    except OSError as e:
+        raise InvalidArgumentError(f"run_dir: cannot read '{path}' ({e.strerror}): is it the run directory of a job "
+                                   f"shardps-launch started?") from None
+    except ValueError as e:
+        raise InvalidArgumentError(f"run_dir: '{path}' is not a job.json written by shardps-launch ({e})") from None
+    if not isinstance(job, dict) or "format" not in job:
+        raise InvalidArgumentError(f"run_dir: '{path}' is not a job.json written by shardps-launch (no \"format\")")
+    if not job.get("coordinator"):
+        raise UnavailableError(f"run_dir: '{path}' names no coordinator yet (the job is {job.get('state')})")
+    keys = (job.get("security") or {}).get("keys")
+    key = os.path.join(keys, "worker.key" if role == "worker" else "observer.key") if keys else None
+    return job["coordinator"], key
+
+
+def connect(coordinator=None, rank=None, role="worker", timeout=60.0, request_timeout=120.0, key=None,
+            metrics_url=None, run_dir=None):
     """Registers with the coordinator (e.g. "tcp://10.0.0.1:5555") and waits,
     at most `timeout` seconds, until every server joined. `rank`: the worker
     rank to claim (None: the coordinator assigns one); `role`: "worker" (has
@@ -78,8 +104,17 @@ def connect(coordinator, rank=None, role="worker", timeout=60.0, request_timeout
     `metrics_url`: where this process serves Prometheus metrics of its own
     ("http://host:port/metrics", say from prometheus_client's
     start_http_server), told to the coordinator: `shardps-ctl status` shows
-    it and the launcher's prometheus-targets.json lists it. Returns a
-    Client, usable as a context manager."""
+    it and the launcher's prometheus-targets.json lists it. `run_dir`: the
+    run directory of a job shardps-launch started (or its job.json): the
+    coordinator (when not given) and, with security on, the key (when not
+    given: the job's worker.key for a worker, observer.key for an
+    observer) come from it. Returns a Client, usable as a context manager."""
+    if run_dir is not None:
+        found, found_key = _from_run_dir(run_dir, role)
+        coordinator = coordinator or found
+        key = key if key is not None else found_key
+    if not coordinator:
+        raise InvalidArgumentError("connect: give the coordinator's endpoint (\"tcp://HOST:PORT\") or run_dir")
     return Client(_ext.Client(coordinator, -1 if rank is None else int(rank), role, float(timeout),
                               float(request_timeout), "" if key is None else os.fspath(key),
                               metrics_url or ""))

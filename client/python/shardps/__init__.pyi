@@ -39,9 +39,10 @@ Rows = Tuple[int, int]
 Ids = npt.NDArray[np.uint64]
 F32 = npt.NDArray[np.float32]
 
-def connect(coordinator: str, rank: Optional[int] = None, role: str = "worker", timeout: float = 60.0,
+def connect(coordinator: Optional[str] = None, rank: Optional[int] = None, role: str = "worker", timeout: float = 60.0,
             request_timeout: float = 120.0, key: Optional[Union[str, "os.PathLike[str]"]] = None,
-            metrics_url: Optional[str] = None) -> Client: ...
+            metrics_url: Optional[str] = None,
+            run_dir: Optional[Union[str, "os.PathLike[str]"]] = None) -> Client: ...
 
 class Client:
     def __enter__(self) -> Client: ...
