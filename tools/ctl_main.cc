@@ -27,6 +27,7 @@
 #include <cstdarg>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -554,7 +555,8 @@ int main(int argc, char** argv) {
   int timeout_sec = 30, snap_timeout = 600, stop_timeout = 600, seconds = 60, timeout_ms = 3000;
   std::vector<std::string> targets;
   std::string key_file;
-  app.add_option("--key", key_file, "security on: this tool's key (admin.key for snapshot and stop; observer.key is enough for status)")->envname("SHARDPS_KEY");
+  app.fallthrough();  // --key and --run-dir after the subcommand, too
+  app.add_option("--key", key_file, "security on: this tool's key (admin.key for snapshot and stop; observer.key is enough for status); without it: the key --run-dir gives, else $SHARDPS_KEY");
   std::string run_dir;
   app.add_option("--run-dir", run_dir,
                  "a job shardps-launch started: its run directory (or its job.json) gives the coordinator and, with "
@@ -634,7 +636,11 @@ int main(int argc, char** argv) {
     if (Status s = ReadRunDir(run_dir, &job); !s.ok()) return Fail("--run-dir: " + s.message(), 2);
     if (coordinator.empty()) coordinator = job.coordinator;
     if (key_file.empty()) key_file = RunDirKey(job, admin);
+    if (coordinator.empty())
+      return Fail("--run-dir: '" + run_dir + "' names no coordinator yet (the job is " +
+                  (job.state.empty() ? std::string("starting") : job.state) + ")", 2);
   }
+  if (const char* env = std::getenv("SHARDPS_KEY"); key_file.empty() && run_dir.empty() && env) key_file = env;
   if (coordinator.empty() && !probe)
     return Fail("the coordinator's endpoint is missing: give COORDINATOR (tcp://HOST:PORT) or the job's run directory "
                 "(--run-dir DIR)", 2);

@@ -30,9 +30,6 @@ Status ReadRunDir(const std::string& dir, RunDirJob* out) {
   out->state = v.StringAt("state");
   out->keys.clear();
   if (const JsonValue* sec = v.Find("security")) out->keys = sec->StringAt("keys");
-  if (out->coordinator.empty())
-    return Status::Unavailable("'" + path + "' names no coordinator yet (the job is " +
-                               (out->state.empty() ? std::string("starting") : out->state) + ")");
   return Status::OK();
 }
 

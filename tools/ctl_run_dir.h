@@ -18,7 +18,8 @@ struct RunDirJob {
 };
 
 // Reads `dir`/job.json (or `dir` itself when it names a file). Errors name
-// the file and what is wrong with it.
+// the file and what is wrong with it; a job that has no coordinator yet
+// (starting) is not one: `coordinator` is then "".
 Status ReadRunDir(const std::string& dir, RunDirJob* out);
 
 // The positional arguments of a command that takes numbers after the

@@ -1,6 +1,7 @@
 #include "common/base/json_read.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
@@ -47,7 +48,7 @@ class Parser {
   }
 
   Status Value(JsonValue* out, int depth) {
-    if (depth > kMaxDepth) return Error("nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (depth >= kMaxDepth) return Error("nested deeper than " + std::to_string(kMaxDepth) + " levels");
     Space();
     if (i_ >= s_.size()) return Error("a value was expected, the text ended");
     const char c = s_[i_];
@@ -64,14 +65,36 @@ class Parser {
     return Error(std::string("unexpected '") + c + "'");
   }
 
+  bool Digits() {
+    const size_t from = i_;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+    return i_ > from;
+  }
+
+  // JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
   Status Number(JsonValue* out) {
     const size_t start = i_;
-    while (i_ < s_.size() && std::string_view("+-0123456789.eE").find(s_[i_]) != std::string_view::npos) ++i_;
+    bool ok = true;
+    Word("-");
+    if (Word("0")) {
+      ok = !(i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9');  // no leading zeros
+    } else {
+      ok = Digits();
+    }
+    if (ok && Word(".")) ok = Digits();
+    if (ok && i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (!Word("+")) Word("-");
+      ok = Digits();
+    }
+    while (i_ < s_.size() && std::string_view("+-0123456789.eE").find(s_[i_]) != std::string_view::npos) {
+      ++i_;  // the rest of what was meant as a number, for the message
+      ok = false;
+    }
     const std::string num(s_.substr(start, i_ - start));
-    char* end = nullptr;
     errno = 0;
-    out->number = std::strtod(num.c_str(), &end);
-    if (end != num.c_str() + num.size() || errno == ERANGE) {
+    out->number = ok ? std::strtod(num.c_str(), nullptr) : 0;
+    if (!ok || (errno == ERANGE && std::abs(out->number) > 1.0)) {  // an underflow to 0 is fine
       i_ = start;
       return Error("malformed number '" + num + "'");
     }
@@ -95,6 +118,11 @@ class Parser {
       *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
       *out += static_cast<char>(0x80 | (cp & 0x3F));
     }
+  }
+
+  static std::string Hex(uint32_t v) {
+    static const char* d = "0123456789ABCDEF";
+    return {d[(v >> 12) & 15], d[(v >> 8) & 15], d[(v >> 4) & 15], d[v & 15]};
   }
 
   Status Hex4(uint32_t* cp) {
@@ -138,6 +166,14 @@ class Parser {
             if (Status st = Hex4(&lo); !st.ok()) return st;
             if (lo < 0xDC00 || lo >= 0xE000) return Error("a high surrogate without its low half");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC80 && cp < 0xDD00) {
+            // A lone low surrogate U+DC80..U+DCFF: a byte that was not
+            // UTF-8 (Python's surrogateescape, as json.dump writes a path
+            // of such bytes), back to that byte.
+            *out += static_cast<char>(cp - 0xDC00);
+            break;
+          } else if (cp >= 0xD800 && cp < 0xE000) {
+            return Error("an unpaired surrogate \\u" + Hex(cp));
           }
           Utf8(cp, out);
           break;

@@ -1,7 +1,7 @@
 // Reading JSON that shardps's own tools wrote (the launcher's
 // RUN_DIR/job.json): a small strict parser into a tree, enough for a tool
-// to find a field. Not for the data path: sizes and depth are bounded, and
-// every malformed input is an error that says where it went wrong.
+// to find a field. Not for the data path: the depth is bounded (64 levels),
+// and every malformed input is an error that says where it went wrong.
 #pragma once
 
 #include <string>

@@ -48,6 +48,11 @@ TEST(JsonRead, MalformedTextSaysWhereAndWhat) {
       {"tru", "unexpected 't'"},
       {"1.2.3", "malformed number '1.2.3'"},
       {"1e999", "malformed number"},
+      {"01", "malformed number '01'"},
+      {"1.", "malformed number '1.'"},
+      {"-.5", "malformed number '-.5'"},
+      {"[1e]", "malformed number '1e'"},
+      {"\"\\ud800x\"", "an unpaired surrogate \\uD800"},
       {"{} {}", "text after the end of the value"},
       {"\"a\nb\"", "a control character inside a string"},
   };
@@ -59,9 +64,27 @@ TEST(JsonRead, MalformedTextSaysWhereAndWhat) {
   }
 }
 
+TEST(JsonRead, NumbersAsJsonWritesThem) {
+  JsonValue v;
+  ASSERT_TRUE(ParseJson("[0, -0.5, 12.25e2, 1E-2, 4.9e-324, 1e-400]", &v).ok());
+  EXPECT_EQ(v.array[1].number, -0.5);
+  EXPECT_EQ(v.array[2].number, 1225);
+  EXPECT_EQ(v.array[3].number, 0.01);
+  EXPECT_EQ(v.array[5].number, 0);  // an underflow is 0, not an error
+}
+
+// Python's json.dump writes a path's bytes that are not UTF-8 as lone low
+// surrogates (surrogateescape): they come back as those bytes.
+TEST(JsonRead, SurrogateEscapedBytesComeBack) {
+  JsonValue v;
+  ASSERT_TRUE(ParseJson(R"({"keys": "/runs/r\udcff1"})", &v).ok());
+  EXPECT_EQ(v.StringAt("keys"), "/runs/r\xff" "1");
+}
+
 TEST(JsonRead, DepthIsBounded) {
   JsonValue v;
   EXPECT_TRUE(ParseJson(std::string(64, '[') + std::string(64, ']'), &v).ok());
+  EXPECT_FALSE(ParseJson(std::string(65, '[') + std::string(65, ']'), &v).ok());
   Status s = ParseJson(std::string(100000, '['), &v);
   EXPECT_NE(s.message().find("nested deeper than 64 levels"), std::string::npos) << s.message();
 }

@@ -27,7 +27,7 @@
 //
 //   [security]
 //   keys = "/etc/shardps/job-keys"   # shardps-keygen DIR; CURVE + roles
-//   enabled = false           # unset: on across hosts (the launcher makes keys), off locally
+//   # enabled = true/false: unset, on across hosts (the launcher makes keys), off locally
 //
 // Every key can be overridden with `--set section.key=value` (the value is
 // TOML; a bare word is taken as a string).

@@ -752,8 +752,13 @@ def test_security_keys_made_by_the_launcher_are_found_from_the_run_directory(run
     assert rc != 0 and "this command needs the job's observer.key" in out, out
     rc, out = ctl("--run-dir", run_dir, "status")  # observer.key, and the coordinator, from job.json
     assert rc == 0 and "worker" in out, out
-    rc, out = ctl("--run-dir", os.path.join(run_dir, "job.json"), "stop", "--timeout-sec", "120")  # admin.key
-    assert rc == 0, out
+    rc, out = ctl("status", "--run-dir", run_dir)  # after the subcommand too
+    assert rc == 0 and "worker" in out, out
+    # The run directory's key comes before a $SHARDPS_KEY (a worker's, say).
+    p = subprocess.run([CTL, "--run-dir", os.path.join(run_dir, "job.json"), "stop", "--timeout-sec", "120"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180,
+                       env={**os.environ, "SHARDPS_KEY": os.path.join(keys, "worker.key")})
+    assert p.returncode == 0, p.stdout  # admin.key
     assert launch.wait(120) == 0, launch.output()
     wait_none_left(run_dir)
     rc, out = ctl("--run-dir", os.path.join(run_dir, "nowhere"), "status")

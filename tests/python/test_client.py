@@ -169,8 +169,8 @@ def test_connect_finds_the_job_from_its_run_directory(cluster_factory, tmp_path)
     # With security on, a worker takes the job's worker.key, an observer its observer.key.
     keys = {"on": True, "keys": "/run/job-keys", "made_by_launcher": True}
     (tmp_path / "job.json").write_text(json.dumps(dict(job, security=keys)))
-    assert shardps._from_run_dir(tmp_path, "worker") == (c.endpoint, "/run/job-keys/worker.key")
-    assert shardps._from_run_dir(tmp_path, "observer") == (c.endpoint, "/run/job-keys/observer.key")
+    assert shardps._from_run_dir(tmp_path, "worker") == (c.endpoint, "/run/job-keys/worker.key", "running")
+    assert shardps._from_run_dir(tmp_path, "observer") == (c.endpoint, "/run/job-keys/observer.key", "running")
     # Each wrong run directory says what is wrong with it.
     with pytest.raises(shardps.InvalidArgumentError, match=r"cannot read '.*nowhere/job\.json'.*shardps-launch"):
         shardps.connect(run_dir=tmp_path / "nowhere")

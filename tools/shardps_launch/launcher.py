@@ -13,7 +13,7 @@ import time
 from .binaries import check_worker_command
 from .commands import JobCommands, endpoint_in, json_set, local_paths, worker_path
 from .errors import JobFailed, LaunchError
-from .hostcheck import HostChecks, Remote
+from .hostcheck import HostChecks, Remote, run_parallel
 from .output import say
 from .placement import dry_run_addresses, job_hosts, place, used_hosts
 from .procs import ProcessSet
@@ -72,6 +72,8 @@ class Launcher:
         self.files = None if args.dry_run else RunDirFiles(self.run_dir, self.job, self.processes,
                                                            {"on": bool(self.keys), "keys": self.keys or None,
                                                             "made_by_launcher": self.security == "make"})
+        if self.files:  # a reused run directory's job.json names the old job no longer
+            self.files.update()
 
     def key_paths(self, host, names):
         """The key files `names` as `host` sees them: the job's key directory
@@ -95,6 +97,38 @@ class Launcher:
             have.add(n)
         return {n: os.path.join(remote_dir, n) for n in names}
 
+    def hand_out_keys(self, placement):
+        """Over ssh and Slurm, before anything starts: each host's keys
+        (server.key and access where the coordinator or a server runs,
+        worker.key where a worker runs) copied there in one command, every
+        host at once. Raises LaunchError naming each host that failed."""
+        if self.mode == "local" or not self.keys or self.args.dry_run:
+            return
+        need = {}
+        for h in [placement.coordinator, *placement.servers]:
+            need.setdefault(h["name"], set()).update(("server.key", "access"))
+        for h in placement.workers:
+            need.setdefault(h["name"], set()).add("worker.key")
+        remote_dir = os.path.join(self.run_dir, "keys")
+        items = sorted(need.items())
+        texts = {n: security.read_key(self.keys, n) for names in need.values() for n in names}
+
+        tags = {host: i for i, (host, _) in enumerate(items)}
+
+        def copy(item):
+            host, names = item
+            script = security.copy_script(remote_dir, [(n, texts[n]) for n in sorted(names)], tags[host])
+            rc, out = self.remote.run_on(host, script,
+                                         timeout=60, stdin="".join(texts[n] for n in sorted(names)))
+            return "" if rc == 0 else f"host {host}: cannot copy the job's keys into {remote_dir}: {out}"
+        results = run_parallel(copy, items, timeout=90)  # None: still copying after 90 s
+        problems = [r if r is not None else f"host {h}: the copy of the job's keys did not finish within 90 s"
+                    for (h, _), r in zip(items, results) if r != ""]
+        if problems:
+            raise LaunchError("security: " + "\n  ".join(problems))
+        for host, names in items:
+            self.remote_keys[host] = set(names)
+
     def run(self):
         """Places, checks, starts and supervises the job; returns its exit
         status (0) or raises LaunchError, JobFailed or JobTimeout."""
@@ -102,12 +136,13 @@ class Launcher:
         hosts = job_hosts(self.mode, self.args.hosts, self.launch["hosts"], os.environ)
         placement = place(hosts, job["servers"], job["workers"])
         used = used_hosts(placement)
+        if not self.keys and self.mode != "local":
+            say(security.exposed_warning([h["name"] for h in used]), err=True)
+        addr = self.addresses(placement, used)
+        self.hand_out_keys(placement)
         line = security.start_line(self.security, self.keys, self.mode, self.run_dir, self.args.dry_run)
         if line:
             say(line)
-        elif self.mode != "local":
-            say(security.exposed_warning([h["name"] for h in used]), err=True)
-        addr = self.addresses(placement, used)
         coordinator = self.start_coordinator(placement.coordinator, addr)
         for i, h in enumerate(placement.servers):
             argv = self.commands.server(i, h["name"], addr[h["name"]], coordinator)

@@ -11,6 +11,7 @@ from, and the one line that says so.
          with a warning naming what is exposed."""
 
 import os
+import shlex
 import shutil
 import subprocess
 
@@ -57,16 +58,45 @@ def make_keys(keygen, run_dir):
     return check_keys(keys)
 
 
+def read_key(keys, name):
+    """The text of key file `name` of the directory `keys`, ending in a newline."""
+    try:
+        with open(os.path.join(keys, name)) as f:
+            text = f.read()
+    except OSError as e:
+        raise LaunchError(f"security: cannot read '{os.path.join(keys, name)}': {e.strerror}")
+    return text if text.endswith("\n") else text + "\n"
+
+
+def copy_script(target_dir, files, tag):
+    """A POSIX shell command that writes `files` ([(name, text)], each text
+    whole lines) into `target_dir` (made if need be) from its standard
+    input, the texts one after the other: mode 600, each through a
+    temporary file (NAME.tmp-TAG: hosts sharing the folder each write
+    their own) renamed. Secrets travel on stdin, never on a command line."""
+    d = shlex.quote(target_dir)
+    parts = [f"umask 077 && mkdir -p {d}"]
+    for name, text in files:
+        tmp = shlex.quote(os.path.join(target_dir, f"{name}.tmp-{tag}"))
+        parts.append(f"{{ i=0; while [ $i -lt {text.count(chr(10))} ]; do IFS= read -r l || exit 1; "
+                     f"printf '%s\\n' \"$l\"; i=$((i + 1)); done; }} > {tmp}")
+    for name, _ in files:
+        tmp = shlex.quote(os.path.join(target_dir, f"{name}.tmp-{tag}"))
+        parts.append(f"mv {tmp} {shlex.quote(os.path.join(target_dir, name))}")
+    return " && ".join(parts)
+
+
 def start_line(how, keys, mode, run_dir, dry_run=False):
     """What the launcher says at the start about security, or None (a local
     job without keys: as ever, nothing to say)."""
     made = "to be made" if dry_run else "made"
-    where = "each host got only the keys its processes need" if mode != "local" else "every process reads its key there"
+    where = (f"copied into {run_dir}/keys on each host (mode 600): server.key and access where the coordinator or a "
+             f"server runs, worker.key where a worker runs" if mode != "local" else "every process reads its key there")
     if how == "make":
-        return (f"security on: CURVE with the job's own keys, {made} in {keys} (mode 700); {where}; "
+        return (f"security on: CURVE with the job's own keys, {made} in {keys} (mode 700), {where}; "
                 f"shardps-ctl --run-dir {run_dir} uses them (--no-security turns this off)")
     if how == "given":
-        return f"security on: CURVE with the keys in {keys}; {where}"
+        return f"security on: CURVE with the keys in {keys}, {where}"
     return None
 
 

@@ -85,11 +85,9 @@ def _from_run_dir(run_dir, role):
         raise InvalidArgumentError(f"run_dir: '{path}' is not a job.json written by shardps-launch ({e})") from None
     if not isinstance(job, dict) or "format" not in job:
         raise InvalidArgumentError(f"run_dir: '{path}' is not a job.json written by shardps-launch (no \"format\")")
-    if not job.get("coordinator"):
-        raise UnavailableError(f"run_dir: '{path}' names no coordinator yet (the job is {job.get('state')})")
     keys = (job.get("security") or {}).get("keys")
     key = os.path.join(keys, "worker.key" if role == "worker" else "observer.key") if keys else None
-    return job["coordinator"], key
+    return job.get("coordinator"), key, job.get("state")
 
 
 def connect(coordinator=None, rank=None, role="worker", timeout=60.0, request_timeout=120.0, key=None,
@@ -110,7 +108,9 @@ def connect(coordinator=None, rank=None, role="worker", timeout=60.0, request_ti
     given: the job's worker.key for a worker, observer.key for an
     observer) come from it. Returns a Client, usable as a context manager."""
     if run_dir is not None:
-        found, found_key = _from_run_dir(run_dir, role)
+        found, found_key, state = _from_run_dir(run_dir, role)
+        if not coordinator and not found:
+            raise UnavailableError(f"run_dir: '{os.fspath(run_dir)}' names no coordinator yet (the job is {state})")
         coordinator = coordinator or found
         key = key if key is not None else found_key
     if not coordinator:
