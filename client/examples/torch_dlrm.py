@@ -203,14 +203,26 @@ def main():
         final_auc, train_s, samples = -1.0, 0.0, 0
         for epoch in range(1, args.epochs + 1):
             t0, total, done = time.time(), 0.0, 0
-            for y, x, keys in my_batches(args.train_tsv, args.rows, args.batch, rank, world, steps,
-                                         args.chunk_batches, args.seed, epoch):
+            batches = my_batches(args.train_tsv, args.rows, args.batch, rank, world, steps, args.chunk_batches,
+                                 args.seed, epoch)
+            # Pipelined: each batch's rows are requested in the step before
+            # it (behind the tick, with the MLPs' pulls), so they travel while
+            # that step waits; under sync they are what the forward's own pull
+            # would read (docs/python.md, "The next batch ahead").
+            nxt = next(batches, None)
+            if nxt is not None:
+                model.emb.prefetch(nxt[2])
+            while nxt is not None:
                 if ps.stop_requested:
                     break
+                y, x, keys = nxt
+                nxt = next(batches, None)
                 loss = loss_fn(model(x, keys), y)
                 with ps.hold_requests():  # the gradients backward pushes leave together: one message per server
                     loss.backward()
-                sm.step()  # they arrive, the clock ends, the MLPs' next parameters are pulled
+                # They arrive, the clock ends, the MLPs' next parameters and
+                # the next batch's rows are pulled.
+                sm.step(ahead=None if nxt is None else (lambda k=nxt[2]: model.emb.prefetch(k)))
                 total += loss.item()
                 done += 1
             secs = time.time() - t0

@@ -1,6 +1,7 @@
 """shardps.torch.Embedding / EmbeddingBag against torch.nn.Embedding /
 EmbeddingBag holding the same rows, and the embedding-table options of
 Client.create_table, on real local clusters."""
+import re
 import threading
 import time
 
@@ -281,3 +282,204 @@ def test_bsp_with_sharded_model_equals_one_process_with_the_combined_batch(clust
     for k, v in ref.head.state_dict().items():
         np.testing.assert_allclose(final[0][1][k].numpy(), v.numpy(), rtol=0, atol=1e-6, err_msg=k)
     np.testing.assert_array_equal(final[0][0].numpy(), final[1][0].numpy())
+
+
+def collection_batch():
+    """Three features over two tables: 'a' and 'b' share table t1 (2-d ids
+    and ids with offsets, bag 1 of 'b' empty), 'c' alone in t2."""
+    return {"a": IDS, "b": (torch.tensor([3, 99, 1 << 40, 3, 8]), torch.tensor([0, 2, 2])),
+            "c": torch.tensor([[5, 6], [6, 6], [1 << 33, 5]])}
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean", "max"])
+def test_collection_equals_one_torch_embedding_bag_per_feature(ps, pooling):
+    EBC, Config = shardps.torch.EmbeddingBagCollection, shardps.torch.EmbeddingBagConfig
+    opts = dict(init="uniform", low=-0.05, high=0.05, optimizer="sgd", lr=1.0)
+    ebc = EBC(ps, [Config("t1", 4, feature_names=["a", "b"], pooling=pooling, **opts),
+                   Config("t2", 3, feature_names=["c"], pooling="sum", **opts)])
+    feats = collection_batch()
+    weights = {"c": torch.tensor([[0.5, 2.0], [1.0, -1.0], [3.0, 0.25]])}  # 'sum' tables only
+    # The reference: one torch.nn.EmbeddingBag per table, holding its rows.
+    refs, local = {}, {}
+    for name, fs, mode in (("t1", ["a", "b"], pooling), ("t2", ["c"], "sum")):
+        ids = torch.cat([(feats[f][0] if isinstance(feats[f], tuple) else feats[f]).flatten() for f in fs])
+        uniq = torch.unique(ids, sorted=True)
+        ref = torch.nn.EmbeddingBag(len(uniq), ebc.read(name, uniq).shape[-1], mode=mode)
+        with torch.no_grad():
+            ref.weight.copy_(ebc.read(name, uniq))
+        refs[name] = (ref, uniq)
+        for f in fs:
+            ids_f, offsets = feats[f] if isinstance(feats[f], tuple) else (feats[f], None)
+            local[f] = (ref, torch.searchsorted(uniq, ids_f), offsets)
+    out = ebc(feats, per_sample_weights=weights)
+    want = {f: ref(ids, offsets, per_sample_weights=weights.get(f)) for f, (ref, ids, offsets) in local.items()}
+    assert list(out) == ["a", "b", "c"]
+    for f in out:
+        assert out[f].shape == want[f].shape == (3, 4 if f != "c" else 3)
+        np.testing.assert_allclose(out[f].detach().numpy(), want[f].detach().numpy(), rtol=1e-6, atol=1e-7)
+    opt = torch.optim.SGD([r.weight for r, _ in refs.values()], lr=1.0)
+    loss_of(torch.cat([want[f] for f in want], 1)).backward()
+    opt.step()
+    loss = loss_of(torch.cat([out[f] for f in out], 1))
+    loss.backward()
+    assert ebc.step() == 2  # one push per table, sent together
+    ps.clock()
+    for name, (ref, uniq) in refs.items():
+        np.testing.assert_allclose(ebc.read(name, uniq).numpy(), ref.weight.detach().numpy(), rtol=0, atol=1e-6)
+
+
+def test_collection_outputs_stacked_concat_and_from_a_keyed_jagged_tensor(ps):
+    EBC, Config = shardps.torch.EmbeddingBagCollection, shardps.torch.EmbeddingBagConfig
+    tables = [Config("u", 4, feature_names=["a", "c"], init="uniform", low=-1, high=1, seed=3),
+              Config("v", 4, feature_names=["b"], init="uniform", low=-1, high=1, seed=4)]
+    by_dict = EBC(ps, tables)
+    stacked = EBC(ps, tables, output="stacked")
+    concat = EBC(ps, tables, output="concat")
+    feats = collection_batch()
+    with torch.no_grad():
+        d = by_dict(feats)
+        s, c = stacked(feats), concat(feats)
+    assert s.shape == (3, 3, 4) and c.shape == (3, 12)
+    order = ["a", "c", "b"]  # tables' order, then each table's feature_names
+    np.testing.assert_array_equal(s.numpy(), torch.stack([d[f] for f in order], 1).numpy())
+    np.testing.assert_array_equal(c.numpy(), torch.cat([d[f] for f in order], 1).numpy())
+
+    class KJT:  # TorchRec's KeyedJaggedTensor, as far as the collection reads it
+        def __init__(self, keys, values, offsets):
+            self._k, self._v, self._o = keys, values, offsets
+
+        def keys(self):
+            return self._k
+
+        def values(self):
+            return self._v
+
+        def offsets(self):
+            return self._o
+    # The same batch as one jagged tensor: per key, 3 bags.
+    values, offsets = [], [0]
+    for f in ("a", "b", "c"):
+        ids, offs = feats[f] if isinstance(feats[f], tuple) else (feats[f].flatten(), torch.arange(0, feats[f].numel(), feats[f].shape[1]))
+        ends = torch.cat([offs[1:], torch.tensor([ids.numel()])])
+        for lo, hi in zip(offs.tolist(), ends.tolist()):
+            offsets.append(offsets[-1] + hi - lo)
+        values.append(ids)
+    with torch.no_grad():
+        k = by_dict(KJT(["a", "b", "c"], torch.cat(values), torch.tensor(offsets)))
+    for f in d:
+        np.testing.assert_array_equal(k[f].numpy(), d[f].numpy())
+
+
+def test_collection_refuses_bad_tables_and_features(ps):
+    EBC, Config = shardps.torch.EmbeddingBagCollection, shardps.torch.EmbeddingBagConfig
+    with pytest.raises(ValueError, match="pooling must be one of sum, mean, max, got 'median'"):
+        Config("t", 4, pooling="median")
+    with pytest.raises(ValueError, match="a feature is in more than one table"):
+        EBC(ps, [Config("t", 4, feature_names=["a"]), Config("u", 4, feature_names=["a"])])
+    with pytest.raises(ValueError, match="output='stacked' needs every table's embedding_dim equal"):
+        EBC(ps, [Config("t", 4), Config("u", 8)], output="stacked")
+    ebc = EBC(ps, [Config("t", 4, feature_names=["a", "b"], num_embeddings=100)])
+    with pytest.raises(KeyError, match=r"missing: \['b'\]; not in any table: \['z'\]"):
+        ebc({"a": IDS % 100, "z": IDS})
+    with pytest.raises(IndexError, match="table 't': id 1099511627776 is out of range: num_embeddings is 100"):
+        ebc({"a": IDS, "b": IDS % 100})
+    with pytest.raises(ValueError, match="every feature needs the same number of bags"):
+        ebc({"a": IDS % 100, "b": IDS[:2] % 100})
+    with pytest.raises(ValueError, match="feature 'b': 1-d ids need offsets"):
+        ebc({"a": IDS % 100, "b": IDS.flatten() % 100})
+    with pytest.raises(ValueError, match=r"per_sample_weights: feature 'a' is pooled by 'mean'"):
+        EBC(ps, [Config("m", 4, feature_names=["a"], pooling="mean")])({"a": IDS}, {"a": torch.ones(3, 4)})
+
+
+def test_collection_sends_one_request_per_server_each_way(cluster_factory):
+    # Three tables, every server holding rows of each: the forward's pulls
+    # and the backward's pushes leave as one message per server each (the
+    # servers count the messages they take: their closing log line).
+    c = cluster_factory(servers=2, workers=1, consistency="sync")
+    Config = shardps.torch.EmbeddingBagConfig
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        ebc = shardps.torch.EmbeddingBagCollection(ps, [Config(f"t{i}", 4, optimizer="sgd", lr=0.1)
+                                                        for i in range(3)])
+        ids = torch.arange(64).reshape(8, 8)  # 64 ids: both servers hold some of each table
+        out = ebc({f"t{i}": ids for i in range(3)})
+        sum(o.sum() for o in out.values()).backward()
+        assert ebc.step() == 3
+    c.close()
+    for s in range(2):
+        log = open(f"{c.dir}/server{s}.log").read()
+        # 3 pulls, 3 pushes; the messages: the worker's Join at connect,
+        # then one for the pulls and one for the pushes.
+        assert "6 pushes, pulls and ticks in 3 messages" in log, log
+
+
+def pipelined_job(c, pipelined, steps=4):
+    """A model with an EmbeddingBag, an Embedding and a collection (two
+    features) under a Linear head, `steps` sync steps; with `pipelined`,
+    each batch's rows are prefetched in the previous step
+    (ShardedModel.step(ahead=...)). Returns the final rows, the dense
+    parameters, and the messages each server took."""
+    Config = shardps.torch.EmbeddingBagConfig
+    opts = dict(init="uniform", low=-0.5, high=0.5, optimizer="adagrad", lr=0.1)
+    g = torch.Generator().manual_seed(7)
+    batches = [{"a": torch.randint(0, 40, (6, 3), generator=g), "b": torch.randint(0, 40, (6, 2), generator=g),
+                "c1": torch.randint(0, 40, (6, 2), generator=g), "c2": torch.randint(0, 40, (6, 4), generator=g)}
+               for _ in range(steps)]
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = shardps.torch.EmbeddingBag(ps, "a", dim=4, mode="sum", **opts)
+                self.b = shardps.torch.Embedding(ps, "b", dim=4, **opts)
+                self.ebc = shardps.torch.EmbeddingBagCollection(ps, [Config("c", 4, feature_names=["c1", "c2"],
+                                                                            pooling="mean", **opts)])
+                self.head = torch.nn.Linear(16, 1)
+
+            def forward(self, x):
+                c = self.ebc({"c1": x["c1"], "c2": x["c2"]})
+                return self.head(torch.cat([self.a(x["a"]), self.b(x["b"]).sum(1), c["c1"], c["c2"]], 1))
+
+            def prefetch(self, x):
+                self.a.prefetch(x["a"])
+                self.b.prefetch(x["b"])
+                self.ebc.prefetch({"c1": x["c1"], "c2": x["c2"]})
+
+        net = Net()
+        sm = shardps.torch.ShardedModel(ps, net, optimizer="adagrad", lr=0.1, init="torch")
+        sm.pull()
+        if pipelined:
+            with ps.hold_requests():
+                net.prefetch(batches[0])
+        for i, x in enumerate(batches):
+            loss = (net(x) - 1.0).pow(2).mean()
+            with ps.hold_requests():
+                loss.backward()
+            nxt = batches[i + 1] if i + 1 < steps else None
+            sm.step(ahead=(lambda: net.prefetch(nxt)) if pipelined and nxt is not None else None)
+        everything = torch.arange(40)
+        rows = [net.a.read(everything), net.b.read(everything), net.ebc.read("c", everything)]
+        dense = [p.detach().clone() for p in net.parameters()]
+    c.close()
+    messages = [int(re.search(r"in (\d+) messages", open(f"{c.dir}/server{s}.log").read()).group(1)) for s in range(2)]
+    return rows, dense, messages
+
+
+def test_the_pipelined_step_equals_the_unpipelined_one_bit_for_bit_under_sync(cluster_factory):
+    rows, dense, plain_messages = pipelined_job(cluster_factory(servers=2, workers=1, consistency="sync"), False)
+    rows_p, dense_p, piped_messages = pipelined_job(cluster_factory(servers=2, workers=1, consistency="sync"), True)
+    for r, rp in zip(rows + dense, rows_p + dense_p):
+        assert torch.equal(r, rp)
+    assert float(rows[0].std()) > 0 and not torch.equal(dense[0], torch.zeros_like(dense[0]))
+    # The prefetched rows rode with the tick: each step takes 2 messages a
+    # server (backward's pushes; the tick, the dense pulls and the next rows)
+    # instead of 5 (3 embedding pulls besides).
+    assert all(p < u for p, u in zip(piped_messages, plain_messages)), (piped_messages, plain_messages)
+    print("messages per server, unpipelined / pipelined:", plain_messages, piped_messages)
+
+
+def test_a_prefetch_of_other_ids_is_dropped_and_the_forward_pulls_its_own(ps):
+    emb = shardps.torch.Embedding(ps, "e", dim=3, init="uniform", low=-1, high=1)
+    emb.prefetch(torch.tensor([1, 2, 3]))
+    ids = torch.tensor([[4, 5], [5, 1]])
+    np.testing.assert_array_equal(emb(ids).detach().numpy(), emb.read(ids).numpy())
+    with pytest.raises(IndexError, match="is negative"):
+        emb.prefetch(torch.tensor([-1]))

@@ -105,7 +105,7 @@ class ShardedModel:
         self._pushes, self._staged, self._prefetch = [], None, None
         # shardps embeddings inside the model: no parameters (their rows are
         # on the servers), but their pushes must land before the clock.
-        self.embeddings = [m for m in module.modules() if isinstance(m, _SparseLookup)]
+        self.embeddings = [m for m in module.modules() if isinstance(m, (_SparseLookup, EmbeddingBagCollection))]
         owners = {(f"{mn}." if mn else "") + pn: m for mn, m in module.named_modules()
                   for pn, _ in m.named_parameters(recurse=False)}
         for name, p in module.named_parameters():
@@ -214,10 +214,15 @@ class ShardedModel:
         with self.client.hold_requests():  # one message per server
             self._prefetch = [self.client.prefetch(t, out=s) for t, s in zip(self.tables, self._staged)]
 
-    def step(self):
+    def step(self, ahead=None):
         """Ends the iteration: the pushes arrive (the model's shardps
         embeddings' too), the clock ends, the parameters for the next
-        iteration are pulled into the model."""
+        iteration are pulled into the model. `ahead`: a function called
+        where the next iteration's pulls are issued (behind the tick, in
+        the same message per server) -- the place for the next batch's
+        embedding prefetches (`emb.prefetch(ids)`, `ebc.prefetch(features)`),
+        so its rows travel while this step waits; under sync they read
+        exactly what the next forward's own pulls would."""
         if not self._pushes:
             self.push_grads()
         if self.prefetching:
@@ -233,6 +238,8 @@ class ShardedModel:
         with self.client.hold_requests():  # the tick and the pulls: one message per server
             tick = self.client.clock_async()
             pulls = self._issue_pulls()
+            if ahead is not None:
+                ahead()
         for r in pushes:
             r.wait()
             self._tau += 0.02 * (r.staleness - self._tau)  # as shardps-worker's StalenessMean
@@ -268,14 +275,13 @@ class _SparseLookup(torch.nn.Module):
                                          evict_after_clocks=evict_after_clocks, evict_after_sec=evict_after_sec,
                                          **optimizer_args)
         self._pushes = []
+        self._ahead = None  # prefetch(): (ids, unique ids, inverse, keys, request)
 
     def _what(self):
         return f"{type(self).__name__} '{self.table.name}'"
 
-    def _unique(self, ids, what="ids"):
-        """(unique ids, ascending, int64; each position's index into them),
-        after checking `ids`: a CPU tensor of int64 or int32, every id >= 0
-        and < num_embeddings (when given)."""
+    def _check_ids(self, ids, what):
+        """TypeError/ValueError unless `ids` is a CPU tensor of int64 or int32."""
         if not isinstance(ids, torch.Tensor):
             raise TypeError(f"{self._what()}: {what} must be a torch.Tensor of int64 (or int32) ids, "
                             f"got {type(ids).__name__}")
@@ -283,6 +289,12 @@ class _SparseLookup(torch.nn.Module):
             raise TypeError(f"{self._what()}: {what} must be int64 (or int32), got {ids.dtype}")
         if ids.device.type != "cpu":
             raise ValueError(f"{self._what()}: {what} must be on the CPU, got a tensor on {ids.device}")
+
+    def _unique(self, ids, what="ids"):
+        """(unique ids, ascending, int64; each position's index into them),
+        after checking `ids`: a CPU tensor of int64 or int32, every id >= 0
+        and < num_embeddings (when given)."""
+        self._check_ids(ids, what)
         uniq, inverse = torch.unique(ids.long(), sorted=True, return_inverse=True)
         if uniq.numel():
             if uniq[0] < 0:
@@ -292,15 +304,39 @@ class _SparseLookup(torch.nn.Module):
                                  f"{self.num_embeddings}")
         return uniq, inverse
 
-    def _rows(self, uniq):
-        """The rows of `uniq` pulled from the servers, (len(uniq), dim)
-        float32. With autograd on, a leaf whose gradient (each row's summed
-        over every position of its id) is pushed when backward reaches it."""
+    def prefetch(self, ids):
+        """Issues the pull of the rows of `ids` now, without waiting: the
+        next forward whose ids equal these (the same tensor, or equal
+        values) uses them instead of pulling. Prefetches of several modules
+        inside client.hold_requests() -- or in ShardedModel.step(ahead=...),
+        which issues them behind the tick, for the next iteration -- leave
+        in one message per server. Ids checked as forward checks them."""
+        uniq, inverse = self._unique(ids)
+        keys = uniq.numpy()
+        req = self.client.pull_async(self.table, ids=keys) if uniq.numel() else None
+        self._ahead = (ids, uniq, inverse, keys, req)
+
+    def _lookup(self, ids, what="ids"):
+        """(unique ids, inverse, rows): the prefetched ones when `ids` are
+        what prefetch() was given, else checked and pulled now."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and (ahead[0] is ids or (isinstance(ids, torch.Tensor) and ahead[0].shape == ids.shape
+                                                      and torch.equal(ahead[0], ids))):
+            _, uniq, inverse, keys, req = ahead
+            return uniq, inverse, self._rows(uniq, None if req is None else req.wait())
+        uniq, inverse = self._unique(ids, what)
+        return uniq, inverse, self._rows(uniq)
+
+    def _rows(self, uniq, pulled=None):
+        """The rows of `uniq` pulled from the servers (or `pulled`, their
+        array from a prefetch), (len(uniq), dim) float32. With autograd on,
+        a leaf whose gradient (each row's summed over every position of its
+        id) is pushed when backward reaches it."""
         if uniq.numel() == 0:
             rows = torch.zeros(0, self.embedding_dim)
         else:
             keys = uniq.numpy()
-            rows = torch.from_numpy(self.client.pull(self.table, ids=keys))
+            rows = torch.from_numpy(pulled if pulled is not None else self.client.pull(self.table, ids=keys))
         if torch.is_grad_enabled() and uniq.numel():
             rows.requires_grad_(True)
             rows.register_hook(self._pusher(keys))
@@ -363,8 +399,8 @@ class Embedding(_SparseLookup):
     step() (or ShardedModel.step()), which must come before the clock."""
 
     def forward(self, ids):
-        uniq, inverse = self._unique(ids)
-        return torch.nn.functional.embedding(inverse, self._rows(uniq))
+        _, inverse, rows = self._lookup(ids)
+        return torch.nn.functional.embedding(inverse, rows)
 
 
 class EmbeddingBag(_SparseLookup):
@@ -382,10 +418,10 @@ class EmbeddingBag(_SparseLookup):
         self.mode, self.include_last_offset = mode, bool(include_last_offset)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
-        if isinstance(input, torch.Tensor) and input.dim() not in (1, 2):
+        self._check_ids(input, "input")
+        if input.dim() not in (1, 2):
             raise ValueError(f"{self._what()}: input must be 1-d (with offsets) or 2-d (one bag per row), "
                              f"got {input.dim()} dimensions")
-        uniq, inverse = self._unique(input, "input")
         if input.dim() == 2 and offsets is not None:
             raise ValueError(f"{self._what()}: offsets must be None for a 2-d input (each row is a bag)")
         if input.dim() == 1:
@@ -403,9 +439,278 @@ class EmbeddingBag(_SparseLookup):
                 raise ValueError(f"{self._what()}: per_sample_weights must be a floating tensor of the input's "
                                  f"shape {tuple(input.shape)}")
             per_sample_weights = per_sample_weights.float()
-        return torch.nn.functional.embedding_bag(inverse, self._rows(uniq), offsets, mode=self.mode,
+        _, inverse, rows = self._lookup(input, "input")
+        return torch.nn.functional.embedding_bag(inverse, rows, offsets, mode=self.mode,
                                                  per_sample_weights=per_sample_weights,
                                                  include_last_offset=self.include_last_offset)
 
     def extra_repr(self):
         return super().extra_repr() + f", mode={self.mode!r}"
+
+
+class EmbeddingBagConfig:
+    """One table of an EmbeddingBagCollection, in TorchRec's shape: its
+    `name` (the sparse table's), `embedding_dim`, `num_embeddings` (None:
+    any id >= 0), `feature_names` (the features looked up in it; default
+    [name]), `pooling` ("sum", "mean" or "max"), and the table's options
+    as keyword arguments (init, low/high, mean/stddev, seed, optimizer, lr,
+    dtype, admit_after, ...: as Embedding's)."""
+
+    def __init__(self, name, embedding_dim, num_embeddings=None, feature_names=None, pooling="sum", **table_options):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"EmbeddingBagConfig: name must be a non-empty string, got {name!r}")
+        _positive("embedding_dim", embedding_dim)
+        if num_embeddings is not None:
+            _positive("num_embeddings", num_embeddings)
+        if pooling not in ("sum", "mean", "max"):
+            raise ValueError(f"EmbeddingBagConfig '{name}': pooling must be one of sum, mean, max, got {pooling!r}")
+        self.name, self.embedding_dim, self.num_embeddings = name, embedding_dim, num_embeddings
+        self.feature_names = list(feature_names) if feature_names is not None else [name]
+        if not self.feature_names:
+            raise ValueError(f"EmbeddingBagConfig '{name}': feature_names is empty")
+        self.pooling, self.table_options = pooling, dict(table_options)
+
+    def __repr__(self):
+        return (f"EmbeddingBagConfig(name={self.name!r}, embedding_dim={self.embedding_dim}, "
+                f"num_embeddings={self.num_embeddings}, feature_names={self.feature_names!r}, "
+                f"pooling={self.pooling!r})")
+
+
+class EmbeddingBagCollection(torch.nn.Module):
+    """Every sparse feature of a batch in one lookup (TorchRec's
+    EmbeddingBagCollection): `tables` is a list of EmbeddingBagConfig, each
+    a shardps sparse table pooled over the bags of its features.
+
+        ebc = shardps.torch.EmbeddingBagCollection(ps, [
+            EmbeddingBagConfig("user", 16, feature_names=["user_id"], optimizer="adagrad", lr=0.05),
+            EmbeddingBagConfig("item", 16, feature_names=["item_id", "last_item"], pooling="mean")])
+        out = ebc({"user_id": ids_2d, "item_id": (values, offsets), "last_item": ids_2d})
+
+    forward(features, per_sample_weights=None): `features` maps each
+    feature name to its ids for the batch -- a 2-d tensor (one bag per row)
+    or (values, offsets) as EmbeddingBag takes them -- or is a TorchRec
+    KeyedJaggedTensor (keys(), values(), offsets()); every feature has the
+    same number of bags (the batch size B). `per_sample_weights`: {feature:
+    weights of its ids' shape}, for tables pooled by "sum". Each table's
+    ids (over all its features) are deduplicated, and all tables' rows are
+    pulled together: one request per server for the whole batch
+    (Client.hold_requests), into one buffer. Backward sums each id's
+    gradient and pushes every table's at once, again one request per
+    server, without waiting; step() (or ShardedModel.step()) waits for them
+    before the clock. `output`: "dict" ({feature: (B, dim)}, the default),
+    "stacked" ((B, features, dim), every dim equal) or "concat" ((B, sum of
+    dims), TorchRec's KeyedTensor.values()), in the order of `tables` and
+    their feature_names."""
+
+    def __init__(self, client, tables, output="dict"):
+        super().__init__()
+        if output not in ("dict", "stacked", "concat"):
+            raise ValueError(f"output must be one of dict, stacked, concat, got {output!r}")
+        tables = list(tables)
+        if not tables or not all(isinstance(t, EmbeddingBagConfig) for t in tables):
+            raise ValueError("tables must be a non-empty list of shardps.torch.EmbeddingBagConfig")
+        self.client, self.configs, self.output = client, tables, output
+        self.feature_names = [f for t in tables for f in t.feature_names]
+        if len(set(self.feature_names)) != len(self.feature_names):
+            raise ValueError(f"a feature is in more than one table: {self.feature_names}")
+        if len({t.name for t in tables}) != len(tables):
+            raise ValueError(f"two tables of the same name: {[t.name for t in tables]}")
+        if output == "stacked" and len({t.embedding_dim for t in tables}) != 1:
+            raise ValueError("output='stacked' needs every table's embedding_dim equal, got "
+                             f"{[t.embedding_dim for t in tables]}")
+        self.tables = []
+        for t in tables:
+            opts = dict(t.table_options)
+            if opts.get("init", "normal") == "normal" and "mean" not in opts and "stddev" not in opts:
+                opts.update(mean=0.0, stddev=1.0)  # torch.nn.EmbeddingBag's N(0, 1)
+            self.tables.append(client.create_table(t.name, kind="sparse", cols=t.embedding_dim, **opts))
+        self._pushes = []
+        self._ahead = None  # prefetch(): (features, checked, plan, buffer, sizes, keys, requests)
+
+    def _features(self, features):
+        """{feature: (ids, offsets or None)}, from a dict or a KeyedJaggedTensor."""
+        if hasattr(features, "keys") and hasattr(features, "values") and hasattr(features, "offsets") and \
+                not isinstance(features, dict):
+            keys, values = list(features.keys()), features.values()
+            offsets = features.offsets()  # one per bag, per key, and the end: (len(keys) * B + 1,)
+            b = (offsets.numel() - 1) // max(len(keys), 1)
+            out = {}
+            for i, k in enumerate(keys):
+                o = offsets[i * b:(i + 1) * b + 1]
+                out[k] = (values[int(o[0]):int(o[-1])], (o[:-1] - o[0]))
+            features = out
+        if not isinstance(features, dict):
+            raise TypeError(f"EmbeddingBagCollection: features must be a dict {{feature: ids}} or a "
+                            f"KeyedJaggedTensor, got {type(features).__name__}")
+        missing = [f for f in self.feature_names if f not in features]
+        unknown = [f for f in features if f not in self.feature_names]
+        if missing or unknown:
+            raise KeyError(f"EmbeddingBagCollection: features {'missing: ' + str(missing) if missing else ''}"
+                           f"{'; ' if missing and unknown else ''}{'not in any table: ' + str(unknown) if unknown else ''}")
+        out = {}
+        for f in self.feature_names:
+            v = features[f]
+            ids, offsets = v if isinstance(v, tuple) else (v, None)
+            if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+                raise TypeError(f"feature '{f}': ids must be an int64 (or int32) tensor, got "
+                                f"{getattr(ids, 'dtype', type(ids).__name__)}")
+            if ids.device.type != "cpu":
+                raise ValueError(f"feature '{f}': ids must be on the CPU, got a tensor on {ids.device}")
+            if ids.dim() == 2 and offsets is not None:
+                raise ValueError(f"feature '{f}': offsets must be None for 2-d ids (each row is a bag)")
+            if ids.dim() == 1:
+                if offsets is None:
+                    raise ValueError(f"feature '{f}': 1-d ids need offsets (each bag's start)")
+                if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or \
+                        offsets.dtype not in (torch.int64, torch.int32):
+                    raise ValueError(f"feature '{f}': offsets must be a 1-d int64 (or int32) tensor")
+                offsets = offsets.long()
+            elif ids.dim() != 2:
+                raise ValueError(f"feature '{f}': ids must be 2-d (one bag per row) or 1-d with offsets, "
+                                 f"got {ids.dim()} dimensions")
+            out[f] = (ids.long(), offsets)
+        bags = {f: (ids.shape[0] if offsets is None else offsets.numel()) for f, (ids, offsets) in out.items()}
+        if len(set(bags.values())) > 1:
+            raise ValueError(f"EmbeddingBagCollection: every feature needs the same number of bags, got {bags}")
+        return out
+
+    @staticmethod
+    def _same(a, b):
+        """Whether the features `b` are those `a` (given to prefetch): the
+        same object, or dicts of equal ids (and offsets)."""
+        if a is b:
+            return True
+        if not isinstance(a, dict) or not isinstance(b, dict) or a.keys() != b.keys():
+            return False
+
+        def parts(v):
+            return v if isinstance(v, tuple) else (v,)
+        for k in a:
+            pa, pb = parts(a[k]), parts(b[k])
+            if len(pa) != len(pb) or not all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and
+                                              x.shape == y.shape and torch.equal(x, y) for x, y in zip(pa, pb)):
+                return False
+        return True
+
+    def _plan(self, feats):
+        """Per table: (config, table, its features' unique ids, [(feature,
+        inverse, offsets)]), the ids checked against the table."""
+        plan = []
+        for c, table in zip(self.configs, self.tables):
+            parts = [feats[f][0] for f in c.feature_names]
+            uniq, inverse = torch.unique(torch.cat([p.flatten() for p in parts]), sorted=True, return_inverse=True)
+            if uniq.numel():
+                if uniq[0] < 0:
+                    raise IndexError(f"table '{c.name}': id {int(uniq[0])} is negative (ids are int64 >= 0)")
+                if c.num_embeddings is not None and uniq[-1] >= c.num_embeddings:
+                    raise IndexError(f"table '{c.name}': id {int(uniq[-1])} is out of range: num_embeddings is "
+                                     f"{c.num_embeddings}")
+            pieces, at = [], 0
+            for f, p in zip(c.feature_names, parts):
+                pieces.append((f, inverse[at:at + p.numel()].view(p.shape), feats[f][1]))
+                at += p.numel()
+            plan.append((c, table, uniq, pieces))
+        return plan
+
+    def _issue(self, plan):
+        """Every table's pull, into one buffer, in one request per server:
+        (the buffer, each table's share of it, each table's keys, requests)."""
+        sizes = [uniq.numel() * c.embedding_dim for c, _, uniq, _ in plan]
+        flat = torch.empty(sum(sizes))
+        buf, reqs, keys, at = flat.numpy(), [], [], 0
+        with self.client.hold_requests():
+            for (c, table, uniq, _), n in zip(plan, sizes):
+                k = uniq.numpy().astype(np.uint64)
+                keys.append(k)
+                if n:
+                    reqs.append(self.client.pull_async(table, out=buf[at:at + n].reshape(-1, c.embedding_dim),
+                                                       ids=k))
+                at += n
+        return flat, sizes, keys, reqs
+
+    def prefetch(self, features):
+        """Issues every table's pull for `features` now, in one request per
+        server, without waiting: the next forward with these features (the
+        same object, or dicts of equal ids) uses them. In
+        ShardedModel.step(ahead=...) they leave behind the tick, with the
+        dense pulls: the next batch's rows on their way during the wait."""
+        feats = self._features(features)
+        plan = self._plan(feats)
+        self._ahead = (features, feats, plan) + self._issue(plan)
+
+    def forward(self, features, per_sample_weights=None):
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and self._same(ahead[0], features):
+            _, feats, plan, flat, sizes, keys, reqs = ahead
+        else:
+            feats = self._features(features)
+            plan = self._plan(feats)
+            flat, sizes, keys, reqs = self._issue(plan)
+        weights = per_sample_weights or {}
+        for f, w in weights.items():
+            t = next((c for c in self.configs if f in c.feature_names), None)
+            if t is None:
+                raise KeyError(f"per_sample_weights: feature '{f}' is not in any table")
+            if t.pooling != "sum":
+                raise ValueError(f"per_sample_weights: feature '{f}' is pooled by {t.pooling!r} (weights: 'sum' only)")
+            if not isinstance(w, torch.Tensor) or w.shape != feats[f][0].shape or not w.is_floating_point():
+                raise ValueError(f"per_sample_weights['{f}'] must be a floating tensor of its ids' shape "
+                                 f"{tuple(feats[f][0].shape)}")
+        for r in reqs:
+            r.wait()
+        if torch.is_grad_enabled() and flat.numel():
+            flat.requires_grad_(True)
+            flat.register_hook(self._pusher(plan, sizes, keys))
+        pooled, at = {}, 0
+        for (c, _, uniq, pieces), n in zip(plan, sizes):
+            rows = flat[at:at + n].view(-1, c.embedding_dim)
+            at += n
+            for f, inverse, offsets in pieces:
+                w = weights.get(f)
+                pooled[f] = torch.nn.functional.embedding_bag(
+                    inverse, rows, offsets, mode=c.pooling, per_sample_weights=None if w is None else w.float())
+        if self.output == "dict":
+            return pooled
+        outs = [pooled[f] for f in self.feature_names]
+        return torch.stack(outs, dim=1) if self.output == "stacked" else torch.cat(outs, dim=1)
+
+    def _pusher(self, plan, sizes, keys):
+        def push(grad):
+            g = grad.detach()
+            if not g.is_contiguous():
+                g = g.contiguous()
+            buf, at = g.numpy(), 0
+            # Every table's gradient in one request per server; each
+            # request keeps its slice of `g` (and its keys) alive.
+            with self.client.hold_requests():
+                for (c, table, _, _), n, k in zip(plan, sizes, keys):
+                    if n:
+                        self._pushes.append(self.client.push_async(
+                            table, buf[at:at + n].reshape(-1, c.embedding_dim), ids=k))
+                    at += n
+        return push
+
+    def read(self, table, ids):
+        """The current rows of `ids` in table `table` (its name), as the
+        servers hold them: ids.shape + (dim,), no gradient."""
+        c, t = next(((c, t) for c, t in zip(self.configs, self.tables) if c.name == table), (None, None))
+        if c is None:
+            raise KeyError(f"no table '{table}' in this collection: {[c.name for c in self.configs]}")
+        flat = ids.reshape(-1).long().numpy().astype(np.uint64)
+        rows = self.client.pull(t, ids=flat) if flat.size else np.zeros((0, c.embedding_dim), np.float32)
+        return torch.from_numpy(rows).reshape(*ids.shape, c.embedding_dim)
+
+    def wait(self):
+        """Waits for every push that backward sent (raises a failed one's
+        error). Returns the number of pushes waited for."""
+        pushes, self._pushes = self._pushes, []
+        for r in pushes:
+            r.wait()
+        return len(pushes)
+
+    def step(self):
+        """The end of an iteration's updates: wait(). Then client.clock()."""
+        return self.wait()
+
+    def extra_repr(self):
+        return f"tables={[c.name for c in self.configs]}, features={self.feature_names}, output={self.output!r}"
