@@ -20,11 +20,14 @@ embeddings are a shardps.torch.Embedding (rows pulled per batch, gradients
 pushed in backward), the MLPs a shardps.torch.ShardedModel; the servers run
 Adagrad for both.
 
-The training log is streamed, --chunk-batches x workers batches at a time:
-each chunk is shuffled (the same permutation on every worker) and dealt out
-batch by batch (batch k to worker k % workers), so each worker parses only
-its own lines and every worker takes the same number of steps (what sync
-needs). Worker 0 evaluates on the test log after every epoch and prints
+The training log is streamed by shardps.CriteoReader (shardps-worker's C++
+parser on a thread of its own, a few batches ahead, the GIL released while
+it waits), --chunk-batches x workers batches at a time: each chunk is
+shuffled (the same permutation on every worker) and dealt out batch by
+batch (batch k to worker k % workers), so each worker parses only its own
+lines and every worker takes the same number of steps (what sync needs).
+Each batch's rows are requested in the step before it (the pipelined step,
+docs/python.md). Worker 0 evaluates on the test log after every epoch and prints
 "test AUC 0.xxxx | logloss 0.xxxx". From the build tree set
 PYTHONPATH=build/client/python:client/python (docs/python.md).
 """
@@ -34,7 +37,6 @@ for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_k, "1")
 
 import argparse
-import itertools
 import sys
 import time
 
@@ -45,74 +47,25 @@ import shardps
 import shardps.torch
 
 FEATURES = 26
-FEATURE_KEYS = np.arange(FEATURES, dtype=np.int64) << 56  # feature f's key space: (f << 56) | row
 
 
-def count_lines(path):
-    """Lines in `path` (a last line without '\\n' counts), read in blocks."""
-    n, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            n += block.count(b"\n")
-            last = block[-1:]
-    return n + (last != b"\n")
-
-
-def parse(lines, rows, path, first_line):
-    """(labels (n,), dense (n, 13) log(1 + max(x, 0)), keys (n, 26) int64) of
-    Criteo TSV lines; row 0 of a feature is its missing value."""
-    n = len(lines)
-    y = np.empty(n, np.float32)
-    x = np.empty((n, 13), np.float32)
-    keys = np.empty((n, FEATURES), np.int64)
-    fold = rows - 1 if rows > 1 else (1 << 56) - 1
-    for i, (line_no, line) in enumerate(zip(first_line, lines)):
-        p = line.rstrip("\r\n").split("\t")
-        if len(p) != 40:
-            raise SystemExit(f"{path}:{line_no + 1}: {len(p)} fields, expected 40 (label, 13 integers, 26 categories)")
-        try:
-            y[i] = int(p[0])
-            x[i] = [float(v) if v else 0.0 for v in p[1:14]]
-            keys[i] = [(int(v, 16) % fold) + 1 if v else 0 for v in p[14:40]]
-        except ValueError as e:
-            raise SystemExit(f"{path}:{line_no + 1}: {e}") from None
-    np.log1p(np.maximum(x, 0, out=x), out=x)
-    keys |= FEATURE_KEYS
-    return y, x, keys
-
-
-def my_batches(path, rows, batch, rank, world, steps, chunk_batches, seed, epoch):
-    """This worker's batches of one epoch: (labels, dense, keys) tensors,
-    `steps` of them."""
-    chunk_lines = chunk_batches * world * batch
-    k, mine = 0, 0  # the epoch's batch index; batches of this worker so far
-    with open(path) as f:
-        for c in itertools.count():
-            if mine == steps:
-                return
-            lines = list(itertools.islice(f, chunk_lines))
-            if not lines:
-                return
-            order = np.random.default_rng([seed, epoch, c]).permutation(len(lines))  # the same on every worker
-            picked = []
-            for b in range(len(lines) // batch):
-                if k % world == rank and k < steps * world:
-                    picked.append(order[b * batch:(b + 1) * batch])
-                k += 1
-            for sel in picked:
-                y, x, keys = parse([lines[i] for i in sel], rows, path, c * chunk_lines + sel)
-                mine += 1
-                yield torch.from_numpy(y), torch.from_numpy(x), torch.from_numpy(keys)
+def my_batches(path, rows, batch, rank, world, chunk_batches, seed, epoch):
+    """This worker's batches of one epoch as (labels, dense, keys) tensors:
+    shardps.CriteoReader, the C++ parser of shardps-worker on a thread of
+    its own, a few batches ahead (its waits release the GIL). Each chunk of
+    chunk_batches x workers batches is shuffled the same way on every
+    worker and dealt out batch by batch, and every worker takes the same
+    number of steps; each parses only its own lines."""
+    reader = shardps.CriteoReader(path, batch, rank=rank, world=world, rows=rows, chunk_batches=chunk_batches,
+                                  seed=seed, epoch=epoch)
+    for y, x, keys in reader:
+        yield torch.from_numpy(y), torch.from_numpy(x), torch.from_numpy(keys)
 
 
 def test_chunks(path, rows, n=8192):
-    with open(path) as f:
-        for c in itertools.count():
-            lines = list(itertools.islice(f, n))
-            if not lines:
-                return
-            y, x, keys = parse(lines, rows, path, range(c * n, c * n + len(lines)))
-            yield torch.from_numpy(y), torch.from_numpy(x), torch.from_numpy(keys)
+    """Every line of the test log, in file order, n at a time."""
+    for y, x, keys in shardps.CriteoReader(path, n, rows=rows, shuffle=False, last_partial=True):
+        yield torch.from_numpy(y), torch.from_numpy(x), torch.from_numpy(keys)
 
 
 class DLRM(torch.nn.Module):
@@ -179,7 +132,10 @@ def main():
         ap.error("--rows must be 0 or in [2, 2^56]")
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    n_train = count_lines(args.train_tsv)
+    try:
+        n_train = shardps.CriteoReader(args.train_tsv, args.batch, steps=0).lines
+    except shardps.Error as e:
+        raise SystemExit(f"error: {e}")
 
     with shardps.connect(args.coordinator, rank=None if args.rank < 0 else args.rank) as ps:
         rank, world = ps.rank, ps.num_workers
@@ -203,8 +159,8 @@ def main():
         final_auc, train_s, samples = -1.0, 0.0, 0
         for epoch in range(1, args.epochs + 1):
             t0, total, done = time.time(), 0.0, 0
-            batches = my_batches(args.train_tsv, args.rows, args.batch, rank, world, steps, args.chunk_batches,
-                                 args.seed, epoch)
+            batches = my_batches(args.train_tsv, args.rows, args.batch, rank, world, args.chunk_batches, args.seed,
+                                 epoch)
             # Pipelined: each batch's rows are requested in the step before
             # it (behind the tick, with the MLPs' pulls), so they travel while
             # that step waits; under sync they are what the forward's own pull

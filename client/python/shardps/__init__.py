@@ -35,8 +35,24 @@ ConflictError = _ext.ConflictError
 PermissionDeniedError = _ext.PermissionDeniedError
 Table = _ext.Table
 Request = _ext.Request
+CriteoReader = _ext.CriteoReader
+CriteoReader.__doc__ = """CriteoReader(path, batch=128, *, rank=0, world=1, rows=2**20, steps=-1,
+chunk_batches=64, seed=1, epoch=1, ahead=4, shuffle=True, last_partial=False)
 
-__all__ = ["connect", "Client", "Table", "Request", "Error", "TimeoutError", "UnavailableError",
+One worker's batches of a Criteo-format TSV log, parsed by shardps-worker's
+C++ parser on a thread of its own, `ahead` batches ahead; iterating waits
+without the GIL and yields (labels (n,) float32, dense (n, 13) float32
+log(1 + max(x, 0)), keys (n, 26) int64 = feature << 56 | row, row 0 a
+missing value, else hash % (rows - 1) + 1; rows=0: a row per value). The
+log is read in chunks of chunk_batches * world * batch lines, each shuffled
+the same way on every worker (seed, epoch); batch k goes to worker
+k % world, `steps` of them (default: lines // (batch * world), the same for
+every worker). shuffle=False, last_partial=True: every line in file order
+(evaluation). A malformed line raises InvalidArgumentError naming the
+file, the line and the field. `lines` and `steps` (also len()) say how
+much there is."""
+
+__all__ = ["connect", "Client", "Table", "Request", "CriteoReader", "Error", "TimeoutError", "UnavailableError",
            "InvalidArgumentError", "NotFoundError", "ConflictError",
            "PermissionDeniedError"]
 

@@ -1,0 +1,122 @@
+"""shardps.CriteoReader: shardps-worker's Criteo parser for Python -- the
+values as the C++ worker reads them, the batches each worker gets, its
+errors, and its waits without the GIL."""
+import os
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import shardps
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAKE_CLICKS = os.path.join(HERE, "..", "..", "tools", "make-clicks")
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory):
+    d = tmp_path_factory.mktemp("clicks")
+    p = subprocess.run(["/usr/bin/python3", MAKE_CLICKS, str(d), "--examples", "1000", "--test-examples", "10",
+                        "--seed", "5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout
+    return str(d / "train.tsv")
+
+
+def parse(lines, rows):
+    """The Criteo TSV written out in Python: what the reader must give."""
+    y = np.array([int(l.split("\t")[0]) for l in lines], np.float32)
+    x = np.array([[float(v) if v else 0.0 for v in l.rstrip("\n").split("\t")[1:14]] for l in lines], np.float32)
+    x = np.log1p(np.maximum(x, 0)).astype(np.float32)
+    fold = rows - 1 if rows > 1 else (1 << 56) - 1
+    k = np.array([[(f << 56) | ((int(v, 16) % fold) + 1 if v else 0)
+                   for f, v in enumerate(l.rstrip("\n").split("\t")[14:40])] for l in lines], np.int64)
+    return y, x, k
+
+
+@pytest.mark.parametrize("rows", [1 << 20, 0])
+def test_values_are_the_c_plus_plus_workers(log, rows):
+    lines = open(log).readlines()
+    r = shardps.CriteoReader(log, 300, rows=rows, shuffle=False, last_partial=True)
+    assert (r.lines, r.steps, len(r)) == (1000, 4, 4)  # 3 x 300 and the last 100
+    got = [b for b in r]
+    assert [len(b[0]) for b in got] == [300, 300, 300, 100]
+    y, x, k = (np.concatenate([b[i] for b in got]) for i in range(3))
+    wy, wx, wk = parse(lines, rows)
+    assert y.dtype == np.float32 and x.shape == (1000, 13) and k.dtype == np.int64 and k.shape == (1000, 26)
+    np.testing.assert_array_equal(y, wy)
+    np.testing.assert_allclose(x, wx, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(k, wk)
+
+
+def test_workers_share_the_epoch_and_each_takes_the_same_steps(log):
+    # 1000 lines, batches of 30 for 3 workers: 11 steps each (990 lines);
+    # chunks of 2 x 3 batches, each shuffled the same way on every worker.
+    per = []
+    for rank in range(3):
+        r = shardps.CriteoReader(log, 30, rank=rank, world=3, chunk_batches=2, seed=4, epoch=1, rows=0)
+        assert r.steps == 11
+        per.append([b for b in r])
+        assert len(per[-1]) == 11 and all(len(b[0]) == 30 for b in per[-1])
+    keys = [tuple(k) for p in per for b in p for k in b[2]]
+    every = [tuple(k) for k in parse(open(log).readlines(), 0)[2]]
+    # 990 lines, none twice: the first five chunks' 900 whole, then 90 of
+    # the last chunk's 100 (shuffled: whichever lines land in its 3 batches).
+    assert len(keys) == len(set(keys)) == 990
+    assert set(every[:900]) <= set(keys) and set(keys) <= set(every)
+    # Shuffled within a chunk, the same under the same seed and epoch; another epoch, another order.
+    again = [b[2] for b in shardps.CriteoReader(log, 30, rank=1, world=3, chunk_batches=2, seed=4, epoch=1, rows=0)]
+    other = [b[2] for b in shardps.CriteoReader(log, 30, rank=1, world=3, chunk_batches=2, seed=4, epoch=2, rows=0)]
+    assert all(np.array_equal(a, b[2]) for a, b in zip(again, per[1]))
+    assert not all(np.array_equal(a, b) for a, b in zip(again, other))
+    assert [tuple(k) for k in per[0][0][2]] != every[:30]
+    # steps= caps this worker's batches.
+    assert len(list(shardps.CriteoReader(log, 30, rank=0, world=3, steps=4))) == 4
+
+
+def test_errors_name_the_file_the_line_and_the_field(log, tmp_path):
+    with pytest.raises(shardps.InvalidArgumentError, match=r"cannot read '.*nowhere\.tsv': No such file"):
+        shardps.CriteoReader(str(tmp_path / "nowhere.tsv"), 32)
+    lines = open(log).readlines()[:50]
+    fields = lines[6].split("\t")
+    fields[15] = "xyz"  # C2
+    lines[6] = "\t".join(fields)
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("".join(lines))
+    r = shardps.CriteoReader(str(bad), 10, shuffle=False)
+    with pytest.raises(shardps.InvalidArgumentError, match=r"bad\.tsv:7: field 16 \(C2\): 'xyz' is not hexadecimal"):
+        for _ in r:
+            pass
+    with pytest.raises(shardps.InvalidArgumentError, match="rank 2 is not below world 2"):
+        shardps.CriteoReader(log, 10, rank=2, world=2)
+    with pytest.raises(shardps.InvalidArgumentError, match="batch must be at least 1"):
+        shardps.CriteoReader(log, 0)
+
+
+def test_a_waiting_reader_lets_other_python_threads_run(tmp_path, log):
+    # The reader waits on a pipe that fills only later: while next() waits
+    # (in another thread), this thread must go on running Python.
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    text = "".join(open(log).readlines()[:20])
+    reader = {}
+    opened = threading.Thread(target=lambda: reader.setdefault("r", shardps.CriteoReader(fifo, 10, shuffle=False,
+                                                                                           steps=2)))
+    opened.start()  # counting the lines reads the pipe to its end
+    with open(fifo, "w") as f:
+        f.write(text)
+    opened.join(30)
+    assert "r" in reader
+    # (The reader's thread opens the pipe again to read the batches.)
+    got = []
+    t = threading.Thread(target=lambda: got.extend(reader["r"]))
+    t.start()
+    spins, end = 0, time.monotonic() + 0.3
+    while time.monotonic() < end:
+        spins += 1  # Python running while next() waits
+    assert spins > 1000 and t.is_alive()
+    with open(fifo, "w") as f:
+        f.write(text)
+    t.join(30)
+    assert len(got) == 2 and len(got[0][0]) == 10
