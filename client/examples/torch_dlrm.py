@@ -140,8 +140,8 @@ def main():
     with shardps.connect(args.coordinator, rank=None if args.rank < 0 else args.rank) as ps:
         rank, world = ps.rank, ps.num_workers
         # torch.optim.Adagrad's eps (1e-10) and initial accumulator (0), on the servers.
-        emb = shardps.torch.Embedding(ps, args.prefix + "emb", args.dim, init="uniform", low=-0.05, high=0.05,
-                                      seed=args.seed, optimizer="adagrad", lr=args.lr, eps=1e-10,
+        emb = shardps.torch.Embedding(None, args.dim, name=args.prefix + "emb", client=ps, init="uniform",
+                                      low=-0.05, high=0.05, seed=args.seed, optimizer="adagrad", lr=args.lr, eps=1e-10,
                                       dtype=args.dtype, admit_after=args.admit_after)
         model = DLRM(emb, args.dim)
         # The MLPs start as torch's own layers would (the baseline's init).

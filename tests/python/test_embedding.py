@@ -47,7 +47,8 @@ def ps(cluster_factory):
 
 
 def test_embedding_equals_torch_embedding_forward_and_after_sgd(ps):
-    emb = shardps.torch.Embedding(ps, "e", dim=4, init="uniform", low=-0.05, high=0.05, optimizer="sgd", lr=1.0)
+    emb = shardps.torch.Embedding(None, 4, name="e", client=ps, init="uniform", low=-0.05, high=0.05, optimizer="sgd",
+                                  lr=1.0)
     ref, uniq, inverse = reference(emb, IDS)
     assert float(ref.weight.abs().max()) <= 0.05 and float(ref.weight.std()) > 0
     out = emb(IDS)
@@ -62,7 +63,7 @@ def test_embedding_equals_torch_embedding_forward_and_after_sgd(ps):
 
 
 def test_embedding_adagrad_two_steps_equal_torch_adagrad(ps):
-    emb = shardps.torch.Embedding(ps, "e", dim=3, init="normal", stddev=0.1, optimizer="adagrad", lr=0.1,
+    emb = shardps.torch.Embedding(None, 3, name="e", client=ps, init="normal", stddev=0.1, optimizer="adagrad", lr=0.1,
                                   eps=1e-8, initial_accumulator=0.0)
     second = torch.tensor([[3, 3, 99], [1 << 40, 42, 42]])  # overlaps the first batch: accumulators carry on
     everything = torch.cat([IDS.flatten(), second.flatten()])
@@ -82,7 +83,7 @@ def test_embedding_adagrad_two_steps_equal_torch_adagrad(ps):
 @pytest.mark.parametrize("mode,shape", [(m, s) for m in ("sum", "mean", "max") for s in ("offsets", "2d")] +
                          [("sum", "weights")])  # per_sample_weights: mode sum only
 def test_embedding_bag_equals_torch_embedding_bag(ps, mode, shape):
-    bag = shardps.torch.EmbeddingBag(ps, f"b_{mode}_{shape}", dim=5, mode=mode, init="uniform", low=-0.05,
+    bag = shardps.torch.EmbeddingBag(None, 5, name=f"b_{mode}_{shape}", client=ps, mode=mode, init="uniform", low=-0.05,
                                      high=0.05, optimizer="sgd", lr=1.0)
     if shape == "2d":
         ids, offsets = IDS, None
@@ -102,13 +103,13 @@ def test_embedding_bag_equals_torch_embedding_bag(ps, mode, shape):
 
 
 def test_unpushed_ids_read_their_initial_values_and_pulls_push_nothing(ps):
-    emb = shardps.torch.Embedding(ps, "c", dim=2, init="constant", value=0.25, optimizer="sgd", lr=1.0)
+    emb = shardps.torch.Embedding(None, 2, name="c", client=ps, init="constant", value=0.25, optimizer="sgd", lr=1.0)
     np.testing.assert_array_equal(emb(torch.tensor([9, 1 << 50])).detach().numpy(), np.full((2, 2), 0.25, np.float32))
     assert emb.step() == 0  # no backward: nothing was pushed
     with torch.no_grad():
         emb(torch.tensor([9]))
     assert emb.step() == 0
-    u = shardps.torch.Embedding(ps, "u", dim=8, init="uniform", low=-0.05, high=0.05, seed=4)
+    u = shardps.torch.Embedding(None, 8, name="u", client=ps, init="uniform", low=-0.05, high=0.05, seed=4)
     before = u.read(torch.tensor([77, 78]))
     train_step(ps, u, u(torch.tensor([5, 6, 5])).sum())  # other ids pushed and changed
     after = u.read(torch.tensor([77, 78]))
@@ -118,15 +119,15 @@ def test_unpushed_ids_read_their_initial_values_and_pulls_push_nothing(ps):
 
 
 def test_empty_batch(ps):
-    emb = shardps.torch.Embedding(ps, "e", dim=3)
+    emb = shardps.torch.Embedding(None, 3, name="e", client=ps)
     assert emb(torch.zeros(0, 4, dtype=torch.long)).shape == (0, 4, 3)
-    bag = shardps.torch.EmbeddingBag(ps, "b", dim=3, mode="sum")
+    bag = shardps.torch.EmbeddingBag(None, 3, name="b", client=ps, mode="sum")
     np.testing.assert_array_equal(bag(torch.zeros(0, dtype=torch.long), torch.tensor([0, 0])).detach().numpy(),
                                   np.zeros((2, 3), np.float32))
 
 
 def test_bad_inputs_raise_clear_errors(ps):
-    emb = shardps.torch.Embedding(ps, "e", dim=4, num_embeddings=100)
+    emb = shardps.torch.Embedding(100, 4, name="e", client=ps)
     with pytest.raises(IndexError, match=r"Embedding 'e': id -1 is negative"):
         emb(torch.tensor([1, -1]))
     with pytest.raises(IndexError, match=r"id 100 is out of range: num_embeddings is 100"):
@@ -136,7 +137,7 @@ def test_bad_inputs_raise_clear_errors(ps):
     with pytest.raises(TypeError, match=r"must be a torch.Tensor .* got ndarray"):
         emb(np.array([1]))
     assert emb(torch.tensor([1, 99], dtype=torch.int32)).shape == (2, 4)
-    bag = shardps.torch.EmbeddingBag(ps, "b", dim=4, mode="mean")
+    bag = shardps.torch.EmbeddingBag(None, 4, name="b", client=ps, mode="mean")
     with pytest.raises(ValueError, match="input must be 1-d .* got 3 dimensions"):
         bag(torch.zeros(2, 2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="a 1-d input needs offsets"):
@@ -147,17 +148,17 @@ def test_bad_inputs_raise_clear_errors(ps):
         bag(torch.tensor([1, 2]), torch.tensor([0.0]))
     with pytest.raises(ValueError, match="per_sample_weights is for mode 'sum' only"):
         bag(torch.tensor([[1, 2]]), per_sample_weights=torch.ones(1, 2))
-    bsum = shardps.torch.EmbeddingBag(ps, "s", dim=4, mode="sum")
+    bsum = shardps.torch.EmbeddingBag(None, 4, name="s", client=ps, mode="sum")
     with pytest.raises(ValueError, match=r"per_sample_weights must be a floating tensor of the input's shape \(1, 2\)"):
         bsum(torch.tensor([[1, 2]]), per_sample_weights=torch.ones(2))
     with pytest.raises(ValueError, match="mode must be one of sum, mean, max"):
-        shardps.torch.EmbeddingBag(ps, "x", dim=4, mode="median")
+        shardps.torch.EmbeddingBag(None, 4, name="x", client=ps, mode="median")
     with pytest.raises(ValueError, match="dim must be an integer >= 1"):
-        shardps.torch.Embedding(ps, "x", dim=0)
+        shardps.torch.Embedding(None, 0, name="x", client=ps)
     with pytest.raises(ValueError, match="num_embeddings must be an integer >= 1"):
-        shardps.torch.Embedding(ps, "x", dim=2, num_embeddings=-5)
+        shardps.torch.Embedding(-5, 2, name="x", client=ps)
     with pytest.raises(ValueError, match="dtype must be one of f32, bf16, f16, got 'f64'"):
-        shardps.torch.Embedding(ps, "x", dim=2, dtype="f64")
+        shardps.torch.Embedding(None, 2, name="x", client=ps, dtype="f64")
 
 
 def test_create_table_embedding_options(ps):
@@ -201,7 +202,7 @@ def test_a_16_bit_table_takes_and_gives_float32_arrays(ps):
 
 
 def test_admit_after_drops_the_first_pushes(ps):
-    emb = shardps.torch.Embedding(ps, "a", dim=2, init="zeros", optimizer="sgd", lr=1.0, admit_after=2)
+    emb = shardps.torch.Embedding(None, 2, name="a", client=ps, init="zeros", optimizer="sgd", lr=1.0, admit_after=2)
     ids = torch.tensor([5])
     train_step(ps, emb, emb(ids).sum())  # the 1st push of id 5: dropped, no row
     np.testing.assert_array_equal(emb.read(ids).numpy(), [[0, 0]])
@@ -210,7 +211,7 @@ def test_admit_after_drops_the_first_pushes(ps):
 
 
 def test_evicted_rows_read_their_initial_values_again(ps):
-    emb = shardps.torch.Embedding(ps, "v", dim=2, init="constant", value=0.5, optimizer="sgd", lr=1.0,
+    emb = shardps.torch.Embedding(None, 2, name="v", client=ps, init="constant", value=0.5, optimizer="sgd", lr=1.0,
                                   evict_after_clocks=2)
     ids = torch.tensor([11])
     train_step(ps, emb, emb(ids).sum())
@@ -246,8 +247,8 @@ def test_bsp_with_sharded_model_equals_one_process_with_the_combined_batch(clust
 
     def worker(rank):
         with shardps.connect(c.endpoint, rank=rank) as ps:
-            bag = shardps.torch.EmbeddingBag(ps, "bag", dim=4, mode="mean", init="uniform", low=-0.5, high=0.5,
-                                             optimizer="sgd", lr=lr)
+            bag = shardps.torch.EmbeddingBag(None, 4, name="bag", client=ps, mode="mean", init="uniform", low=-0.5,
+                                             high=0.5, optimizer="sgd", lr=lr)
             net = Net(bag)
             sm = shardps.torch.ShardedModel(ps, net, optimizer="sgd", lr=lr, seed=3)
             assert sm.embeddings == [bag] and [n for n, _ in net.named_parameters()] == ["head.weight", "head.bias"]
@@ -359,7 +360,8 @@ def test_collection_outputs_stacked_concat_and_from_a_keyed_jagged_tensor(ps):
     # The same batch as one jagged tensor: per key, 3 bags.
     values, offsets = [], [0]
     for f in ("a", "b", "c"):
-        ids, offs = feats[f] if isinstance(feats[f], tuple) else (feats[f].flatten(), torch.arange(0, feats[f].numel(), feats[f].shape[1]))
+        v = feats[f]
+        ids, offs = v if isinstance(v, tuple) else (v.flatten(), torch.arange(0, v.numel(), v.shape[1]))
         ends = torch.cat([offs[1:], torch.tensor([ids.numel()])])
         for lo, hi in zip(offs.tolist(), ends.tolist()):
             offsets.append(offsets[-1] + hi - lo)
@@ -428,8 +430,8 @@ def pipelined_job(c, pipelined, steps=4):
         class Net(torch.nn.Module):
             def __init__(self):
                 super().__init__()
-                self.a = shardps.torch.EmbeddingBag(ps, "a", dim=4, mode="sum", **opts)
-                self.b = shardps.torch.Embedding(ps, "b", dim=4, **opts)
+                self.a = shardps.torch.EmbeddingBag(None, 4, name="a", client=ps, mode="sum", **opts)
+                self.b = shardps.torch.Embedding(None, 4, name="b", client=ps, **opts)
                 self.ebc = shardps.torch.EmbeddingBagCollection(ps, [Config("c", 4, feature_names=["c1", "c2"],
                                                                             pooling="mean", **opts)])
                 self.head = torch.nn.Linear(16, 1)
@@ -477,9 +479,48 @@ def test_the_pipelined_step_equals_the_unpipelined_one_bit_for_bit_under_sync(cl
 
 
 def test_a_prefetch_of_other_ids_is_dropped_and_the_forward_pulls_its_own(ps):
-    emb = shardps.torch.Embedding(ps, "e", dim=3, init="uniform", low=-1, high=1)
+    emb = shardps.torch.Embedding(None, 3, name="e", client=ps, init="uniform", low=-1, high=1)
     emb.prefetch(torch.tensor([1, 2, 3]))
     ids = torch.tensor([[4, 5], [5, 1]])
     np.testing.assert_array_equal(emb(ids).detach().numpy(), emb.read(ids).numpy())
     with pytest.raises(IndexError, match="is negative"):
         emb.prefetch(torch.tensor([-1]))
+
+
+def test_torchs_argument_order_the_client_given_once_and_names_of_its_own(ps):
+    # torch.nn.Embedding's order, (num_embeddings, embedding_dim); the client
+    # set once for the process; a table named after its kind and number.
+    shardps.torch.set_client(ps)
+    try:
+        a = shardps.torch.Embedding(1000, 16)
+        b = shardps.torch.EmbeddingBag(50, 8, mode="sum", sparse=True)
+        c = shardps.torch.Embedding(None, 4, name="mine")
+        assert (a.num_embeddings, a.embedding_dim) == (1000, 16)
+        assert (b.num_embeddings, b.embedding_dim, b.mode) == (50, 8, "sum")
+        assert a.table.name.startswith("embedding.") and b.table.name.startswith("embedding_bag.") and \
+            c.table.name == "mine"
+        assert a.table.cols == 16 and b.table.cols == 8
+        with pytest.raises(IndexError, match="out of range: num_embeddings is 1000"):
+            a(torch.tensor([1000]))
+        assert b(torch.tensor([[1, 2]])).shape == (1, 8)
+    finally:
+        shardps.torch.set_client(None)
+    with pytest.raises(ValueError, match=r"no client: give client=ps, or call shardps.torch.set_client\(ps\)"):
+        shardps.torch.Embedding(10, 4)
+    with pytest.raises(ValueError, match=r"padding_idx=0 is not supported"):
+        shardps.torch.Embedding(10, 4, client=ps, padding_idx=0)
+    with pytest.raises(TypeError, match="takes 2 positional arguments, got 3"):
+        shardps.torch.EmbeddingBag(10, 4, "sum", client=ps)
+
+
+def test_the_old_argument_order_still_works_and_says_how_it_was_read(ps):
+    # Embedding(client, name, dim, num_embeddings): what the new user
+    # wrote as Embedding(ps, "e", 1000, 16) meaning torch's order is read as
+    # dim 1000 -- said in the warning, with the call to write instead.
+    with pytest.warns(DeprecationWarning, match=r"read as name='old', dim=1000, num_embeddings=16\); write it as "
+                                                r"torch's, Embedding\(16, 1000, name='old', client=...\)"):
+        e = shardps.torch.Embedding(ps, "old", 1000, 16)
+    assert (e.embedding_dim, e.num_embeddings, e.table.cols) == (1000, 16, 1000)
+    with pytest.warns(DeprecationWarning):
+        bag = shardps.torch.EmbeddingBag(ps, "oldbag", dim=4, mode="max")
+    assert (bag.embedding_dim, bag.num_embeddings, bag.mode) == (4, None, "max")

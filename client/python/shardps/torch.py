@@ -28,6 +28,7 @@ the clock; alone, call the module's step() before client.clock().
 """
 
 import contextlib
+import warnings
 
 import numpy as np
 import torch
@@ -247,6 +248,35 @@ class ShardedModel:
         self._land(pulls, True)
 
 
+_client = None  # set_client(): the client of modules given none
+_made = {}  # a module kind -> how many tables of that kind this process named itself
+
+
+def set_client(client):
+    """The client every shardps.torch module made without `client=` uses
+    (once per process, after shardps.connect). Returns it."""
+    global _client
+    _client = client
+    return client
+
+
+def _the_client(client, what):
+    c = client if client is not None else _client
+    if c is None:
+        raise ValueError(f"{what}: no client: give client=ps, or call shardps.torch.set_client(ps) once after "
+                         f"shardps.connect")
+    return c
+
+
+def _default_name(kind):
+    """'embedding.0', 'embedding.1', ...: the n-th table of that kind this
+    process named itself -- the same in every process that builds the same
+    model in the same order."""
+    n = _made.get(kind, 0)
+    _made[kind] = n + 1
+    return f"{kind}.{n}"
+
+
 def _positive(what, value, lowest=1):
     if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
         raise ValueError(f"{what} must be an integer >= {lowest}, got {value!r}")
@@ -259,16 +289,60 @@ class _SparseLookup(torch.nn.Module):
     gradient in backward. It has no parameters: its rows are on the
     servers (state_dict() is empty; snapshots keep them)."""
 
-    def __init__(self, client, name, dim, num_embeddings=None, *, init="normal", value=None, low=None, high=None,
+    def __init__(self, *args, name=None, client=None, init="normal", value=None, low=None, high=None,
                  mean=None, stddev=None, seed=0, optimizer="sgd", lr=0.01, dtype="f32", admit_after=0,
-                 evict_after_clocks=0, evict_after_sec=0, max_rows=0, **optimizer_args):
+                 evict_after_clocks=0, evict_after_sec=0, max_rows=0, sparse=None, padding_idx=None,
+                 max_norm=None, scale_grad_by_freq=False, **optimizer_args):
         super().__init__()
-        _positive("dim", dim)
+        kind = "embedding_bag" if isinstance(self, EmbeddingBag) else "embedding"
+        cls = type(self).__name__
+        old = optimizer_args.pop("dim", None)
+        if (args and isinstance(args[0], shardps.Client)) or old is not None:
+            # The first order, (client, name, dim, num_embeddings=None): still
+            # taken, with a warning that shows how it was read.
+            if client is None and args and isinstance(args[0], shardps.Client):
+                client, args = args[0], args[1:]
+            if name is None and args and isinstance(args[0], str):
+                name, args = args[0], args[1:]
+            if old is None and args:
+                old, args = args[0], args[1:]
+            num_embeddings = args[0] if args else optimizer_args.pop("num_embeddings", None)
+            if len(args) > 1 or old is None or name is None:
+                raise TypeError(f"{cls}(client, name, dim, num_embeddings=None) (the old order) got {len(args)} "
+                                f"positional arguments after dim; write {cls}(num_embeddings, embedding_dim, "
+                                f"name=..., client=...)")
+            warnings.warn(f"{cls}(client, name, dim, num_embeddings) is the old argument order (read as "
+                          f"name={name!r}, dim={old}, num_embeddings={num_embeddings}); write it as torch's, "
+                          f"{cls}({num_embeddings}, {old}, name={name!r}, client=...) (or "
+                          f"shardps.torch.set_client(ps) once): the old order goes in a later release",
+                          DeprecationWarning, stacklevel=3)
+            dim = old
+        else:
+            # torch's order: (num_embeddings, embedding_dim); num_embeddings
+            # None: any id >= 0 (hashed ids need no size).
+            if len(args) > 2:
+                raise TypeError(f"{cls}(num_embeddings, embedding_dim, ...) takes 2 positional arguments, got "
+                                f"{len(args)}; give the rest by keyword (mode=..., name=...)")
+            num_embeddings = args[0] if args else optimizer_args.pop("num_embeddings", None)
+            dim = args[1] if len(args) > 1 else optimizer_args.pop("embedding_dim", None)
+            if dim is None:
+                raise TypeError(f"{cls}: embedding_dim is missing ({cls}(num_embeddings, embedding_dim, ...))")
+        for what, v, plain in (("padding_idx", padding_idx, None), ("max_norm", max_norm, None),
+                               ("scale_grad_by_freq", scale_grad_by_freq, False)):
+            if v != plain:
+                raise ValueError(f"{cls}: {what}={v!r} is not supported (torch.nn.{cls}'s option; the rows are "
+                                 f"updated on the servers)")
+        # sparse=True/False: torch's choice of gradient layout; here each
+        # batch's rows are pushed in any case.
+        client = _the_client(client, cls)
+        name = name if name is not None else _default_name(kind)
+        _positive("embedding_dim", dim)
         if num_embeddings is not None:
             _positive("num_embeddings", num_embeddings)
         if init == "normal" and mean is None and stddev is None:
             mean, stddev = 0.0, 1.0  # torch.nn.Embedding's N(0, 1)
         self.client, self.embedding_dim, self.num_embeddings = client, dim, num_embeddings
+        self.sparse = sparse
         self.table = client.create_table(name, kind="sparse", cols=dim, init=init, value=value, low=low, high=high,
                                          mean=mean, stddev=stddev, seed=seed, optimizer=optimizer, lr=lr,
                                          max_rows=max_rows, dtype=dtype, admit_after=admit_after,
@@ -381,7 +455,7 @@ class _SparseLookup(torch.nn.Module):
 class Embedding(_SparseLookup):
     """torch.nn.Embedding whose rows are a sparse shardps table:
 
-        emb = shardps.torch.Embedding(ps, "emb", dim=16, init="uniform", low=-0.05, high=0.05,
+        emb = shardps.torch.Embedding(None, 16, name="emb", client=ps, init="uniform", low=-0.05, high=0.05,
                                       optimizer="adagrad", lr=0.05)
         out = emb(ids)          # ids: int64 (or int32) tensor of any shape -> ids.shape + (16,)
 
@@ -411,10 +485,10 @@ class EmbeddingBag(_SparseLookup):
     a 1-d input needs `offsets` (each bag's start); `per_sample_weights`
     (the input's shape, mode "sum" only) weighs each id."""
 
-    def __init__(self, client, name, dim, num_embeddings=None, *, mode="mean", include_last_offset=False, **kw):
+    def __init__(self, *args, mode="mean", include_last_offset=False, **kw):
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode must be one of sum, mean, max, got {mode!r}")
-        super().__init__(client, name, dim, num_embeddings, **kw)
+        super().__init__(*args, **kw)
         self.mode, self.include_last_offset = mode, bool(include_last_offset)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
@@ -545,8 +619,8 @@ class EmbeddingBagCollection(torch.nn.Module):
         missing = [f for f in self.feature_names if f not in features]
         unknown = [f for f in features if f not in self.feature_names]
         if missing or unknown:
-            raise KeyError(f"EmbeddingBagCollection: features {'missing: ' + str(missing) if missing else ''}"
-                           f"{'; ' if missing and unknown else ''}{'not in any table: ' + str(unknown) if unknown else ''}")
+            said = ([f"missing: {missing}"] if missing else []) + ([f"not in any table: {unknown}"] if unknown else [])
+            raise KeyError(f"EmbeddingBagCollection: features {'; '.join(said)}")
         out = {}
         for f in self.feature_names:
             v = features[f]
