@@ -524,3 +524,73 @@ def test_the_old_argument_order_still_works_and_says_how_it_was_read(ps):
     with pytest.warns(DeprecationWarning):
         bag = shardps.torch.EmbeddingBag(ps, "oldbag", dim=4, mode="max")
     assert (bag.embedding_dim, bag.num_embeddings, bag.mode) == (4, None, "max")
+
+
+def test_modules_of_a_group_share_one_table_and_one_request_each_way(cluster_factory):
+    # Three per-feature modules in one group: one sparse table (keys slot <<
+    # 48 | id), each module's rows its own; forward and an SGD step equal
+    # torch's on the same rows; the step sends the group's gradients as one
+    # push and its prefetches as one pull per server.
+    c = cluster_factory(servers=2, workers=1, consistency="sync")
+    opts = dict(group="feats", init="uniform", low=-0.05, high=0.05, optimizer="sgd", lr=1.0)
+    batches = [{"a": IDS % 50, "b": (IDS * 7) % 50, "c": IDS[:, :2] % 50},
+               {"a": IDS % 40, "b": (IDS * 3) % 50, "c": IDS[:, 1:3] % 50}]
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = shardps.torch.EmbeddingBag(50, 4, client=ps, mode="sum", **opts)
+                self.b = shardps.torch.EmbeddingBag(50, 4, client=ps, mode="mean", **opts)
+                self.c = shardps.torch.Embedding(50, 4, client=ps, **opts)
+
+            def forward(self, x):
+                return torch.cat([self.a(x["a"]), self.b(x["b"]), self.c(x["c"]).sum(1)], 1)
+
+            def prefetch(self, x):
+                self.a.prefetch(x["a"])
+                self.b.prefetch(x["b"])
+                self.c.prefetch(x["c"])
+
+        net = Net()
+        assert net.a.table.name == net.b.table.name == net.c.table.name == "feats"
+        sm = shardps.torch.ShardedModel(ps, net)
+        assert sm.groups and len(sm.groups) == 1
+        everything = torch.arange(50)
+        # The reference: torch modules holding each module's rows.
+        refs = {k: getattr(net, k).read(everything) for k in "abc"}
+        assert not torch.equal(refs["a"], refs["b"])  # each module its own rows
+        ref = {"a": torch.nn.EmbeddingBag(50, 4, mode="sum"), "b": torch.nn.EmbeddingBag(50, 4, mode="mean"),
+               "c": torch.nn.Embedding(50, 4)}
+        with torch.no_grad():
+            for k, m in ref.items():
+                m.weight.copy_(refs[k])
+        opt = torch.optim.SGD([m.weight for m in ref.values()], lr=1.0)
+        with ps.hold_requests():
+            net.prefetch(batches[0])
+        for i, x in enumerate(batches):
+            out = net(x)
+            want = torch.cat([ref["a"](x["a"]), ref["b"](x["b"]), ref["c"](x["c"]).sum(1)], 1)
+            np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-7)
+            opt.zero_grad()
+            loss_of(want, i).backward()
+            opt.step()
+            loss_of(out, i).backward()
+            nxt = batches[i + 1] if i + 1 < len(batches) else None
+            sm.step(ahead=None if nxt is None else (lambda b=nxt: net.prefetch(b)))
+        for k in "abc":
+            np.testing.assert_allclose(getattr(net, k).read(everything).numpy(), ref[k].weight.detach().numpy(),
+                                       rtol=0, atol=1e-6)
+    c.close()
+    for s in range(2):
+        log = open(f"{c.dir}/server{s}.log").read()
+        # 2 steps: 2 pulls (the group's, prefetched), 2 pushes, 2 ticks, and the 3 reads before and after.
+        assert re.search(r"\b12 pushes, pulls and ticks in", log), log
+
+
+def test_a_group_refuses_modules_of_other_table_options(ps):
+    shardps.torch.EmbeddingBag(10, 4, client=ps, group="g", optimizer="adagrad", lr=0.1)
+    with pytest.raises(ValueError, match=r"group 'g': .* same table options; this one differs in cols, lr"):
+        shardps.torch.EmbeddingBag(10, 8, client=ps, group="g", optimizer="adagrad", lr=0.2)
+    e = shardps.torch.Embedding(None, 4, client=ps, group="g", optimizer="adagrad", lr=0.1)
+    with pytest.raises(IndexError, match=r"is over 2\^48, the most in group 'g'"):
+        e(torch.tensor([1 << 48]))

@@ -107,6 +107,10 @@ class ShardedModel:
         # shardps embeddings inside the model: no parameters (their rows are
         # on the servers), but their pushes must land before the clock.
         self.embeddings = [m for m in module.modules() if isinstance(m, (_SparseLookup, EmbeddingBagCollection))]
+        # Tables shared by several of them (group=): their gradients and
+        # prefetches leave at the step, one request per table and server.
+        self.groups = list({id(m._group): m._group for m in self.embeddings
+                            if isinstance(m, _SparseLookup) and m._group is not None}.values())
         owners = {(f"{mn}." if mn else "") + pn: m for mn, m in module.named_modules()
                   for pn, _ in m.named_parameters(recurse=False)}
         for name, p in module.named_parameters():
@@ -228,19 +232,25 @@ class ShardedModel:
             self.push_grads()
         if self.prefetching:
             self.start_prefetch()
-        for e in self.embeddings:
-            e.wait()
         for p in self.params:
             p.grad = None
         # As shardps-worker: the tick and the next pulls go out at once,
         # without a round trip for the pushes first (the tick is sent behind
-        # them; under sync, once they are answered; the pulls behind it).
+        # them, on the same connections: each server takes this clock's
+        # pushes before its tick; under sync the tick's reply waits for
+        # every worker; the pulls go behind it).
         pushes, self._pushes = self._pushes, []
-        with self.client.hold_requests():  # the tick and the pulls: one message per server
+        with self.client.hold_requests():  # groups' pushes, the tick, the pulls: one message per server
+            for g in self.groups:
+                g.flush_pushes()
             tick = self.client.clock_async()
             pulls = self._issue_pulls()
             if ahead is not None:
                 ahead()
+            for g in self.groups:
+                g.flush_pulls()
+        for e in self.embeddings:
+            e.wait()
         for r in pushes:
             r.wait()
             self._tau += 0.02 * (r.staleness - self._tau)  # as shardps-worker's StalenessMean
@@ -283,13 +293,77 @@ def _positive(what, value, lowest=1):
     return value
 
 
+GROUP_ID_BITS = 48  # in a shared table: key = slot << 48 | id
+
+
+class _TableGroup:
+    """One sparse table shared by several modules (`group=` of Embedding and
+    EmbeddingBag): each module a slot, its ids keys slot << 48 | id. The
+    modules' prefetched pulls leave as one request per server (flush_pulls)
+    and their gradients as one push per server (flush_pushes), however many
+    modules: a model written with one module per feature pays per batch
+    what one table costs. Main thread only (forward, backward's hooks and
+    the step run there)."""
+
+    def __init__(self, client, name, table, options):
+        self.client, self.name, self.table, self.options = client, name, table, options
+        self.slots = 0
+        self.pulls = []  # [(module's pending pull, keys)]: prefetched, not sent yet
+        self.pushes = []  # [(keys, gradient)]: from backward, not sent yet
+        self.sent = []  # requests of the pushes sent
+
+    def flush_pulls(self):
+        """Sends every pending prefetch as one pull (no wait)."""
+        if not self.pulls:
+            return
+        pending, self.pulls = self.pulls, []
+        keys = np.concatenate([k for _, k in pending])
+        req = self.client.pull_async(self.table, ids=keys)
+        at = 0
+        for p, k in pending:
+            p["req"], p["at"], p["n"] = req, at, len(k)
+            at += len(k)
+
+    def flush_pushes(self):
+        """Sends every gradient backward gave as one push (no wait)."""
+        if not self.pushes:
+            return
+        pending, self.pushes = self.pushes, []
+        keys = np.concatenate([k for k, _ in pending]) if len(pending) > 1 else pending[0][0]
+        grads = np.concatenate([g for _, g in pending]) if len(pending) > 1 else pending[0][1]
+        self.sent.append(self.client.push_async(self.table, grads, ids=keys))
+
+    def wait(self):
+        self.flush_pushes()
+        sent, self.sent = self.sent, []
+        for r in sent:
+            r.wait()
+        return len(sent)
+
+
+_groups = {}  # (id(client), group name) -> _TableGroup
+
+
+def _group_for(client, name, create, options):
+    """The group `name` of `client`, its table made by `create()` the first
+    time; every module of a group must have the same table options."""
+    g = _groups.get((id(client), name))
+    if g is None or g.client is not client:
+        g = _groups[(id(client), name)] = _TableGroup(client, name, create(), options)
+    elif g.options != options:
+        differ = sorted(k for k in set(g.options) | set(options) if g.options.get(k) != options.get(k))
+        raise ValueError(f"group {name!r}: its modules share one table, so they need the same table options; "
+                         f"this one differs in {', '.join(differ)}")
+    return g
+
+
 class _SparseLookup(torch.nn.Module):
     """What Embedding and EmbeddingBag share: the sparse table, the checks
     of the ids, the pull of a batch's unique ids and the push of their
     gradient in backward. It has no parameters: its rows are on the
     servers (state_dict() is empty; snapshots keep them)."""
 
-    def __init__(self, *args, name=None, client=None, init="normal", value=None, low=None, high=None,
+    def __init__(self, *args, name=None, client=None, group=None, init="normal", value=None, low=None, high=None,
                  mean=None, stddev=None, seed=0, optimizer="sgd", lr=0.01, dtype="f32", admit_after=0,
                  evict_after_clocks=0, evict_after_sec=0, max_rows=0, sparse=None, padding_idx=None,
                  max_norm=None, scale_grad_by_freq=False, **optimizer_args):
@@ -343,13 +417,23 @@ class _SparseLookup(torch.nn.Module):
             mean, stddev = 0.0, 1.0  # torch.nn.Embedding's N(0, 1)
         self.client, self.embedding_dim, self.num_embeddings = client, dim, num_embeddings
         self.sparse = sparse
-        self.table = client.create_table(name, kind="sparse", cols=dim, init=init, value=value, low=low, high=high,
-                                         mean=mean, stddev=stddev, seed=seed, optimizer=optimizer, lr=lr,
-                                         max_rows=max_rows, dtype=dtype, admit_after=admit_after,
-                                         evict_after_clocks=evict_after_clocks, evict_after_sec=evict_after_sec,
-                                         **optimizer_args)
-        self._pushes = []
-        self._ahead = None  # prefetch(): (ids, unique ids, inverse, keys, request)
+        options = dict(kind="sparse", cols=dim, init=init, value=value, low=low, high=high, mean=mean, stddev=stddev,
+                       seed=seed, optimizer=optimizer, lr=lr, max_rows=max_rows, dtype=dtype, admit_after=admit_after,
+                       evict_after_clocks=evict_after_clocks, evict_after_sec=evict_after_sec, **optimizer_args)
+        # Plain attributes (torch.nn.Module's __setattr__ costs per call).
+        d = self.__dict__
+        d["_pushes"], d["_ahead"] = [], None  # prefetch(): (ids, unique ids, inverse, keys, pull)
+        d["_group"], d["_prefix"] = None, 0
+        if group is None:
+            self.table = client.create_table(name, **options)
+        else:
+            if num_embeddings is not None and num_embeddings > 1 << GROUP_ID_BITS:
+                raise ValueError(f"{cls}: num_embeddings {num_embeddings} is over 2^{GROUP_ID_BITS}, the most a "
+                                 f"module of a group may have")
+            g = _group_for(client, group, lambda: client.create_table(group, **options), options)
+            self.table = g.table
+            d["_group"], d["_prefix"] = g, g.slots << GROUP_ID_BITS
+            g.slots += 1
 
     def _what(self):
         return f"{type(self).__name__} '{self.table.name}'"
@@ -376,7 +460,15 @@ class _SparseLookup(torch.nn.Module):
             if self.num_embeddings is not None and uniq[-1] >= self.num_embeddings:
                 raise IndexError(f"{self._what()}: id {int(uniq[-1])} is out of range: num_embeddings is "
                                  f"{self.num_embeddings}")
+            if self._group is not None and uniq[-1] >= 1 << GROUP_ID_BITS:
+                raise IndexError(f"{self._what()}: id {int(uniq[-1])} is over 2^{GROUP_ID_BITS}, the most in "
+                                 f"group {self._group.name!r}")
         return uniq, inverse
+
+    def _keys(self, uniq):
+        """The table's keys of the unique ids: the ids, or slot << 48 | id in a group."""
+        keys = uniq.numpy()
+        return keys if self._group is None else (keys | self._prefix).astype(np.uint64)
 
     def prefetch(self, ids):
         """Issues the pull of the rows of `ids` now, without waiting: the
@@ -386,30 +478,42 @@ class _SparseLookup(torch.nn.Module):
         which issues them behind the tick, for the next iteration -- leave
         in one message per server. Ids checked as forward checks them."""
         uniq, inverse = self._unique(ids)
-        keys = uniq.numpy()
-        req = self.client.pull_async(self.table, ids=keys) if uniq.numel() else None
-        self._ahead = (ids, uniq, inverse, keys, req)
+        keys = self._keys(uniq)
+        pull = {"req": None}
+        if uniq.numel():
+            if self._group is None:
+                pull["req"] = self.client.pull_async(self.table, ids=keys)
+            else:  # sent with the group's others (flush_pulls: at the step, or the first forward)
+                self._group.pulls.append((pull, keys))
+        self.__dict__["_ahead"] = (ids, uniq, inverse, keys, pull)
 
     def _lookup(self, ids, what="ids"):
         """(unique ids, inverse, rows): the prefetched ones when `ids` are
         what prefetch() was given, else checked and pulled now."""
-        ahead, self._ahead = self._ahead, None
+        ahead = self._ahead
+        self.__dict__["_ahead"] = None
         if ahead is not None and (ahead[0] is ids or (isinstance(ids, torch.Tensor) and ahead[0].shape == ids.shape
                                                       and torch.equal(ahead[0], ids))):
-            _, uniq, inverse, keys, req = ahead
-            return uniq, inverse, self._rows(uniq, None if req is None else req.wait())
+            _, uniq, inverse, keys, pull = ahead
+            if not uniq.numel():
+                return uniq, inverse, self._rows(uniq, keys)
+            if pull["req"] is None:  # a group's prefetch not sent yet: all of them now
+                self._group.flush_pulls()
+            got = pull["req"].wait()
+            if "at" in pull:
+                got = got[pull["at"]:pull["at"] + pull["n"]]
+            return uniq, inverse, self._rows(uniq, keys, got)
         uniq, inverse = self._unique(ids, what)
-        return uniq, inverse, self._rows(uniq)
+        return uniq, inverse, self._rows(uniq, self._keys(uniq))
 
-    def _rows(self, uniq, pulled=None):
-        """The rows of `uniq` pulled from the servers (or `pulled`, their
-        array from a prefetch), (len(uniq), dim) float32. With autograd on,
-        a leaf whose gradient (each row's summed over every position of its
-        id) is pushed when backward reaches it."""
+    def _rows(self, uniq, keys, pulled=None):
+        """The rows of `uniq` (table keys `keys`) pulled from the servers (or
+        `pulled`, their array from a prefetch), (len(uniq), dim) float32.
+        With autograd on, a leaf whose gradient (each row's summed over
+        every position of its id) is pushed when backward reaches it."""
         if uniq.numel() == 0:
             rows = torch.zeros(0, self.embedding_dim)
         else:
-            keys = uniq.numpy()
             rows = torch.from_numpy(pulled if pulled is not None else self.client.pull(self.table, ids=keys))
         if torch.is_grad_enabled() and uniq.numel():
             rows.requires_grad_(True)
@@ -423,6 +527,9 @@ class _SparseLookup(torch.nn.Module):
                 g = g.float()
             if not g.is_contiguous():
                 g = g.contiguous()
+            if self._group is not None:  # sent with the group's others (flush_pushes: at the step)
+                self._group.pushes.append((keys, g.numpy()))
+                return
             # The request keeps `g`'s array and `keys` alive until it completes.
             self._pushes.append(self.client.push_async(self.table, g.numpy(), ids=keys))
         return push
@@ -432,15 +539,17 @@ class _SparseLookup(torch.nn.Module):
         a tensor of ids.shape + (dim,), no gradient, nothing pushed."""
         uniq, inverse = self._unique(ids)
         with torch.no_grad():
-            return torch.nn.functional.embedding(inverse, self._rows(uniq))
+            return torch.nn.functional.embedding(inverse, self._rows(uniq, self._keys(uniq)))
 
     def wait(self):
         """Waits for every push that backward sent (raises a failed one's
-        error). Returns the number of pushes waited for."""
-        pushes, self._pushes = self._pushes, []
+        error); in a group, sends the group's gradients first (one push for
+        all its modules). Returns the number of pushes waited for."""
+        pushes = self._pushes
+        self.__dict__["_pushes"] = []
         for r in pushes:
             r.wait()
-        return len(pushes)
+        return len(pushes) + (self._group.wait() if self._group is not None else 0)
 
     def step(self):
         """The end of an iteration's updates: wait(). Then client.clock()
