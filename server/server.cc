@@ -61,7 +61,7 @@ Status Server::Start(const std::atomic<bool>* stop) {
   ServerStart start(ctx_, opts_, data_, coord_);  // watches the coordinator's handshakes until Start returns
   if (Status s = start.Open(&zap_, &endpoint_); !s.ok()) return s;
   ClusterView v;
-  if (Status s = start.Register(endpoint_, next_request_id_++, &rank_, &v, stop); !s.ok()) return s;
+  if (Status s = start.Register(endpoint_, coord_link_.next_request_id++, &rank_, &v, stop); !s.ok()) return s;
   SetLogName("server " + std::to_string(rank_));
   tables_.set_rank(rank_);
   LOG_INFO << "registered as server " << rank_ << ", serving on " << endpoint_;
@@ -242,6 +242,7 @@ std::vector<Shard*> Server::Primaries() {
 }
 
 void Server::HandleCoordinator(std::vector<zmq::message_t>& frames) {
+  coord_link_.heard = Clock::now();
   const wire::Header* h = nullptr;
   Status s = wire::ParseHeader(frames[0], header_scratch_, &h);
   if (!s.ok()) {
@@ -360,7 +361,7 @@ void Server::SendHeartbeat() {
   auto body = b.Finish();
   wire::Fields f;
   f.type = wire::MsgType::Heartbeat;
-  f.request_id = next_request_id_++;
+  f.request_id = coord_link_.next_request_id++;
   f.role = wire::Role::Server;
   f.rank = static_cast<int32_t>(rank_);
   Coord().send(wire::Encode(fbb_, f, wire::Body::ServerStats, body.Union()), zmq::send_flags::dontwait);
@@ -411,11 +412,23 @@ Status Server::Run(const std::atomic<bool>& stop) {
   unread_ = Unread{};
   for (auto& [rank, peer] : peers_) peer.check = true;
   bool backlog = false;  // a socket had more than a pass reads: the others' signals are looked at anyway
+  coord_link_.heard = Clock::now();
   while (!shutdown_ && !stop.load()) {
     const auto now = Clock::now();
     if (now >= next_hb) {
       SendHeartbeat();
       next_hb = now + opts_.heartbeat_interval;
+      if (opts_.coordinator_timeout.count() > 0 && now - coord_link_.heard > opts_.coordinator_timeout) {
+        // The coordinator answers every heartbeat: it is gone (and its
+        // standbys), so is the job this server belongs to.
+        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - coord_link_.heard).count();
+        fatal_ = Status::Unavailable("lost the coordinator " + opts_.coordinator + ": nothing from it for " +
+                                     std::to_string(secs) + " s (--coordinator-timeout-sec " +
+                                     std::to_string(opts_.coordinator_timeout.count() / 1000) +
+                                     "), its job is gone; this server stops");
+        LOG_ERROR << fatal_.message();
+        break;
+      }
     }
     bool copying = false;
     for (auto& sh : shards_) copying |= sh && sh->cut.active();

@@ -245,7 +245,13 @@ class Server {
   // on until the coordinator's map no longer has this server.
   bool draining_ = false;
   Status fatal_;  // why the server stopped on its own (restore failure)
-  uint64_t next_request_id_ = 1;
+  // The coordinator as this server hears it: the ids of its requests there,
+  // and when it last heard from it (it answers every heartbeat): silence for
+  // longer than opts_.coordinator_timeout ends the server (Run).
+  struct CoordinatorLink {
+    uint64_t next_request_id = 1;
+    Clock::time_point heard{};
+  } coord_link_;
 
   ClusterView view_;
   TableSet tables_{opts_.memory_budget};

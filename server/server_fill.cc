@@ -254,7 +254,7 @@ void Server::ReportFilled(Shard& sh, const Status& s) {
   if (!s.ok()) LOG_ERROR << "group " << sh.group << ": the copy cannot be filled: " << s.ToString();
   wire::Fields f;
   f.type = wire::MsgType::Filled;
-  f.request_id = next_request_id_++;
+  f.request_id = coord_link_.next_request_id++;
   f.role = wire::Role::Server;
   f.rank = static_cast<int32_t>(rank_);
   f.group = static_cast<int32_t>(sh.group);

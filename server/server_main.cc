@@ -26,6 +26,7 @@ struct ServerFlags {
   std::string cpus;
   uint64_t budget_mb = 0, held_mb = 0;
   int64_t max_hold_sec = 0;
+  double coord_timeout_sec = 0;
   std::string key_file, access_file;
 };
 
@@ -46,6 +47,7 @@ int BuildOptions(ServerFlags& f) {
   o.max_request_bytes = f.max_mb << 20;
   o.heartbeat_interval = Millis(f.hb_ms);
   o.register_timeout = Millis(f.reg_ms);
+  o.coordinator_timeout = Millis(static_cast<int64_t>(f.coord_timeout_sec * 1000));
   o.snapshot_write_delay = Millis(f.delay_ms);
   o.memory_budget = f.budget_mb << 20;
   o.held_bytes = f.held_mb << 20;
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   f.max_mb = o.max_request_bytes >> 20;
   f.hb_ms = o.heartbeat_interval.count();
   f.reg_ms = o.register_timeout.count();
+  f.coord_timeout_sec = static_cast<double>(o.coordinator_timeout.count()) / 1000.0;
   f.max_hold_sec = o.max_hold.count() / 1000;
   app.add_option("--coordinator", o.coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555")->required();
   app.add_option("--bind", o.bind, "data endpoint to listen on; port 0 picks a free port")->capture_default_str();
@@ -117,6 +120,10 @@ int main(int argc, char** argv) {
   app.add_option("--rank", o.rank, "server rank (default: the coordinator assigns one)")->check(CLI::Range(0, 4095));
   app.add_option("--max-request-mb", f.max_mb, "largest request accepted, in MiB")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--heartbeat-ms", f.hb_ms, "heartbeat interval to the coordinator")->check(CLI::Range(1, 600000))->capture_default_str();
+  app.add_option("--coordinator-timeout-sec", f.coord_timeout_sec,
+                 "no message from the coordinator for this long (it answers every heartbeat): the job is gone, the "
+                 "server says so and exits 1 (0: wait for ever)")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   app.add_option("--register-timeout-ms", f.reg_ms, "how long to wait for the coordinator at start")->check(CLI::Range(1, 86400000))->capture_default_str();
   app.add_option("--snapshot-write-delay-ms", f.delay_ms, "(testing) wait this long before writing each snapshot")->check(CLI::Range(0, 3600000));
   app.add_option("--cpus", f.cpus, "pin the server (its event loop and ZeroMQ I/O thread) to these CPUs, e.g. 3 or 0-1: a gradient is then applied in the cache it was received into");

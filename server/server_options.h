@@ -21,6 +21,10 @@ struct ServerOptions {
   uint64_t max_request_bytes = 512ull << 20;
   Millis heartbeat_interval{500};
   Millis register_timeout{60000};
+  // No message from the coordinator (it answers each heartbeat) for this
+  // long: it is gone, and so is the job; the server says so and exits
+  // non-zero (0: wait for ever). Longer than a coordinator's restart.
+  Millis coordinator_timeout{60000};
   Millis snapshot_write_delay{0};  // fault-injection aid for tests: wait before writing
   // Limits (docs/operations.md, "Limits"). Tables this server holds may take
   // at most memory_budget bytes (0: half of this machine's memory); pulls

@@ -61,7 +61,7 @@ void Server::SendSnapshotReports() {
                                            d.error.empty() ? 0 : fbb_.CreateString(d.error));
     wire::Fields f;
     f.type = wire::MsgType::SnapshotDone;
-    f.request_id = next_request_id_++;
+    f.request_id = coord_link_.next_request_id++;
     f.role = wire::Role::Server;
     f.rank = static_cast<int32_t>(rank_);
     f.clock = d.clock;

@@ -123,6 +123,12 @@ Status Coordinator::Run(const std::atomic<bool>& stop) {
       unread = true;
     }
   }
+  if (!shutdown_ && stop.load()) {
+    // Stopped by a signal: the job ends here, for every server that
+    // belongs to it (the launcher's and any started by hand).
+    LOG_INFO << "stopped by a signal: telling every server to exit";
+    ShutdownJob();
+  }
   Commit();
   // Let the last replies (Shutdown to the servers, a Stop's answer) leave.
   sock_.set(zmq::sockopt::linger, 1000);

@@ -116,7 +116,11 @@ void Coordinator::HandleHeartbeat(const std::string& from, const wire::Header& h
     const int srank = members_.ServerRankOf(from);
     if (const wire::ServerStats* st = h.body_as_ServerStats(); st && srank >= 0)
       members_.ServerHeartbeat(srank, ReportOf(*st));
-    return;  // servers expect no reply to a heartbeat
+    // An empty answer: the server knows the coordinator is there (it stops
+    // after --coordinator-timeout-sec of silence).
+    wire::Fields f;
+    f.request_id = h.request_id();
+    return Reply(from, wire::EncodeSimple(fbb_, f));
   }
   wire::Fields f;
   f.request_id = h.request_id();

@@ -16,6 +16,7 @@ LAUNCH = os.environ.get("SHARDPS_LAUNCH", os.path.join(ROOT, "tools", "shardps-l
 BUILD = os.environ.get("SHARDPS_BUILD", os.path.join(ROOT, "build"))
 WORKER = os.path.join(BUILD, "worker", "shardps-worker")
 COORDINATOR = os.path.join(BUILD, "server", "shardps-coordinator")
+SERVER = os.path.join(BUILD, "server", "shardps-server")
 CTL = os.path.join(BUILD, "tools", "shardps-ctl")
 
 # Under the sanitizers (tools/sanitize.sh sets SHARDPS_SANITIZER), a test of

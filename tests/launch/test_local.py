@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from launchlib import (BUILD, COORDINATOR, CTL, LAUNCH, ROOT, WORKER, Launch, ctl, launcher_logic, make_keys, pid_of,
+from launchlib import (BUILD, COORDINATOR, CTL, LAUNCH, ROOT, SERVER, WORKER, Launch, ctl, launcher_logic, make_keys, pid_of,
                        read_json, small_mlp, wait_json, wait_none_left)
 
 
@@ -784,3 +784,59 @@ def test_an_operators_key_in_the_environment_does_not_reach_a_plaintext_job(run_
                     env={"SHARDPS_KEY": os.path.join(keys, "admin.key")})
     assert launch.wait(240) == 0, launch.output()
     wait_none_left(run_dir)
+
+
+def hand_started(run_dir, *server_args):
+    """A coordinator and one server started by hand (no launcher), with
+    their logs in run_dir; returns (coordinator, server) Popen objects."""
+    os.makedirs(run_dir, exist_ok=True)
+    ep = os.path.join(run_dir, "endpoint")
+    coord = subprocess.Popen([COORDINATOR, "--servers", "1", "--workers", "1", "--endpoint-file", ep, "--no-metrics"],
+                             stdout=open(os.path.join(run_dir, "coordinator.log"), "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while not (os.path.exists(ep) and open(ep).read().strip()):
+        assert time.monotonic() < deadline and coord.poll() is None, "the coordinator wrote no endpoint in 30 s"
+        time.sleep(0.05)
+    server = subprocess.Popen([SERVER, "--coordinator", open(ep).read().strip(), "--no-metrics", *server_args],
+                              stdout=open(os.path.join(run_dir, "server.log"), "w"), stderr=subprocess.STDOUT)
+    end = time.monotonic() + 30
+    while "registered as server 0" not in open(os.path.join(run_dir, "server.log")).read():
+        assert time.monotonic() < end and server.poll() is None, open(os.path.join(run_dir, "server.log")).read()
+        time.sleep(0.05)
+    return coord, server
+
+
+def test_a_server_that_lost_its_coordinator_says_so_and_exits(run_dir):
+    # The coordinator killed (its machine lost, say): a server started by
+    # hand does not wait for ever; after --coordinator-timeout-sec of
+    # silence it names the coordinator and exits 1.
+    coord, server = hand_started(run_dir, "--coordinator-timeout-sec", "2")
+    try:
+        coord.kill()
+        coord.wait(10)
+        assert server.wait(30) == 1
+    finally:
+        for p in (coord, server):
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    log = open(os.path.join(run_dir, "server.log")).read()
+    assert re.search(r"lost the coordinator tcp://\S+: nothing from it for [23] s \(--coordinator-timeout-sec 2\), "
+                     r"its job is gone", log), log
+
+
+def test_a_coordinator_stopped_by_a_signal_ends_every_server_of_its_job(run_dir):
+    # SIGTERM to the coordinator ends the job: a server it did not start
+    # (by hand, no launcher to stop it) is told to exit, and exits 0.
+    coord, server = hand_started(run_dir)
+    try:
+        coord.send_signal(signal.SIGTERM)
+        assert coord.wait(30) == 0
+        assert server.wait(30) == 0
+    finally:
+        for p in (coord, server):
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert "stopped by a signal: telling every server to exit" in open(os.path.join(run_dir, "coordinator.log")).read()
+    assert "coordinator asked to shut down" in open(os.path.join(run_dir, "server.log")).read()
