@@ -185,6 +185,11 @@ void RunMoves(LocalCluster& c, int servers, bool replace, int drain, std::vector
     EXPECT_NE(out.find("draining server " + std::to_string(drain)), std::string::npos) << out;
     hold = kClocks;
     EXPECT_EQ(c.WaitServerExit(drain, 120s), 0) << "the drained server did not exit 0";
+    // shardps-ctl status says it left on purpose: drained, not dead.
+    ASSERT_EQ(testing::RunCommand({testing::BinaryPath("SHARDPS_CTL"), "status", c.coordinator(), "--json"}, &out), 0)
+        << out;
+    EXPECT_NE(out.find("\"role\": \"server\", \"rank\": " + std::to_string(drain)), std::string::npos) << out;
+    EXPECT_NE(out.find("\"state\": \"drained\""), std::string::npos) << out;
   }
   for (auto& t : workers) t.join();
 }

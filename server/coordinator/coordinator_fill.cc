@@ -204,6 +204,7 @@ bool Coordinator::OnDrainAck(uint32_t server, uint64_t request_id) {
     return true;
   }
   metrics_.Drained();
+  members_.MarkDrained(server);
   // Its groups are served by their other copies now: it exits.
   wire::Fields f;
   f.type = wire::MsgType::Shutdown;

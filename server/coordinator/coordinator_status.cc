@@ -45,7 +45,7 @@ void AddServers(flatbuffers::FlatBufferBuilder& fbb, const std::vector<ServerSlo
     const double secs = fresh ? (s.last.at_ms - s.prev.at_ms) / 1000.0 : 0.0;
     auto host = fbb.CreateString(s.id.host), url = fbb.CreateString(s.id.metrics_url),
          ep = fbb.CreateString(s.endpoint),
-         state = fbb.CreateString(s.dead ? "dead" : !s.registered ? "pending" : s.alive ? "alive" : "silent");
+         state = fbb.CreateString(s.drained ? "drained" : s.dead ? "dead" : !s.registered ? "pending" : s.alive ? "alive" : "silent");
     wire::ProcessStatusBuilder b(fbb);
     b.add_role(wire::Role::Server);
     b.add_rank(static_cast<int32_t>(r));

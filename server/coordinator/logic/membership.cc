@@ -200,6 +200,10 @@ std::vector<uint32_t> Membership::ExpireServers(Clock::time_point now) {
   return silent;
 }
 
+void Membership::MarkDrained(uint32_t rank) {
+  if (rank < servers_.size() && servers_[rank].dead) servers_[rank].drained = true;
+}
+
 bool Membership::DeclareServerDead(uint32_t rank) {
   if (rank >= servers_.size() || (!servers_[rank].registered && !servers_[rank].adopt)) return false;
   ServerSlot& s = servers_[rank];

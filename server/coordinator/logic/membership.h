@@ -56,6 +56,7 @@ struct ServerSlot {
   // Declared dead (replicas: its groups are served by others): never
   // registered or heard again in this job; `routing_id` kept to tell it so.
   bool dead = false;
+  bool drained = false;  // dead because drained (shardps-ctl drain-server): left on purpose
 };
 
 struct WorkerSlot {
@@ -168,6 +169,8 @@ class Membership {
   // refused. False when it is not a registered server (or one of a
   // resumed job not back yet).
   bool DeclareServerDead(uint32_t rank);
+  // After a drain: the dead server shows as "drained" (status).
+  void MarkDrained(uint32_t rank);
   bool IsDeadServer(const std::string& routing_id) const;
   std::vector<uint32_t> DeadServers() const;
   // A Stop waits for this: false while a worker is alive (finishing its
