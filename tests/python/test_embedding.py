@@ -387,7 +387,7 @@ def test_collection_refuses_bad_tables_and_features(ps):
         ebc({"a": IDS, "b": IDS % 100})
     with pytest.raises(ValueError, match="every feature needs the same number of bags"):
         ebc({"a": IDS % 100, "b": IDS[:2] % 100})
-    with pytest.raises(ValueError, match="feature 'b': 1-d ids need offsets"):
+    with pytest.raises(ValueError, match="feature 'b': a 1-d input needs offsets"):
         ebc({"a": IDS % 100, "b": IDS.flatten() % 100})
     with pytest.raises(ValueError, match=r"per_sample_weights: feature 'a' is pooled by 'mean'"):
         EBC(ps, [Config("m", 4, feature_names=["a"], pooling="mean")])({"a": IDS}, {"a": torch.ones(3, 4)})

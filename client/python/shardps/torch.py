@@ -293,6 +293,24 @@ def _positive(what, value, lowest=1):
     return value
 
 
+def _bag_offsets(what, ids, offsets):
+    """`offsets` checked against `ids` as EmbeddingBag takes them (2-d ids:
+    None, each row a bag; 1-d: a 1-d int64 or int32 tensor of each bag's
+    start), as int64 or None; ValueError naming `what` otherwise."""
+    if ids.dim() not in (1, 2):
+        raise ValueError(f"{what}: input must be 1-d (with offsets) or 2-d (one bag per row), "
+                         f"got {ids.dim()} dimensions")
+    if ids.dim() == 2:
+        if offsets is not None:
+            raise ValueError(f"{what}: offsets must be None for a 2-d input (each row is a bag)")
+        return None
+    if offsets is None:
+        raise ValueError(f"{what}: a 1-d input needs offsets (each bag's start)")
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or offsets.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{what}: offsets must be a 1-d int64 (or int32) tensor")
+    return offsets.long()
+
+
 GROUP_ID_BITS = 48  # in a shared table: key = slot << 48 | id
 
 
@@ -602,18 +620,7 @@ class EmbeddingBag(_SparseLookup):
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         self._check_ids(input, "input")
-        if input.dim() not in (1, 2):
-            raise ValueError(f"{self._what()}: input must be 1-d (with offsets) or 2-d (one bag per row), "
-                             f"got {input.dim()} dimensions")
-        if input.dim() == 2 and offsets is not None:
-            raise ValueError(f"{self._what()}: offsets must be None for a 2-d input (each row is a bag)")
-        if input.dim() == 1:
-            if offsets is None:
-                raise ValueError(f"{self._what()}: a 1-d input needs offsets (each bag's start)")
-            if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or \
-                    offsets.dtype not in (torch.int64, torch.int32):
-                raise ValueError(f"{self._what()}: offsets must be a 1-d int64 (or int32) tensor")
-            offsets = offsets.long()
+        offsets = _bag_offsets(self._what(), input, offsets)
         if per_sample_weights is not None:
             if self.mode != "sum":
                 raise ValueError(f"{self._what()}: per_sample_weights is for mode 'sum' only, not {self.mode!r}")
@@ -739,19 +746,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                                 f"{getattr(ids, 'dtype', type(ids).__name__)}")
             if ids.device.type != "cpu":
                 raise ValueError(f"feature '{f}': ids must be on the CPU, got a tensor on {ids.device}")
-            if ids.dim() == 2 and offsets is not None:
-                raise ValueError(f"feature '{f}': offsets must be None for 2-d ids (each row is a bag)")
-            if ids.dim() == 1:
-                if offsets is None:
-                    raise ValueError(f"feature '{f}': 1-d ids need offsets (each bag's start)")
-                if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or \
-                        offsets.dtype not in (torch.int64, torch.int32):
-                    raise ValueError(f"feature '{f}': offsets must be a 1-d int64 (or int32) tensor")
-                offsets = offsets.long()
-            elif ids.dim() != 2:
-                raise ValueError(f"feature '{f}': ids must be 2-d (one bag per row) or 1-d with offsets, "
-                                 f"got {ids.dim()} dimensions")
-            out[f] = (ids.long(), offsets)
+            out[f] = (ids.long(), _bag_offsets(f"feature '{f}'", ids, offsets))
         bags = {f: (ids.shape[0] if offsets is None else offsets.numel()) for f, (ids, offsets) in out.items()}
         if len(set(bags.values())) > 1:
             raise ValueError(f"EmbeddingBagCollection: every feature needs the same number of bags, got {bags}")
