@@ -30,8 +30,8 @@ case "$mode" in
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     # The chaos test (four whole trainings with kills, the same recoveries
     # as launch_local: four minutes here) runs in the plain suite only, and
-    # so does dlrm_peer (a PyTorch script: nothing of ours to instrument).
-    exclude=(-e embed_install -e python -e chaos -e dlrm_peer)
+    # so do dlrm_peer and mlp_peer (PyTorch scripts: nothing of ours to instrument).
+    exclude=(-e embed_install -e python -e chaos -e dlrm_peer -e mlp_peer)
     multiplier=3 ;;
   thread)
     dir=build-tsan
@@ -40,7 +40,7 @@ case "$mode" in
     # As under ASan, but the launcher over ssh and under Slurm (the same
     # binaries as launch_local, started elsewhere) and the chaos test (the
     # same recoveries as launch_local, four whole trainings: ten minutes here).
-    exclude=(-e embed_install -e python -e launch_ssh -e launch_slurm -e chaos -e dlrm_peer)
+    exclude=(-e embed_install -e python -e launch_ssh -e launch_slurm -e chaos -e dlrm_peer -e mlp_peer)
     multiplier=5 ;;
   *) echo "usage: tools/sanitize.sh [address|thread]" >&2; exit 2 ;;
 esac
