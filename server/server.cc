@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <random>
 
 #include "common/base/log.h"
@@ -87,10 +88,23 @@ void Server::ApplyCluster(const ClusterView& v) {
     }
     PlaceShards();
   }
+  // A worker that left or joins: said once for all the groups served here.
+  std::map<uint32_t, std::pair<int64_t, size_t>> left;  // rank -> the lowest clock, the pushes dropped
+  std::set<uint32_t> joining;
   for (Shard* sh : Primaries()) {
     sh->clocks.SetModel(view_.consistency, view_.staleness);
-    ApplyMembership(*sh);  // (applies what completes, releases what may go)
+    const WorkerClocks::Changes c = ApplyMembership(*sh);  // (applies what completes, releases what may go)
+    for (const auto& l : c.left) {
+      auto [it, first] = left.try_emplace(l.rank, l.clock, 0);
+      it->second.first = std::min(it->second.first, l.clock);
+      it->second.second += l.dropped;
+    }
+    joining.insert(c.joining.begin(), c.joining.end());
   }
+  for (const auto& [rank, at] : left)
+    LOG_INFO << "worker " << rank << " is no longer live (at clock " << at.first << ")"
+             << (at.second ? ", dropped " + std::to_string(at.second) + " unfinished pushes" : "");
+  for (uint32_t rank : joining) LOG_INFO << "worker " << rank << " is joining";
 }
 
 void Server::Reply(const zmq::message_t& to, zmq::message_t header) {

@@ -168,7 +168,9 @@ class Server {
   void Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> payload,
                const ClusterView* membership = nullptr);
   // The live workers of view_ into a primary's clocks, forwarded.
-  void ApplyMembership(Shard& sh);
+  // The view's live workers in one group's clocks; what changed there
+  // (ApplyCluster logs it once over the groups).
+  WorkerClocks::Changes ApplyMembership(Shard& sh);
   // A Replicate from a primary: applied to the backup shard, acknowledged.
   void HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames);
   // Answers a stream message with WrongServer saying why (the sender stops,

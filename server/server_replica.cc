@@ -315,10 +315,11 @@ void Server::Forward(Shard& sh, wire::RepKind kind, std::vector<zmq::message_t> 
   Feed(sh, f.fseq, std::move(out));
 }
 
-void Server::ApplyMembership(Shard& sh) {
+WorkerClocks::Changes Server::ApplyMembership(Shard& sh) {
   input_.shard = &sh;  // pulls it releases follow from it: they wait for its place in the stream
   input_.fseq = sh.sent + 1;
-  sh.clocks.SetMembership(view_.worker_ranks(), view_.live_workers, view_.retiring, view_.retired);
+  WorkerClocks::Changes changes =
+      sh.clocks.SetMembership(view_.worker_ranks(), view_.live_workers, view_.retiring, view_.retired);
   Advance(sh);
   input_.shard = nullptr;
   // Forwarded when it changed (every cluster update brings the live workers).
@@ -337,6 +338,7 @@ void Server::ApplyMembership(Shard& sh) {
     Forward(sh, wire::RepKind::Membership, {}, &live);
   }
   ReleaseHeld(sh);
+  return changes;
 }
 
 void Server::HandleReplicate(const wire::Header& h, std::vector<zmq::message_t>& frames) {

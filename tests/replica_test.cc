@@ -498,6 +498,11 @@ TEST_F(ReplicaTest, AServerAddedWhileTrainingRunsTakesCopiesWithTheModelOfTheJob
   std::vector<float> w0, e0, w1, e1;
   RunAdd(a_, false, &w0, &e0);
   ASSERT_FALSE(HasFailure());
+  // A worker's end is said once by a server, however many of its groups it
+  // serves (2 of the 4 here).
+  ASSERT_TRUE(testing::WaitFor([&] { return Count(a_.Log("server0"), "worker 1 is no longer live") >= 1; }, 60s))
+      << a_.Log("server0");
+  EXPECT_EQ(Count(a_.Log("server0"), "worker 1 is no longer live"), 1) << a_.Log("server0");
   RunAdd(b_, true, &w1, &e1);
   ASSERT_FALSE(HasFailure());
   ExpectSameModel(w0, e0, w1, e1);

@@ -15,8 +15,10 @@ uint64_t FramesBytes(const std::vector<zmq::message_t>& frames) {
   return b;
 }
 
-void WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live,
-                                 const std::vector<uint32_t>& retiring, const std::vector<WorkerFinal>& retired) {
+WorkerClocks::Changes WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live,
+                                                  const std::vector<uint32_t>& retiring,
+                                                  const std::vector<WorkerFinal>& retired) {
+  Changes changes;
   if (clocks_.size() < worker_ranks) {
     clocks_.resize(worker_ranks, 0);
     live_.resize(worker_ranks, 0);
@@ -57,15 +59,14 @@ void WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32
         dropped += static_cast<size_t>(list.end() - it);
         list.erase(it, list.end());
       }
-      LOG_INFO << "worker " << r << " is no longer live (at clock " << clocks_[r] << ")"
-               << (dropped ? ", dropped " + std::to_string(dropped) + " unfinished pushes" : "");
+      changes.left.push_back({static_cast<uint32_t>(r), clocks_[r], dropped});
       joining_[r] = 0;
     } else if (!live_[r] && now_live[r] && membership_known_) {
       // A worker (re)joining the running job: a new process, whose push
       // sequence starts again, at a clock it learns with Join.
       joining_[r] = 1;
       last_seq_[r] = 0;
-      LOG_INFO << "worker " << r << " is joining";
+      changes.joining.push_back(static_cast<uint32_t>(r));
     }
   }
   std::vector<uint8_t> now_retiring(clocks_.size(), 0);
@@ -78,6 +79,7 @@ void WorkerClocks::SetMembership(uint32_t worker_ranks, const std::vector<uint32
   retiring_ = std::move(now_retiring);
   live_ = std::move(now_live);
   membership_known_ = true;
+  return changes;
 }
 
 bool WorkerClocks::any_live() const {

@@ -103,8 +103,19 @@ class WorkerClocks {
   // that was retiring here takes the ticks it is missing up to that clock
   // (their pushes are here: a synchronous tick leaves only once every push
   // of its clock was answered) before its unfinished pushes are dropped.
-  void SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live,
-                     const std::vector<uint32_t>& retiring = {}, const std::vector<WorkerFinal>& retired = {});
+  // Returns who left (their clock here, the pushes dropped) and who joins,
+  // for the server to log once over all its groups.
+  struct Changes {
+    struct Left {
+      uint32_t rank;
+      int64_t clock;
+      size_t dropped;
+    };
+    std::vector<Left> left;
+    std::vector<uint32_t> joining;
+  };
+  Changes SetMembership(uint32_t worker_ranks, const std::vector<uint32_t>& live,
+                        const std::vector<uint32_t>& retiring = {}, const std::vector<WorkerFinal>& retired = {});
 
   // Live and not retiring: its requests are taken.
   bool IsLive(int rank) const {

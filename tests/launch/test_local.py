@@ -305,6 +305,11 @@ def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_d
     assert again.wait(240) == 0, again.output()
     a, b = open(tmp_path / "a0.bin", "rb").read(), open(tmp_path / "b0.bin", "rb").read()
     assert len(a) > 0 and a == b, "the final models differ"
+    # A worker's end is said once by each server, however many groups it serves.
+    for s in range(2):
+        log = open(os.path.join(run_dir + "-b", f"server{s}.log")).read()
+        for w in range(2):
+            assert log.count(f"worker {w} is no longer live") <= 1, log
     wait_none_left(run_dir)
 
 
