@@ -130,3 +130,30 @@ def test_torch_init_follows_torchs_defaults(cluster_factory):
     np.testing.assert_array_equal(model[3].bias.detach().numpy(), np.zeros(300, np.float32))
     e = model[4].weight.detach().numpy()
     assert abs(e.mean()) < 0.05 and abs(e.std() - 1) < 0.05
+
+
+def test_worker_sampler_gives_each_worker_an_equal_disjoint_share(cluster_factory):
+    c = cluster_factory(servers=1, workers=3, consistency="async")
+    clients = [shardps.connect(c.endpoint, rank=r) for r in range(3)]
+    try:
+        dataset = torch.utils.data.TensorDataset(torch.arange(100))
+        samplers = [shardps.torch.WorkerSampler(dataset, client=ps, seed=4) for ps in clients]
+        shares = [list(s) for s in samplers]
+        assert [len(s) for s in shares] == [33, 33, 33] and all(len(s) == 33 for s in samplers)
+        flat = [i for s in shares for i in s]
+        assert len(set(flat)) == 99 and set(flat) <= set(range(100))  # disjoint; the tail of 1 dropped
+        assert shares == [list(s) for s in samplers]  # the same epoch, the same order
+        for s in samplers:
+            s.set_epoch(1)
+        assert [list(s) for s in samplers] != shares
+        # Without drop_last the first indices fill the last share; through a DataLoader.
+        full = [shardps.torch.WorkerSampler(100, client=ps, shuffle=False, drop_last=False) for ps in clients]
+        assert [list(s) for s in full] == [list(range(0, 100, 3)), list(range(1, 100, 3)) + [0],
+                                           list(range(2, 100, 3)) + [1]]
+        loader = torch.utils.data.DataLoader(dataset, batch_size=10, sampler=samplers[1])
+        assert sum(len(b[0]) for b in loader) == 33
+    finally:
+        for ps in clients:
+            ps.close()
+    with pytest.raises(ValueError, match=r"no client: give client=ps, or call shardps.torch.set_client"):
+        shardps.torch.WorkerSampler(10)

@@ -892,3 +892,53 @@ class EmbeddingBagCollection(torch.nn.Module):
 
     def extra_repr(self):
         return f"tables={[c.name for c in self.configs]}, features={self.feature_names}, output={self.output!r}"
+
+
+class WorkerSampler(torch.utils.data.Sampler):
+    """torch.utils.data's sampler for a shardps job: this worker's share of
+    a dataset's indices, as torch's DistributedSampler gives a DDP rank its
+    share, with the rank and the number of workers taken from the client
+    (`client`, else the one of set_client):
+
+        sampler = shardps.torch.WorkerSampler(dataset, shuffle=True, seed=1)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=64, sampler=sampler)
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)     # another order every epoch, the same on every worker
+            for x, y in loader: ...
+
+    Every worker gets the same number of indices -- the same number of steps,
+    which sync needs: with drop_last (the default) the dataset's tail that
+    does not divide evenly is left out of the epoch; without it, the first
+    indices are repeated to fill the last share. Each epoch's permutation
+    depends on (seed, epoch) only, the same on every worker, and the shares
+    are disjoint. `dataset` may be a Dataset (its len()) or an int."""
+
+    def __init__(self, dataset, client=None, shuffle=True, seed=0, drop_last=True):
+        c = _the_client(client, "WorkerSampler")
+        self.rank, self.workers = c.rank, c.num_workers
+        if self.workers < 1 or not 0 <= self.rank < self.workers:
+            raise ValueError(f"WorkerSampler: this client is not a worker of the job (rank {self.rank} of "
+                             f"{self.workers} workers); connect as a worker")
+        self.size = dataset if isinstance(dataset, int) else len(dataset)
+        if self.size < 0:
+            raise ValueError(f"WorkerSampler: the dataset's size must be >= 0, got {self.size}")
+        self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, int(seed), drop_last, 0
+        per = self.size // self.workers if drop_last else -(-self.size // self.workers)
+        self.per_worker = per
+
+    def set_epoch(self, epoch):
+        """The epoch whose order the next iteration gives (as DistributedSampler's)."""
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.shuffle:
+            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed * 1000003 + self.epoch))
+        else:
+            order = torch.arange(self.size)
+        total = self.per_worker * self.workers
+        if total > self.size:  # not drop_last: the first indices again, to fill the last share
+            order = torch.cat([order, order[:total - self.size]])
+        return iter(order[self.rank:total:self.workers].tolist())
+
+    def __len__(self):
+        return self.per_worker
