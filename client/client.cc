@@ -86,6 +86,10 @@ class ClientImpl {
   Request KeysRequest(bool push, const Table& t, std::span<const uint64_t> keys, float* values, uint64_t floats,
                       int64_t clock_ahead = 0);
   Request PushSteps(const Table& t, RowRange rows, std::span<const PushStep> steps);
+  // Client::Assign: the rows themselves, uncompressed, float32 (a sparse
+  // table's own dtype), each key once.
+  Request Assign(const Table& t, std::span<const uint64_t> keys, RowRange rows, const float* values,
+                 uint64_t floats);
   Request ClockAsync(bool trained);
   Status Close();
 
@@ -204,6 +208,7 @@ Request ClientImpl::DataRequest(const Table& t, const Payload& pl, int64_t clock
   h.steps = static_cast<uint32_t>(pl.steps.size());
   if (t.spec.kind == TableKind::kDense) h.dtype = pl.dtype;
   h.compress = pl.compress;
+  h.assign = pl.assign;
   thread_local flatbuffers::FlatBufferBuilder fbb;
   for (Part& p : parts) {
     Outgoing o;
@@ -293,6 +298,30 @@ Request ClientImpl::KeysRequest(bool push, const Table& t, std::span<const uint6
         return SplitKeys(t.spec, map, unique, unique.size() * cols, push, parts);
       },
       owned);
+}
+
+Request ClientImpl::Assign(const Table& t, std::span<const uint64_t> keys, RowRange rows, const float* values,
+                           uint64_t floats) {
+  const bool keyed = !keys.empty() || rows.begin == rows.end;
+  const uint64_t want = (keyed ? keys.size() : rows.end - rows.begin) * t.spec.cols;
+  if (floats != want)
+    return MakeRequest(FailedCall(Status::SizeMismatch(
+        "assign to '" + t.spec.name + "': " + std::to_string(floats) + " values for " +
+        std::to_string(keyed ? keys.size() : rows.end - rows.begin) + " rows of " + std::to_string(t.spec.cols) +
+        " (expected " + std::to_string(want) + ")")));
+  if (keyed) {
+    const KeyPlan plan = PlanKeys(keys);
+    if (plan.repeats())
+      return MakeRequest(FailedCall(Status::InvalidArgument(
+          "assign to '" + t.spec.name + "': an id appears twice (each row is written once)")));
+  }
+  Payload pl{true, t.spec.cols, t.spec.kind == TableKind::kSparse ? t.spec.dtype : DType::kF32, nullptr,
+             const_cast<float*>(values), keys, {}, nullptr};
+  pl.assign = true;
+  return DataRequest(t, pl, 0, [&](const ShardMap& map, std::vector<Part>* parts) {
+    return keyed ? SplitKeys(t.spec, map, keys, floats, true, parts)
+                 : SplitRange(t.spec, map, rows, floats, true, opts_.max_message_bytes, parts);
+  });
 }
 
 RowCache* ClientImpl::CacheFor(bool push, const Table& t) const {
@@ -461,6 +490,12 @@ Request Client::Push(const Table& t, RowRange rows, std::span<const float> grads
 }
 Request Client::Push(const Table& t, std::span<const uint64_t> keys, std::span<const float> grads) {
   return impl_->KeysRequest(true, t, keys, const_cast<float*>(grads.data()), grads.size());
+}
+Request Client::Assign(const Table& t, std::span<const uint64_t> keys, std::span<const float> values) {
+  return impl_->Assign(t, keys, RowRange{0, 0}, values.data(), values.size());
+}
+Request Client::Assign(const Table& t, RowRange rows, std::span<const float> values) {
+  return impl_->Assign(t, {}, rows, values.data(), values.size());
 }
 Request Client::PushSteps(const Table& t, std::span<const PushStep> steps) {
   return PushSteps(t, RowRange{0, t.spec.rows}, steps);

@@ -88,6 +88,7 @@ struct DataHeader {
   // (their values travel in the table's dtype, which the header does not name).
   DType dtype = DType::kF32;
   Compression compress = Compression::kNone;  // a compressed push (float32 then)
+  bool assign = false;                        // a push of rows to write, not gradients
 };
 // The number type a request of table `t` carries its values in: a sparse
 // table's dtype, a dense table's wire_dtype.
@@ -125,6 +126,7 @@ struct Payload {
   Compression compress = Compression::kNone;
   float topk_fraction = 0;
   float* residual = nullptr;
+  bool assign = false;                 // a push of the rows themselves (Client::Assign)
   RowCache* cache = nullptr;           // a pull whose rows the row cache keeps (row_cache.h) ...
   uint32_t cache_table = 0;            // ... as rows of this table
   int64_t cache_clock = 0;             // ... read at this clock

@@ -15,8 +15,15 @@ void Server::Push(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>&
   const float* values[kMaxPushSteps];
   const bool worker = h.role() == wire::Role::Worker;
   // A worker's push under sync is held for its clock and read then
-  // (ApplyClock): only checked now, not converted twice.
-  const bool held = worker && sh.clocks.sync();
+  // (ApplyClock): only checked now, not converted twice. An assign (rows
+  // written, not gradients) is applied at once under every model.
+  const bool assign = h.assign();
+  if (assign && (h.steps() > 1 || h.compress() != wire::Compression::None))
+    return ReplyError(frames[0], h.request_id(),
+                      Status::InvalidArgument("an assign carries one set of rows, uncompressed (got " +
+                                              std::to_string(h.steps()) + " steps, compression " +
+                                              wire::EnumNameCompression(h.compress()) + ")"));
+  const bool held = worker && sh.clocks.sync() && !assign;
   Status s = check_.Check(h, frames, true, &t, &keys, held ? nullptr : values, sh.group, !sh.primary);
   if (!s.ok()) return ReplyError(frames[0], h.request_id(), s);
   const int rank = h.rank();
@@ -29,7 +36,7 @@ void Server::Push(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>&
     ok.request_id = h.request_id();
     return Reply(frames[0], wire::EncodeSimple(fbb_, ok));
   }
-  if (!worker || !sh.clocks.sync()) return ApplyPush(sh, h, frames, t, keys, values);
+  if (!worker || !sh.clocks.sync() || assign) return ApplyPush(sh, h, frames, t, keys, values);
   // Pushes for the clock being applied are what BSP holds by design
   // (workers x the model, at most): always taken. Pushes for later clocks
   // are bounded.
@@ -56,6 +63,16 @@ void Server::ApplyPush(Shard& sh, const wire::Header& h, std::vector<zmq::messag
     sh.cut.EnsureCopiedKeys(h.table(), keys, h.key_count());
   else
     sh.cut.EnsureCopiedRange(h.table(), h.row_begin(), h.row_end());
+  if (h.assign()) {
+    if (keys)
+      t->AssignKeys(keys, h.key_count(), values[0]);
+    else
+      t->AssignRange(h.row_begin(), h.row_end(), values[0]);
+    input_.changed = true;
+    wire::Fields ok;
+    ok.request_id = h.request_id();
+    return Reply(frames[0], wire::EncodeSimple(fbb_, ok));
+  }
   // Each gradient is one optimizer step, in order. A worker's push says on
   // which version of these rows each was computed: its staleness is the
   // updates applied since (this push's earlier steps included), and the

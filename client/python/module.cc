@@ -197,6 +197,26 @@ class PyClient {
     return r;
   }
 
+  // Client::Assign: the rows themselves (ids, a row range, or the whole dense table).
+  std::shared_ptr<PyRequest> Assign(const Table& t, const py::array& values, py::object rows, py::object ids) {
+    auto r = std::make_shared<PyRequest>();
+    r->keep = values;
+    if (!ids.is_none()) {
+      py::array ida = ids.cast<py::array>();
+      auto k = Ids(ida);
+      const float* v = Floats(values, k.size() * t.cols(), k.size(), t.cols(), false, "values");
+      r->keep = py::make_tuple(values, ida);
+      r->req = live()->Assign(t, k, {v, k.size() * t.cols()});
+    } else {
+      RowRange rr = rows.is_none() ? (Dense(t), RowRange{0, t.rows()}) : Range(t, rows);
+      const uint64_t n = rr.end - rr.begin;
+      const float* v = Floats(values, n * t.cols(), n, t.cols(), false, "values");
+      r->req = live()->Assign(t, rr, {v, n * t.cols()});
+    }
+    Track(r);
+    return r;
+  }
+
   std::shared_ptr<PyRequest> Pull(const Table& t, py::object out, py::object rows, py::object ids, bool prefetch) {
     auto r = std::make_shared<PyRequest>();
     uint64_t n;
@@ -516,6 +536,8 @@ PYBIND11_MODULE(_shardps, m) {
            py::arg("request_timeout"), py::arg("key") = "", py::arg("metrics_url") = "")
       .def("create_table", &PyClient::CreateTable)
       .def("table", &PyClient::GetTable)
+      .def("assign", &PyClient::Assign, py::arg("table"), py::arg("values"), py::arg("rows") = py::none(),
+           py::arg("ids") = py::none())
       .def("push", &PyClient::Push, py::arg("table"), py::arg("grads"), py::arg("rows") = py::none(),
            py::arg("ids") = py::none())
       .def("pull", &PyClient::Pull, py::arg("table"), py::arg("out") = py::none(), py::arg("rows") = py::none(),

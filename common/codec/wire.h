@@ -64,6 +64,7 @@ struct Fields {
   uint64_t table_version = 0;
   uint64_t staleness = 0;
   bool idle = false;
+  bool assign = false;  // push: the values are rows to write, not gradients
   int32_t group = -1;  // -1: not sent (the receiving server's own group)
   uint64_t fseq = 0;
   RepKind rep = RepKind::Request;

@@ -220,6 +220,17 @@ void ServerTable::ApplyRange(uint64_t begin, uint64_t end, const float* g, float
   for (uint32_t p = first; p <= last; ++p) ++versions_[p];
 }
 
+void ServerTable::AssignRange(uint64_t begin, uint64_t end, const float* v) {
+  const size_t c = spec_.cols;
+  ForEachSegment(begin, end, [&](DensePart& part, uint64_t first, uint64_t n, uint64_t off) {
+    Own(part);
+    std::copy_n(v + off * c, n * c, part.w() + first * c);
+    InitOptimizerState(spec_, part.state.data() + first * state_width_, n);
+  });
+  const auto [first, last] = PartitionSpan(begin, end);
+  for (uint32_t p = first; p <= last; ++p) ++versions_[p];
+}
+
 std::pair<uint32_t, uint32_t> ServerTable::PartitionSpan(uint64_t begin, uint64_t end) const {
   return {PartitionOfRow(begin, spec_.rows, partitions_), PartitionOfRow(end - 1, spec_.rows, partitions_)};
 }

@@ -133,6 +133,12 @@ class ServerTable {
   // of every partition it touches (see RangeVersion).
   void ApplyRange(uint64_t begin, uint64_t end, const float* g, float scale, float lr_scale = 1.0f);
   void ApplyKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale = 1.0f);
+  // Writes the rows themselves (`v`: cols floats a row; 16-bit tables round
+  // to nearest) and resets their optimizer state; a sparse row missing is
+  // made, admission aside (loading pretrained rows, a checkpoint). One
+  // update of every partition touched, as an Apply* call.
+  void AssignRange(uint64_t begin, uint64_t end, const float* v);
+  void AssignKeys(const uint64_t* keys, size_t n, const float* v);
 
   // Versions, for staleness (docs/consistency.md, "Stale gradients"): each
   // partition counts the updates applied to it since this table was made
@@ -231,6 +237,7 @@ class ServerTable {
   // The row of `id` for an update: made if absent and admitted (its
   // initial values and state); kNone when not admitted (counted).
   uint32_t SparseRowForUpdate(SparsePart& part, uint64_t id);
+  uint32_t SparseRowInsert(SparsePart& part, uint64_t id);  // a new row, initialised
   uint32_t Stamp() const;  // what an update stamps a sparse row with now
   void InitialValues(uint64_t id, float* out) const;  // rounded to the dtype
   void ApplySparseKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale);

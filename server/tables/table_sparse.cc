@@ -118,6 +118,10 @@ uint32_t ServerTable::SparseRowForUpdate(SparsePart& part, uint64_t id) {
     ++counts_.not_admitted;
     return SparseRows::kNone;
   }
+  return SparseRowInsert(part, id);
+}
+
+uint32_t ServerTable::SparseRowInsert(SparsePart& part, uint64_t id) {
   const uint64_t before = part.rows.bytes();
   const uint32_t slot = part.rows.Insert(id);
   bytes_ += part.rows.bytes() - before;
@@ -147,6 +151,29 @@ void ServerTable::ApplySparseKeys(const uint64_t* keys, size_t n, const float* g
       ApplyOptimizer(spec_, w, part.rows.state(slot), g + i * c, 1, scale, lr_scale);
       part.rows.StoreUpdatedValues(slot, w);
     }
+    part.rows.set_stamp(slot, stamp);
+  }
+}
+
+void ServerTable::AssignKeys(const uint64_t* keys, size_t n, const float* v) {
+  CountKeys(keys, n);
+  const size_t c = spec_.cols;
+  if (spec_.kind == TableKind::kDense) {
+    for (size_t i = 0; i < n; ++i) {
+      float* state;
+      float* w = DenseRow(keys[i], &state, true);
+      std::copy_n(v + i * c, c, w);
+      InitOptimizerState(spec_, state, 1);
+    }
+    return;
+  }
+  const uint32_t stamp = Stamp();
+  for (size_t i = 0; i < n; ++i) {
+    SparsePart& part = SparseOf(keys[i]);
+    uint32_t slot = part.rows.Find(keys[i]);
+    if (slot == SparseRows::kNone) slot = SparseRowInsert(part, keys[i]);
+    part.rows.StoreValues(slot, v + i * c);
+    InitOptimizerState(spec_, part.rows.state(slot), 1);
     part.rows.set_stamp(slot, stamp);
   }
 }

@@ -44,6 +44,38 @@ TEST(SparseTable, AnIdGetsARowAtItsKthPushAndItsGradientsBeforeAreDropped) {
   EXPECT_FLOAT_EQ(out[1], init[1] - 2.0f);
 }
 
+// Assign writes rows (not gradients): a sparse row is made even before
+// admission would, existing ones take the values, and the optimizer state
+// restarts (Adagrad's next step is its first step again); dense rows too.
+TEST(SparseTable, AssignWritesRowsAndRestartsTheirOptimizerState) {
+  ServerTable t(testing::Sparse("e", 2).Adagrad(0.5f).AdmitAfter(3), 8, All(8));
+  const uint64_t ids[2] = {7, 1ull << 40};
+  const float v[4] = {1.0f, -2.0f, 0.25f, 4.0f};
+  t.AssignKeys(ids, 2, v);
+  EXPECT_EQ(t.rows_held(), 2u);  // admission aside
+  std::vector<float> out(4);
+  t.ReadKeys(ids, 2, out.data());
+  EXPECT_EQ(out, std::vector<float>(v, v + 4));
+  const float g[2] = {1.0f, 1.0f};
+  t.ApplyKeys(ids, 1, g, 1.0f);  // Adagrad from a fresh accumulator: w - lr * g / sqrt(g^2) = w - 0.5
+  t.AssignKeys(ids, 1, v);       // the accumulator restarts too
+  t.ApplyKeys(ids, 1, g, 1.0f);
+  t.ReadKeys(ids, 1, out.data());
+  EXPECT_NEAR(out[0], 0.5f, 1e-6);
+  EXPECT_NEAR(out[1], -2.5f, 1e-6);
+  ServerTable d(testing::Dense("w", 10, 2).Sgd(1.0f), 4, All(4));
+  const float rows[6] = {1, 2, 3, 4, 5, 6};
+  d.AssignRange(3, 6, rows);
+  std::vector<float> got(6);
+  d.ReadRange(3, 6, got.data());
+  EXPECT_EQ(got, std::vector<float>(rows, rows + 6));
+  const uint64_t row = 9;
+  d.AssignKeys(&row, 1, rows);
+  d.ReadRange(9, 10, got.data());
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got[1], 2.0f);
+}
+
 TEST(SparseTable, RowsIdleForNClocksAreEvictedAndComeBackFromTheInitializer) {
   ServerTable t(testing::Sparse("e", 1).Sgd(1.0f).Uniform(-1, 1).EvictAfterClocks(5), 4, All(4));
   const uint64_t old_id = 1, busy_id = 2;

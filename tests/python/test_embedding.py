@@ -594,3 +594,79 @@ def test_a_group_refuses_modules_of_other_table_options(ps):
     e = shardps.torch.Embedding(None, 4, client=ps, group="g", optimizer="adagrad", lr=0.1)
     with pytest.raises(IndexError, match=r"is over 2\^48, the most in group 'g'"):
         e(torch.tensor([1 << 48]))
+
+
+def test_pretrained_rows_the_weight_and_frozen_modules(ps):
+    w = torch.randn(20, 4, generator=torch.Generator().manual_seed(3))
+    emb = shardps.torch.Embedding.from_pretrained(w, client=ps, name="pre", optimizer="sgd", lr=1.0)
+    assert (emb.num_embeddings, emb.embedding_dim) == (20, 4)
+    assert torch.equal(emb.weight, w)
+    ids = torch.tensor([[0, 19, 3], [3, 3, 7]])
+    np.testing.assert_array_equal(emb(ids).detach().numpy(), torch.nn.functional.embedding(ids, w).numpy())
+    # Frozen (torch's default): no gradient flows into its rows, as torch's.
+    assert not emb(ids).requires_grad and emb.wait() == 0
+    # Not frozen: it trains from the given rows; `weight =` writes rows and
+    # restarts their optimizer state.
+    bag = shardps.torch.EmbeddingBag.from_pretrained(w, freeze=False, client=ps, name="pre_bag", mode="sum",
+                                                     optimizer="sgd", lr=1.0)
+    bag(torch.tensor([[1, 2]])).sum().backward()
+    assert bag.wait() == 1
+    ps.clock()
+    want = w.clone()
+    want[1:3] -= 1.0
+    np.testing.assert_allclose(bag.weight.numpy(), want.numpy(), rtol=0, atol=1e-6)
+    bag.weight = w[:5] * 2
+    np.testing.assert_allclose(bag.weight[:5].numpy(), (w[:5] * 2).numpy(), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"the rows must be \(n, 4\), got \(3, 5\)"):
+        bag.weight = torch.zeros(3, 5)
+    with pytest.raises(ValueError, match="21 rows, more than num_embeddings 20"):
+        bag.load_weight(torch.zeros(21, 4))
+    hashed = shardps.torch.Embedding(None, 4, client=ps, name="hashed")
+    with pytest.raises(ValueError, match="weight needs num_embeddings .* snapshots"):
+        hashed.weight
+    assert "weight" not in hashed.state_dict()
+    with pytest.raises(shardps.InvalidArgumentError, match="an id appears twice"):
+        ps.assign(hashed.table, np.zeros((2, 4), np.float32), ids=np.array([5, 5], np.uint64))
+
+
+def checkpoint_model(ps):
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = shardps.torch.EmbeddingBag(50, 4, client=ps, name="ck_emb", mode="mean", optimizer="adagrad",
+                                                  lr=0.1, init="uniform", low=-0.1, high=0.1)
+            self.head = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(self.emb(x)).squeeze(1)
+    net = Net()
+    return net, shardps.torch.ShardedModel(ps, net, optimizer="adagrad", lr=0.1, init="torch")
+
+
+def test_a_checkpoint_loads_onto_another_number_of_servers_and_into_plain_torch(cluster_factory):
+    ids = torch.tensor([[1, 2, 3], [4, 5, 49]])
+    with shardps.connect(cluster_factory(servers=2, workers=1, consistency="sync").endpoint, rank=0) as ps:
+        net, sm = checkpoint_model(ps)
+        sm.pull()
+        for _ in range(2):
+            net(ids).pow(2).mean().backward()
+            sm.step()
+        saved = sm.state_dict()
+        assert set(saved) == {"emb.weight", "head.weight", "head.bias"} and saved["emb.weight"].shape == (50, 4)
+        with torch.no_grad():
+            out = net(ids)
+    with shardps.connect(cluster_factory(servers=3, workers=1, consistency="sync").endpoint, rank=0) as ps:
+        net2, sm2 = checkpoint_model(ps)
+        sm2.load_state_dict(saved)
+        sm2.pull()
+        for k, v in sm2.state_dict().items():
+            assert torch.equal(v, saved[k]), k
+        with torch.no_grad():
+            assert torch.equal(net2(ids), out)
+    # A small table's rows load into a plain torch module (export for inference).
+    plain = torch.nn.EmbeddingBag(50, 4, mode="mean")
+    plain.load_state_dict({"weight": saved["emb.weight"]})
+    head = torch.nn.Linear(4, 1)
+    head.load_state_dict({"weight": saved["head.weight"], "bias": saved["head.bias"]})
+    with torch.no_grad():
+        np.testing.assert_allclose(head(plain(ids)).squeeze(1).numpy(), out.numpy(), rtol=1e-6, atol=1e-7)

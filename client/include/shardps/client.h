@@ -274,6 +274,16 @@ class SHARDPS_EXPORT Client {
   Request Push(const Table& t, std::span<const float> grads);
   Request Push(const Table& t, RowRange rows, std::span<const float> grads);
   Request Push(const Table& t, std::span<const uint64_t> keys, std::span<const float> grads);
+
+  // The rows themselves, not gradients: the values of `keys` (sparse ids or
+  // dense row ids, each once) or of `rows` (cols floats a row) replace what
+  // the servers hold, their optimizer state restarts, and missing sparse
+  // rows are made (admission aside). Applied at once under every
+  // consistency model, as soon as a server takes it: load pretrained rows or
+  // a checkpoint before training (or between clocks). Sent float32,
+  // uncompressed (a 16-bit sparse table: in its dtype, rounded to nearest).
+  Request Assign(const Table& t, std::span<const uint64_t> keys, std::span<const float> values);
+  Request Assign(const Table& t, RowRange rows, std::span<const float> values);
   // Several batches' gradients in one push (bounded staleness and async),
   // each applied as its own optimizer step, in order: what k Pushes would
   // do, in one message per server. Each step names the pull it was computed

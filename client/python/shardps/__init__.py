@@ -228,6 +228,20 @@ class Client:
         """push_async(...).wait(timeout)."""
         self.push_async(table, grads, rows, ids).wait(timeout)
 
+    def assign_async(self, table, values, rows=None, ids=None):
+        """Writes rows themselves, not gradients: `values` (float32, C order,
+        one row of `cols` per row/id; addressing as push: the whole dense
+        table, `rows=(begin, end)`, or `ids`, each id once) replace what the
+        servers hold, their optimizer state restarts, and missing sparse
+        rows are made. Applied at once under every consistency model: load
+        pretrained rows or a checkpoint before training (or between
+        clocks). The array is kept alive until the request completes."""
+        return self._c.assign(self._t(table), values, rows, ids)
+
+    def assign(self, table, values, rows=None, ids=None, timeout=None):
+        """assign_async(...).wait(timeout)."""
+        self.assign_async(table, values, rows, ids).wait(timeout)
+
     def pull_async(self, table, out=None, rows=None, ids=None):
         """Reads parameters into `out` (float32, C order, writeable; a new
         (n, cols) array when None), same addressing as push. The request's

@@ -204,6 +204,25 @@ class ShardedModel:
                 np.copyto(self._prev[i], view)
         self._prev_reqs = reqs
 
+    def load_state_dict(self, state_dict, strict=True):
+        """Loads `state_dict` into the model (torch's module.load_state_dict,
+        the shardps embeddings' rows included: written onto the servers), then
+        writes every mapped parameter's values onto its table (the optimizer
+        state restarts): the job continues from that model, on any number
+        of servers. Returns torch's (missing_keys, unexpected_keys)."""
+        result = self.module.load_state_dict(state_dict, strict=strict)
+        reqs = [self.client.assign_async(t, v) for t, v in zip(self.tables, self.views)]
+        for r in reqs:
+            r.wait()
+        return result
+
+    def state_dict(self):
+        """The model's state_dict with the servers' current values: the dense
+        parameters pulled into the model first (as pulled: pull(predict=False)),
+        the shardps embeddings' rows (those with num_embeddings) read."""
+        self.pull(predict=False)
+        return self.module.state_dict()
+
     def push_grads(self):
         """Pushes every parameter's .grad now (when not pushing in backward)."""
         with self.client.hold_requests():  # one message per server
@@ -533,7 +552,7 @@ class _SparseLookup(torch.nn.Module):
             rows = torch.zeros(0, self.embedding_dim)
         else:
             rows = torch.from_numpy(pulled if pulled is not None else self.client.pull(self.table, ids=keys))
-        if torch.is_grad_enabled() and uniq.numel():
+        if torch.is_grad_enabled() and uniq.numel() and not self.__dict__.get("frozen", False):
             rows.requires_grad_(True)
             rows.register_hook(self._pusher(keys))
         return rows
@@ -558,6 +577,78 @@ class _SparseLookup(torch.nn.Module):
         uniq, inverse = self._unique(ids)
         with torch.no_grad():
             return torch.nn.functional.embedding(inverse, self._rows(uniq, self._keys(uniq)))
+
+    # -- the rows as a whole: pretrained rows, checkpoints, export
+
+    CHUNK_ROWS = 1 << 16  # rows a state_dict / load moves per request
+
+    def _all_rows(self, what):
+        if self.num_embeddings is None:
+            raise ValueError(f"{self._what()}: {what} needs num_embeddings (a table of hashed ids has no row "
+                             f"list: its rows are kept by the job's snapshots, shardps-snapshot)")
+        return self.num_embeddings
+
+    @property
+    def weight(self):
+        """The rows 0 .. num_embeddings - 1 as the servers hold them, a new
+        (num_embeddings, embedding_dim) tensor without gradient (pulled in
+        pieces). `module.weight = W` (or load_weight(W)) writes them."""
+        n = self._all_rows("weight")
+        return torch.cat([self.read(torch.arange(lo, min(lo + self.CHUNK_ROWS, n)))
+                          for lo in range(0, n, self.CHUNK_ROWS)] or [torch.zeros(0, self.embedding_dim)])
+
+    @weight.setter
+    def weight(self, value):
+        self.load_weight(value)
+
+    def load_weight(self, weight):
+        """Writes rows 0 .. len(weight) - 1 (a (rows, embedding_dim) tensor or
+        array, rows <= num_embeddings when given): the servers' rows take
+        these values and their optimizer state restarts (Client.assign), in
+        pieces of CHUNK_ROWS rows. Waits until every server has them."""
+        w = torch.as_tensor(weight).detach().to(torch.float32).contiguous()
+        if w.dim() != 2 or w.shape[1] != self.embedding_dim:
+            raise ValueError(f"{self._what()}: the rows must be (n, {self.embedding_dim}), got {tuple(w.shape)}")
+        if self.num_embeddings is not None and w.shape[0] > self.num_embeddings:
+            raise ValueError(f"{self._what()}: {w.shape[0]} rows, more than num_embeddings {self.num_embeddings}")
+        reqs = []
+        for lo in range(0, w.shape[0], self.CHUNK_ROWS):
+            hi = min(lo + self.CHUNK_ROWS, w.shape[0])
+            reqs.append(self.client.assign_async(self.table, w[lo:hi].numpy(), ids=self._keys(torch.arange(lo, hi))))
+        for r in reqs:
+            r.wait()
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, **kw):
+        """torch's from_pretrained: a module of embeddings.shape rows and
+        dim (num_embeddings = its rows) holding them; `freeze` (torch's
+        default, True): backward pushes nothing. Other arguments as the
+        constructor's (name, client, group, mode, optimizer, ...)."""
+        e = torch.as_tensor(embeddings)
+        if e.dim() != 2:
+            raise ValueError(f"{cls.__name__}.from_pretrained: embeddings must be 2-d (rows, dim), got "
+                             f"{tuple(e.shape)}")
+        m = cls(e.shape[0], e.shape[1], **kw)
+        m.load_weight(e)
+        m.__dict__["frozen"] = bool(freeze)
+        return m
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        # `weight`, as torch.nn.Embedding's (loadable into one): a table with
+        # num_embeddings only; hashed ids' tables are in the snapshots.
+        if self.num_embeddings is not None:
+            destination[prefix + "weight"] = self.weight
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        key = prefix + "weight"
+        if key in state_dict:
+            try:
+                self.load_weight(state_dict[key])
+            except (ValueError, shardps.Error) as e:
+                error_msgs.append(str(e))
+        elif strict and self.num_embeddings is not None:
+            missing_keys.append(key)
 
     def wait(self):
         """Waits for every push that backward sent (raises a failed one's
