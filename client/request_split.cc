@@ -116,7 +116,7 @@ wire::Fields PartFields(const DataHeader& h, const Part& p, std::span<const uint
     f.row_end = p.row_end;
   }
   if (h.push) f.base_versions = bases;
-  f.assign = h.assign;
+  f.values.assign = h.assign;
   return f;
 }
 

@@ -98,7 +98,7 @@ zmq::message_t Encode(flatbuffers::FlatBufferBuilder& fbb, const Fields& f, Body
   if (f.table_version) b.add_table_version(f.table_version);
   if (f.staleness) b.add_staleness(f.staleness);
   if (f.idle) b.add_idle(true);
-  if (f.assign) b.add_assign(true);
+  if (f.values.assign) b.add_assign(true);
   if (f.group >= 0) b.add_group(f.group);
   if (f.values.dtype != DType::F32) b.add_dtype(f.values.dtype);
   if (f.values.compress != Compression::None) b.add_compress(f.values.compress);

@@ -64,15 +64,15 @@ struct Fields {
   uint64_t table_version = 0;
   uint64_t staleness = 0;
   bool idle = false;
-  bool assign = false;  // push: the values are rows to write, not gradients
   int32_t group = -1;  // -1: not sent (the receiving server's own group)
   uint64_t fseq = 0;
   RepKind rep = RepKind::Request;
   // Dense tables' values: their type (push, pull, pull reply) and a push's
-  // compression.
+  // compression; any push's: rows to write (assign), not gradients.
   struct Values {
     DType dtype = DType::F32;
     Compression compress = Compression::None;
+    bool assign = false;  // a push's values are the rows to write, not gradients
   } values;
 };
 
