@@ -102,6 +102,41 @@ TEST_F(EmbeddingTest, Bf16RowsUpdateAsTheirRoundedFloat32) {
   }
 }
 
+// Client::Assign under sync: the rows are written at once (no clock ends
+// in between), admission aside, on every server; a bf16 table takes them
+// rounded to nearest; a dense range too; an id twice is refused.
+TEST_F(EmbeddingTest, AssignWritesRowsAtOnceUnderSync) {
+  Start("sync", 2);
+  const Table e = Make(testing::Sparse("pre", 2).Constant(0.0f).Adagrad(0.1f).AdmitAfter(5));
+  std::vector<uint64_t> ids;
+  std::vector<float> rows;
+  for (uint64_t i = 0; i < 30; ++i) {
+    ids.push_back(i * 7919);
+    rows.push_back(static_cast<float>(i));
+    rows.push_back(-0.5f * static_cast<float>(i));
+  }
+  ASSERT_TRUE(w_->Assign(e, ids, rows).Wait().ok());
+  EXPECT_EQ(PullRows(e, ids), rows);
+  const Table h = Make(testing::Sparse("pre16", 1).Constant(0.0f).Sgd(1.0f).Type(DType::kBF16));
+  const std::vector<uint64_t> one = {3};
+  const std::vector<float> v = {1.00390625f + 0.001f};
+  ASSERT_TRUE(w_->Assign(h, one, v).Wait().ok());
+  EXPECT_EQ(PullRows(h, one)[0], Bf16BitsToFloat(FloatToBf16Bits(v[0])));
+  const Table d = Make(testing::Dense("dw", 10, 3).Constant(1.0f).Sgd(0.1f));
+  std::vector<float> dv(9);
+  for (size_t i = 0; i < dv.size(); ++i) dv[i] = static_cast<float>(i) + 0.5f;
+  ASSERT_TRUE(w_->Assign(d, RowRange{4, 7}, dv).Wait().ok());
+  std::vector<float> got(30);
+  ASSERT_TRUE(w_->Pull(d, got).Wait().ok());
+  EXPECT_EQ(std::vector<float>(got.begin() + 12, got.begin() + 21), dv);
+  EXPECT_EQ(got[0], 1.0f);
+  const std::vector<uint64_t> twice = {5, 5};
+  Status s = w_->Assign(e, twice, std::vector<float>(4, 0.0f)).Wait();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  s = w_->Assign(e, ids, std::vector<float>(3, 0.0f)).Wait();
+  EXPECT_EQ(s.code(), Code::kSizeMismatch) << s.ToString();
+}
+
 TEST_F(EmbeddingTest, AnIdGetsItsRowAtItsKthPushAndPullsMakeNone) {
   Start("async", 1);
   const Table t = Make(testing::Sparse("adm", 2).Constant(1.0f).Sgd(1.0f).AdmitAfter(3));
