@@ -22,9 +22,9 @@ ordinary layers).
 Embeddings: `Embedding` and `EmbeddingBag` (below) are drop-ins for
 torch.nn.Embedding / torch.nn.EmbeddingBag whose rows live in a sparse
 shardps table: forward pulls the batch's unique ids, backward pushes their
-summed gradient, the servers apply the optimizer. ShardedModel.step()
-waits for the pushes of every such module inside the model before it ends
-the clock; alone, call the module's step() before client.clock().
+summed gradient, the servers apply the optimizer. ShardedModel.step() sends
+the clock behind the pushes of every such module inside the model and waits
+for both; alone, call the module's step() before client.clock().
 """
 
 import contextlib
