@@ -174,47 +174,37 @@ class PyClient {
     return t;
   }
 
-  std::shared_ptr<PyRequest> Push(const Table& t, const py::array& grads, py::object rows, py::object ids) {
-    auto r = std::make_shared<PyRequest>();
-    r->keep = grads;
-    if (!ids.is_none()) {
-      py::array ida = ids.cast<py::array>();
-      auto k = Ids(ida);
-      const float* g = Floats(grads, k.size() * t.cols(), k.size(), t.cols(), false, "grads");
-      r->keep = py::make_tuple(grads, ida);
-      r->req = live()->Push(t, k, {g, k.size() * t.cols()});
-    } else if (!rows.is_none()) {
-      RowRange rr = Range(t, rows);
-      const uint64_t n = rr.end - rr.begin;
-      const float* g = Floats(grads, n * t.cols(), n, t.cols(), false, "grads");
-      r->req = live()->Push(t, rr, {g, n * t.cols()});
-    } else {
-      Dense(t);
-      const float* g = Floats(grads, t.size(), t.rows(), t.cols(), false, "grads");
-      r->req = live()->Push(t, {g, t.size()});
-    }
-    Track(r);
-    return r;
-  }
-
-  // Client::Assign: the rows themselves (ids, a row range, or the whole dense table).
-  std::shared_ptr<PyRequest> Assign(const Table& t, const py::array& values, py::object rows, py::object ids) {
+  // A push (`assign` false: gradients) or an assign (the rows themselves) of
+  // `values`: by ids, a row range, or the whole dense table.
+  std::shared_ptr<PyRequest> Write(const Table& t, const py::array& values, py::object rows, py::object ids,
+                                   bool assign) {
+    const char* what = assign ? "values" : "grads";
     auto r = std::make_shared<PyRequest>();
     r->keep = values;
     if (!ids.is_none()) {
       py::array ida = ids.cast<py::array>();
       auto k = Ids(ida);
-      const float* v = Floats(values, k.size() * t.cols(), k.size(), t.cols(), false, "values");
+      const float* v = Floats(values, k.size() * t.cols(), k.size(), t.cols(), false, what);
       r->keep = py::make_tuple(values, ida);
-      r->req = live()->Assign(t, k, {v, k.size() * t.cols()});
+      const std::span<const float> vs{v, k.size() * t.cols()};
+      r->req = assign ? live()->Assign(t, k, vs) : live()->Push(t, k, vs);
     } else {
-      RowRange rr = rows.is_none() ? (Dense(t), RowRange{0, t.rows()}) : Range(t, rows);
+      const RowRange rr = rows.is_none() ? (Dense(t), RowRange{0, t.rows()}) : Range(t, rows);
       const uint64_t n = rr.end - rr.begin;
-      const float* v = Floats(values, n * t.cols(), n, t.cols(), false, "values");
-      r->req = live()->Assign(t, rr, {v, n * t.cols()});
+      const float* v = rows.is_none() ? Floats(values, t.size(), t.rows(), t.cols(), false, what)
+                                      : Floats(values, n * t.cols(), n, t.cols(), false, what);
+      const std::span<const float> vs{v, n * t.cols()};
+      r->req = assign ? live()->Assign(t, rr, vs) : live()->Push(t, rr, vs);
     }
     Track(r);
     return r;
+  }
+  std::shared_ptr<PyRequest> Push(const Table& t, const py::array& grads, py::object rows, py::object ids) {
+    return Write(t, grads, std::move(rows), std::move(ids), false);
+  }
+  // Client::Assign: the rows themselves.
+  std::shared_ptr<PyRequest> Assign(const Table& t, const py::array& values, py::object rows, py::object ids) {
+    return Write(t, values, std::move(rows), std::move(ids), true);
   }
 
   std::shared_ptr<PyRequest> Pull(const Table& t, py::object out, py::object rows, py::object ids, bool prefetch) {
