@@ -333,6 +333,20 @@ def _bag_offsets(what, ids, offsets):
 GROUP_ID_BITS = 48  # in a shared table: key = slot << 48 | id
 
 
+def _check_unique(what, uniq, num_embeddings, group=None):
+    """IndexError naming `what` unless the sorted unique ids `uniq` are all
+    >= 0, < num_embeddings (when given) and < 2^48 in a group."""
+    if not uniq.numel():
+        return
+    lo, hi = int(uniq[0]), int(uniq[-1])
+    if lo < 0:
+        raise IndexError(f"{what}: id {lo} is negative (ids are int64 >= 0)")
+    if num_embeddings is not None and hi >= num_embeddings:
+        raise IndexError(f"{what}: id {hi} is out of range: num_embeddings is {num_embeddings}")
+    if group is not None and hi >= 1 << GROUP_ID_BITS:
+        raise IndexError(f"{what}: id {hi} is over 2^{GROUP_ID_BITS}, the most in group {group.name!r}")
+
+
 class _TableGroup:
     """One sparse table shared by several modules (`group=` of Embedding and
     EmbeddingBag): each module a slot, its ids keys slot << 48 | id. The
@@ -468,6 +482,8 @@ class _SparseLookup(torch.nn.Module):
                 raise ValueError(f"{cls}: num_embeddings {num_embeddings} is over 2^{GROUP_ID_BITS}, the most a "
                                  f"module of a group may have")
             g = _group_for(client, group, lambda: client.create_table(group, **options), options)
+            if g.slots >= 1 << (63 - GROUP_ID_BITS):
+                raise ValueError(f"group {group!r} has {g.slots} modules, the most a group may hold")
             self.table = g.table
             d["_group"], d["_prefix"] = g, g.slots << GROUP_ID_BITS
             g.slots += 1
@@ -491,21 +507,14 @@ class _SparseLookup(torch.nn.Module):
         and < num_embeddings (when given)."""
         self._check_ids(ids, what)
         uniq, inverse = torch.unique(ids.long(), sorted=True, return_inverse=True)
-        if uniq.numel():
-            if uniq[0] < 0:
-                raise IndexError(f"{self._what()}: id {int(uniq[0])} is negative (ids are int64 >= 0)")
-            if self.num_embeddings is not None and uniq[-1] >= self.num_embeddings:
-                raise IndexError(f"{self._what()}: id {int(uniq[-1])} is out of range: num_embeddings is "
-                                 f"{self.num_embeddings}")
-            if self._group is not None and uniq[-1] >= 1 << GROUP_ID_BITS:
-                raise IndexError(f"{self._what()}: id {int(uniq[-1])} is over 2^{GROUP_ID_BITS}, the most in "
-                                 f"group {self._group.name!r}")
+        _check_unique(self._what(), uniq, self.num_embeddings, self._group)
         return uniq, inverse
 
     def _keys(self, uniq):
         """The table's keys of the unique ids: the ids, or slot << 48 | id in a group."""
         keys = uniq.numpy()
-        return keys if self._group is None else (keys | self._prefix).astype(np.uint64)
+        # int64 in a group too (slots < 2^15): its keys are all of one type.
+        return keys if self._group is None else keys | self._prefix
 
     def prefetch(self, ids):
         """Issues the pull of the rows of `ids` now, without waiting: the
@@ -868,12 +877,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         for c, table in zip(self.configs, self.tables):
             parts = [feats[f][0] for f in c.feature_names]
             uniq, inverse = torch.unique(torch.cat([p.flatten() for p in parts]), sorted=True, return_inverse=True)
-            if uniq.numel():
-                if uniq[0] < 0:
-                    raise IndexError(f"table '{c.name}': id {int(uniq[0])} is negative (ids are int64 >= 0)")
-                if c.num_embeddings is not None and uniq[-1] >= c.num_embeddings:
-                    raise IndexError(f"table '{c.name}': id {int(uniq[-1])} is out of range: num_embeddings is "
-                                     f"{c.num_embeddings}")
+            _check_unique(f"table '{c.name}'", uniq, c.num_embeddings)
             pieces, at = [], 0
             for f, p in zip(c.feature_names, parts):
                 pieces.append((f, inverse[at:at + p.numel()].view(p.shape), feats[f][1]))
@@ -889,7 +893,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         buf, reqs, keys, at = flat.numpy(), [], [], 0
         with self.client.hold_requests():
             for (c, table, uniq, _), n in zip(plan, sizes):
-                k = uniq.numpy().astype(np.uint64)
+                k = uniq.numpy()  # int64, as the ids are
                 keys.append(k)
                 if n:
                     reqs.append(self.client.pull_async(table, out=buf[at:at + n].reshape(-1, c.embedding_dim),
@@ -965,7 +969,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         c, t = next(((c, t) for c, t in zip(self.configs, self.tables) if c.name == table), (None, None))
         if c is None:
             raise KeyError(f"no table '{table}' in this collection: {[c.name for c in self.configs]}")
-        flat = ids.reshape(-1).long().numpy().astype(np.uint64)
+        flat = ids.reshape(-1).long().numpy()
         rows = self.client.pull(t, ids=flat) if flat.size else np.zeros((0, c.embedding_dim), np.float32)
         return torch.from_numpy(rows).reshape(*ids.shape, c.embedding_dim)
 
