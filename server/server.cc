@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 
 #include "common/base/log.h"
 #include "common/codec/wire.h"
@@ -95,7 +95,7 @@ void Server::ApplyCluster(const ClusterView& v) {
     sh->clocks.SetModel(view_.consistency, view_.staleness);
     const WorkerClocks::Changes c = ApplyMembership(*sh);  // (applies what completes, releases what may go)
     for (const auto& l : c.left) {
-      auto [it, first] = left.try_emplace(l.rank, l.clock, 0);
+      const auto it = left.try_emplace(l.rank, l.clock, 0).first;
       it->second.first = std::min(it->second.first, l.clock);
       it->second.second += l.dropped;
     }
