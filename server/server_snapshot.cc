@@ -82,23 +82,25 @@ void Server::HandleSnapshotControl(const wire::Header& h) {
   // the clock.
   const std::vector<Shard*> mine = Primaries();
   int64_t at = 0, last_cut = -1;
-  bool quiescent = true, sync = true;
+  bool quiescent = true;
   for (Shard* sh : mine) {
     at = std::max(at, sh->clocks.sync() ? sh->clocks.applied_clock() : sh->clocks.MinClock());
     last_cut = std::max(last_cut, sh->cut.last_cut());
     quiescent &= !sh->clocks.any_live();  // no live workers: nothing will change
-    sync = sh->clocks.sync();
   }
   r.min_clock = at;
   Status s;
   if (view_.snapshot_root.empty()) {
     s = Status::InvalidArgument("this job has no snapshot directory (coordinator --snapshot-dir)");
   } else if (h.type() == wire::MsgType::SnapshotAt) {
+    // A cut at its own clock is taken at once (sync: before that clock is
+    // applied; the others: the workers are at most the staleness bound
+    // ahead of it); one it took already (periodic) is reported as taken.
     const int64_t c = h.clock();
-    if (c <= last_cut || (!quiescent && c < at) || (!quiescent && !sync && c <= at))
+    if (c < last_cut || (!quiescent && c < at))
       s = Status::StaleClock("server " + std::to_string(rank_) + " is already at clock " + std::to_string(at) +
                              ", past the cut at " + std::to_string(c));
-    else
+    else if (c > last_cut)
       for (Shard* sh : mine) sh->cut.Schedule(c);
   } else if (h.type() == wire::MsgType::SnapshotCancel) {
     for (Shard* sh : mine) sh->cut.Cancel(h.clock());

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -68,7 +69,8 @@ class SnapshotRestoreTest : public ::testing::Test {
     ClusterOptions o;
     o.servers = servers;
     o.workers = workers;
-    o.consistency = "sync";
+    o.consistency = consistency_;
+    o.staleness = consistency_ == "bounded" ? 2 : 0;
     o.dir = root_ + "/" + name;
     mkdir(o.dir.c_str(), 0755);
     o.coordinator_args = {"--snapshot-dir", snaps_};
@@ -102,6 +104,7 @@ class SnapshotRestoreTest : public ::testing::Test {
   std::string Snap(int64_t clock) { return snaps_ + "/" + snapshot::DirName(clock); }
 
   std::string root_, snaps_;
+  std::string consistency_ = "sync";
 };
 
 TEST_F(SnapshotRestoreTest, RoundTripIsBitIdenticalAndTrainingContinuesToTheSameResult) {
@@ -152,6 +155,43 @@ TEST_F(SnapshotRestoreTest, RoundTripIsBitIdenticalAndTrainingContinuesToTheSame
     ASSERT_TRUE(c->Close().ok());
   }
   EXPECT_EQ(MaxDiff(root_ + "/uninterrupted-10", Snap(10)), 0.0);
+}
+
+// A worker that trained a few clocks and stays connected, idle (done with
+// its data, not closed): `shardps-ctl snapshot` cuts at its clock at once
+// and the snapshot holds the model as it is; asked again, the snapshot at
+// that clock answers.
+TEST_F(SnapshotRestoreTest, AnOnDemandSnapshotWithIdleWorkersIsTakenAtTheirClock) {
+  for (const char* model : {"sync", "bounded"}) {
+    SCOPED_TRACE(model);
+    consistency_ = model;
+    LocalCluster a;
+    Start(a, model, 2, 1, {});
+    auto c = Connect(a, ClientRole::kWorker, 0);
+    ASSERT_TRUE(c);
+    Table w, e;
+    ASSERT_TRUE(c->CreateTable(Dense(), &w).ok());
+    ASSERT_TRUE(c->CreateTable(Sparse(), &e).ok());
+    for (int s = 0; s < 3; ++s) Step(*c, w, e, s);
+    std::vector<float> now(w.size());
+    ASSERT_TRUE(c->Pull(w, now).Wait().ok());
+    std::string out;
+    ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "30"}, &out), 0) << out;
+    EXPECT_NE(out.find(Snap(3)), std::string::npos) << out;
+    snapshot::Manifest m;
+    ASSERT_TRUE(snapshot::ReadManifest(Snap(3), &m).ok());
+    size_t checked = 0;
+    for (uint32_t part = 0; part < m.partitions; ++part)
+      ASSERT_TRUE(snapshot::ForEachRow(Snap(3), m, w.id, part, [&](uint64_t row, const float* v, uint32_t) {
+        for (int j = 0; j < 4; ++j) ASSERT_EQ(now[row * 4 + j], v[j]);
+        ++checked;
+      }).ok());
+    EXPECT_EQ(checked, 3000u);
+    ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "30"}, &out), 0) << out;
+    EXPECT_NE(out.find(Snap(3)), std::string::npos) << out;
+    ASSERT_TRUE(c->Close().ok());
+    std::filesystem::remove_all(snaps_);
+  }
 }
 
 TEST_F(SnapshotRestoreTest, TwoServersSnapshotRestoresIntoThreeAndIntoOne) {

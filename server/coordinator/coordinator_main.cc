@@ -4,9 +4,12 @@
 //
 // main declares the flags; ResolveJob turns them and the job file into the
 // job's options, ServeJob serves it.
-#include <CLI/CLI.hpp>
+#include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "common/base/log.h"
@@ -96,6 +99,15 @@ int ServeJob(JobConfig& job) {
     if (Status s = metrics_http.Start(addr, job.metrics.port); !s.ok()) return Fail("metrics: ", s.message(), 1);
     o.metrics.url = metrics::IsWildcard(addr) ? metrics::Url(advertised, metrics_http.port()) : metrics_http.url();
     o.metrics.registry = &registry;
+  }
+  if (!o.snapshot_dir.empty()) {
+    // Made now, so that a directory that cannot be written is said before
+    // the job trains, not at its first cut.
+    std::error_code ec;
+    std::filesystem::create_directories(o.snapshot_dir, ec);
+    if (ec) return Fail("--snapshot-dir: ", "cannot create " + o.snapshot_dir + ": " + ec.message());
+    if (::access(o.snapshot_dir.c_str(), W_OK | X_OK) != 0)
+      return Fail("--snapshot-dir: ", o.snapshot_dir + " is not writable: " + std::strerror(errno));
   }
   zmq::context_t ctx(1);
   Coordinator c(ctx, o);

@@ -11,7 +11,7 @@
 namespace shardps {
 
 SnapshotScheduler::Servers Coordinator::SnapshotTargets() {
-  return {members_.RegisteredServers(), &next_update_id_};
+  return {members_.RegisteredServers(), &next_update_id_, !members_.LiveWorkers().empty()};
 }
 
 void Coordinator::Apply(SnapshotScheduler::Effects& e) {
@@ -69,6 +69,8 @@ void Coordinator::HandleSnapshotDone(const std::string& from, const wire::Header
 }
 
 void Coordinator::CheckSnapshotTimers() {
+  if (tables_.complete())
+    for (auto& ended : snaps_.TakeDeferred()) FinishSnapshot(ended);
   SnapshotScheduler::Effects e;
   snaps_.CheckTimers(Clock::now(), tables_.complete(), SnapshotTargets(), &e);
   Apply(e);
@@ -78,16 +80,24 @@ void Coordinator::FinishSnapshot(SnapshotScheduler::Ended& e) {
   Status s = e.status;
   const int64_t label = snaps_.clock_base() + e.clock;
   const std::string dir = snaps_.DirOf(e.clock);
-  if (s.ok() && !tables_.complete())
-    s = Status::NotReady("the shard map is not complete (servers are still registering)");
-  if (s.ok()) s = WriteManifest(e, label, dir);
+  if (s.ok() && !e.existing && !tables_.complete()) {
+    // A coordinator that restarted while the servers wrote: the manifest
+    // records the shard map, written once every server registered again.
+    LOG_INFO << "snapshot at clock " << e.clock << " written by every server; its manifest waits for the shard map";
+    snaps_.Defer(std::move(e));
+    return;
+  }
+  if (s.ok() && !e.existing) s = WriteManifest(e, label, dir);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - e.started).count();
-  if (s.ok()) {
+  if (e.existing) {
+    LOG_INFO << "snapshot " << dir << " (taken at this clock already) answers the request";
+  } else if (s.ok()) {
     snaps_.Completed(label, dir, ms);
     metrics_.SnapshotCompleted(ms);
   } else {
     LOG_ERROR << "snapshot at clock " << e.clock << " failed: " << s.ToString();
     metrics_.SnapshotFailed();
+    snaps_.Failed(e.clock);
   }
   for (const auto& w : e.waiters) {
     if (!s.ok()) {

@@ -289,6 +289,9 @@ def test_what_a_job_needs():
     # With replicas, a dead server is failed over by shardps-ctl declare-dead, run here.
     needs, remote = job_needs(dict(local, mode="ssh"), ["train"], replicas=2)
     assert "declare-dead" in needs["shardps-ctl"] and remote == {"shardps-server"}
+    # A job with snapshots stops itself with shardps-ctl at its end (the final snapshot), here.
+    needs, remote = job_needs(dict(local, mode="ssh"), ["train"], snapshots=True)
+    assert "final snapshot" in needs["shardps-ctl"] and remote == {"shardps-server"}
 
 
 def executable(path):

@@ -83,17 +83,21 @@ class Binaries:
         return self._paths.get(name) or self.locate(name)
 
 
-def job_needs(launch, worker_cmd, replicas=1, make_keys=False):
+def job_needs(launch, worker_cmd, replicas=1, make_keys=False, snapshots=False):
     """What the job of `launch` ([launch] of the job) needs, as
     ({name: why}, the names that run only on other hosts). The coordinator
     and the servers always; shardps-ctl for --restart-servers (the rollback
     runs it on this machine) and for the host checks over ssh and Slurm;
     the worker command when it names a shardps binary; shardps-keygen when
-    the launcher makes the job's keys (`make_keys`, on this machine only)."""
+    the launcher makes the job's keys (`make_keys`, on this machine only);
+    shardps-ctl for a job with a snapshot directory (`snapshots`: its end
+    runs shardps-ctl stop here, for the final snapshot)."""
     remote = launch["mode"] != "local"
     needs = {"shardps-coordinator": "it runs the job", "shardps-server": "the parameter servers"}
     if remote:
         needs["shardps-ctl"] = "the checks before starting run shardps-ctl probe-listen and probe-connect on each host"
+    if snapshots:
+        needs["shardps-ctl"] = "a snapshot directory: the job's end runs shardps-ctl stop on this machine (the final snapshot)"
     if launch["restart_servers"]:
         needs["shardps-ctl"] = "--restart-servers: the rollback runs shardps-ctl rollback on this machine"
     if replicas > 1:
@@ -103,7 +107,7 @@ def job_needs(launch, worker_cmd, replicas=1, make_keys=False):
     if make_keys:
         needs["shardps-keygen"] = "security: the launcher makes the job's keys (--no-security turns it off)"
     elsewhere = set(needs) - {"shardps-coordinator", "shardps-keygen"} if remote else set()
-    if launch["restart_servers"] or replicas > 1:
+    if launch["restart_servers"] or replicas > 1 or snapshots:
         elsewhere.discard("shardps-ctl")
     return needs, elsewhere
 

@@ -22,7 +22,8 @@ def prepare(args, worker_cmd, script_dir, t0):
     worker_cmd = check_job(args, cfg, worker_cmd)
     binaries = Binaries(cfg["launch"]["bin_dir"] or args.bin_dir, script_dir)
     binaries.resolve(*job_needs(cfg["launch"], worker_cmd, cfg["job"].get("replicas", 1),
-                                make_keys=security.plan(cfg) == "make" and not args.dry_run))
+                                make_keys=security.plan(cfg) == "make" and not args.dry_run,
+                                snapshots=bool(cfg["job"].get("snapshot_dir"))))
     if worker_cmd[0] in BINARIES:  # shardps-worker: the one beside the other binaries
         worker_cmd[0] = binaries.path(worker_cmd[0])
     return Launcher(args, cfg, worker_cmd, binaries, t0)

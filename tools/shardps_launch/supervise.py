@@ -225,7 +225,8 @@ class Supervisor:
             f"{len(done)} of {len(workers)} workers finished, the job completed")
         for line in self.failures:
             say(f"on the way: {line}")
-        if self.stop_requested.is_set() or self.coordinator_stopping():
+        final = self.final_snapshot(timeout)
+        if final or self.stop_requested.is_set() or self.coordinator_stopping():
             # A stop: the coordinator takes the final snapshot and ends every server itself.
             while any(p.poll() is None for p in self.others):
                 if time.monotonic() > deadline:
@@ -234,8 +235,26 @@ class Supervisor:
             failed = [p for p in self.others if p.rc != 0 and not p.failed_over]
             if failed:
                 raise JobFailed(failed[0], f"{failed[0].name} on {failed[0].host} {failed[0].describe_exit()}")
-            say("the job stopped on request")
+            say("the job stopped on request" if not final else f"the job ended with {final}")
         return 0
+
+    def final_snapshot(self, timeout):
+        """A job with a snapshot directory that ended on its own: the trained
+        model is written before the servers go. The coordinator is asked
+        to stop (as shardps-ctl stop does): every worker left, so it takes
+        the final snapshot and then ends every server itself. Returns what
+        to say of it ("" when there is none to take)."""
+        coords = [p for p in self.processes.procs if p.role == "coordinator"]
+        if (not self.job.get("snapshot_dir") or self.stop_requested.is_set() or not self.coordinator or
+                not coords or coords[-1].poll() is not None or not self.binaries.optional("shardps-ctl")):
+            return ""
+        say("every worker finished: taking the final snapshot")
+        out, rc = self.ctl("stop", self.coordinator, timeout=min(600, max(60, timeout)))
+        if rc != 0:
+            last = out.splitlines()[-1] if out else f"shardps-ctl stop exited {rc}"
+            raise JobFailed(coords[-1], f"the job's final snapshot failed: {last.removeprefix('shardps-ctl: stop: ')}")
+        m = re.search(r"(\S*snap-\d+)", out)
+        return f"its final snapshot {m.group(1)}" if m else "its final snapshot"
 
     def ctl(self, *args, timeout):
         """shardps-ctl ARGS with the admin key (if any), on this machine:

@@ -65,11 +65,15 @@ bool SnapshotScheduler::OnReply(uint64_t request_id, const Status& s, int64_t mi
 
 void SnapshotScheduler::Advance(SnapOp& op, const Servers& to, Effects* out) {
   if (op.phase == 0 || op.phase == 3) {
-    // Cut a few clocks ahead of the furthest server, so that every server
-    // can still take it exactly.
+    // Cut at the furthest server's clock: the others are behind it and
+    // take it exactly when they reach it; the furthest takes it at once
+    // (sync: before it applies that clock; the others: its workers are at
+    // most the staleness bound ahead). Where a server moved past it in the
+    // meantime, further ahead.
     op.phase = 1;
     op.missed = false;
     op.clock = op.max_clock + op.margin;
+    if (op.margin == 0 && AlreadyTaken(op, to.workers_live, out)) return;
     snapshot::Manifest existing;
     while (snapshot::ReadManifest(DirOf(op.clock), &existing).ok()) ++op.clock;  // never overwrite a complete snapshot
     AskServers(op, wire::MsgType::SnapshotAt, op.clock, to, out);
@@ -86,10 +90,12 @@ void SnapshotScheduler::Advance(SnapOp& op, const Servers& to, Effects* out) {
     }
     LOG_INFO << "snapshot at clock " << op.clock << " missed by a server; trying further ahead";
     AskServers(op, wire::MsgType::SnapshotCancel, op.clock, to, out);
+    cancelled_.insert(op.clock);  // a server that cut it at once still reports it
+    while (cancelled_.size() > 64) cancelled_.erase(cancelled_.begin());
     op.reported.clear();
     op.parts.clear();
     op.files.clear();
-    op.margin *= 4;
+    op.margin = std::max<int64_t>(4, op.margin * 4);
     op.max_clock = 0;
     op.phase = 3;  // cancel, then query again
     op.clock = -1;
@@ -97,11 +103,37 @@ void SnapshotScheduler::Advance(SnapOp& op, const Servers& to, Effects* out) {
   }
 }
 
+bool SnapshotScheduler::AlreadyTaken(SnapOp& op, bool workers_live, Effects* out) {
+  snapshot::Manifest m;
+  if (workers_live && snapshot::ReadManifest(DirOf(op.clock), &m).ok()) {
+    Finish(op, Status::OK(), out);
+    out->ended.back().existing = true;
+    return true;
+  }
+  for (auto& other : ops_)
+    if (&other != &op && !other.done && other.clock == op.clock && other.phase == 2) {
+      other.waiters.insert(other.waiters.end(), op.waiters.begin(), op.waiters.end());
+      other.final = other.final || op.final;
+      other.on_demand = true;
+      op.waiters.clear();
+      op.done = true;  // (dropped with the done ones)
+      return true;
+    }
+  return false;
+}
+
 void SnapshotScheduler::OnReport(uint32_t server, const Report& r, size_t num_servers, Clock::time_point now,
                                  Effects* out) {
   SnapOp* op = nullptr;
   for (auto& o : ops_)
     if (!o.done && o.clock == r.clock && o.phase != 3) op = &o;
+  const bool periodic = opts_.every_clocks > 0 && r.clock > 0 && r.clock % opts_.every_clocks == 0;
+  if (!op && !periodic && cancelled_.count(r.clock)) {
+    // A cut offered, taken at once by this server and cancelled for
+    // another that had moved past it: nothing will complete it.
+    Failed(r.clock);
+    return;
+  }
   if (!op) {  // a periodic cut (every k clocks) the servers took on their own
     SnapOp fresh;
     fresh.clock = r.clock;
@@ -193,15 +225,32 @@ void SnapshotScheduler::Completed(int64_t label, const std::string& dir, double 
   // newer one is complete.
   std::vector<snapshot::Listing> all;
   if (!snapshot::List(opts_.dir, &all).ok()) return;
+  std::set<int64_t> under_way;
+  for (const auto& op : ops_)
+    if (!op.done && op.clock >= 0) under_way.insert(clock_base_ + op.clock);
+  for (const auto& e : deferred_) under_way.insert(clock_base_ + e.clock);
   size_t complete = 0;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (!it->complete) continue;
-    if (++complete > opts_.keep) {
-      std::error_code ec;
+    std::error_code ec;
+    if (!it->complete) {
+      if (it->clock >= label || under_way.count(it->clock)) continue;
+      std::filesystem::remove_all(it->dir, ec);
+      LOG_INFO << "removed incomplete snapshot " << it->dir << " (" << it->problem << ")";
+    } else if (++complete > opts_.keep) {
       std::filesystem::remove_all(it->dir, ec);
       LOG_INFO << "removed old snapshot " << it->dir;
     }
   }
+}
+
+void SnapshotScheduler::Failed(int64_t clock) {
+  if (clock < 0) return;  // (never chosen: nothing written)
+  const std::string dir = DirOf(clock);
+  snapshot::Manifest m;
+  std::error_code ec;
+  if (snapshot::ReadManifest(dir, &m).ok() || !std::filesystem::exists(dir, ec)) return;
+  std::filesystem::remove_all(dir, ec);
+  if (!ec) LOG_INFO << "removed " << dir << ": its snapshot failed";
 }
 
 Status ChooseRestore(const std::string& root, int64_t clock, uint32_t num_servers, uint32_t partitions,

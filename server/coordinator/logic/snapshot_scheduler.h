@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/coordinator/logic/waiter.h"
@@ -65,6 +66,7 @@ class SnapshotScheduler {
     std::vector<snapshot::FileEntry> files;
     std::vector<Waiter> waiters;  // SnapshotNow requests
     bool final = false;           // the snapshot a Stop takes before the job exits
+    bool existing = false;        // an on-demand one answered by the complete snapshot at its clock
     Clock::time_point started;
   };
   struct Effects {
@@ -77,6 +79,7 @@ class SnapshotScheduler {
   struct Servers {
     std::vector<uint32_t> ranks;
     uint64_t* next_id;
+    bool workers_live = false;  // a worker is alive (else nothing ticks: any clock may be cut at once)
   };
   // A server's SnapshotDone report.
   struct Report {
@@ -126,8 +129,18 @@ class SnapshotScheduler {
   std::string DirOf(int64_t clock) const;
 
   // A snapshot's manifest was written: counted as the latest (logged);
-  // complete snapshots past the newest `keep` are removed.
+  // complete snapshots past the newest `keep` are removed, and so are
+  // incomplete ones older than it that no snapshot under way writes (a
+  // failed cut a late server still wrote into).
   void Completed(int64_t label, const std::string& dir, double ms);
+  // The snapshot cut at the job's clock `clock` failed: what its servers
+  // wrote is removed (never a complete snapshot's).
+  void Failed(int64_t clock);
+  // A snapshot every server wrote whose manifest must wait (the restarted
+  // coordinator's shard map is not complete yet); taken back, in order,
+  // once it is.
+  void Defer(Ended e) { deferred_.push_back(std::move(e)); }
+  std::vector<Ended> TakeDeferred() { return std::exchange(deferred_, {}); }
   const History& history() const { return history_; }
   // A resumed job's history (its duration not saved).
   void RestoreHistory(const History& h) { history_ = h; }
@@ -138,7 +151,7 @@ class SnapshotScheduler {
     int64_t clock = -1;           // -1 while still choosing it
     bool on_demand = false;
     int phase = 0;                // 0 query clocks, 1 scheduling, 2 writing, 3 cancelled: query again
-    int64_t margin = 4;
+    int64_t margin = 0;           // first at the furthest server's clock (idle workers reach no later one)
     int tries = 0;
     std::map<uint64_t, uint32_t> asked;  // request id -> server rank
     int64_t max_clock = 0;
@@ -158,6 +171,11 @@ class SnapshotScheduler {
   void Finish(SnapOp& op, const Status& s, Effects* out);
   // Every server answered the op's last requests: its next step.
   void Advance(SnapOp& op, const Servers& to, Effects* out);
+  // A cut at the servers' own clock (margin 0) that is already taken: the
+  // periodic one under way there takes the op's waiters; with live workers
+  // (their clocks are where the model changes) the complete snapshot there
+  // answers the op. False: neither.
+  bool AlreadyTaken(SnapOp& op, bool workers_live, Effects* out);
   void DropDone();
 
   // Run()'s thread owns all of these.
@@ -167,6 +185,8 @@ class SnapshotScheduler {
   std::string restore_dir_;
   int64_t clock_base_ = 0;  // a restored job's snapshots continue the restored clock
   History history_;
+  std::vector<Ended> deferred_;
+  std::set<int64_t> cancelled_;  // cut clocks offered and cancelled (the newest 64)
 };
 
 // The snapshot a restore starts from (--restore): the newest good one in

@@ -36,21 +36,6 @@ std::pair<uint64_t, uint64_t> WorkPool::Slot(const Block& b, size_t i) {
   return {begin, std::min<uint64_t>(begin + b.per, b.end)};
 }
 
-bool CutClocks::MayCutAt(int64_t clock) const {
-  if (!enabled) return false;
-  if (every > 0 && clock > 0 && clock % every == 0) return true;
-  return std::find(chosen.begin(), chosen.end(), clock) != chosen.end();
-}
-
-std::vector<int64_t> CutClocks::AtOrBefore(int64_t clock) const {
-  std::vector<int64_t> cuts;
-  if (!enabled || clock <= 0) return cuts;
-  if (every > 0) cuts.push_back(clock / every * every);
-  for (int64_t c : chosen)
-    if (c > 0 && c <= clock) cuts.push_back(c);
-  return cuts;
-}
-
 Status WorkPools::Claim(const WorkClaim& c, const std::vector<uint32_t>& live, const CutClocks& cuts, Grant* out) {
   if (c.total == 0 || c.max == 0 || c.granule == 0)
     return Status::InvalidArgument("ClaimWork: a pool needs total > 0 units, max > 0 and granule > 0 per "
@@ -90,6 +75,7 @@ Status WorkPools::FindOrCreate(const WorkClaim& c, WorkPool** out) {
   }
   WorkPool fresh;
   fresh.total = c.total;
+  fresh.per_clock = c.per_clock;
   if (c.pool < d_.resume.pool)  // a restored job: trained before the snapshot
     fresh.next = fresh.total;
   else if (c.pool == d_.resume.pool)
@@ -99,9 +85,10 @@ Status WorkPools::FindOrCreate(const WorkClaim& c, WorkPool** out) {
 }
 
 void WorkPools::ClaimPooled(const WorkClaim& c, WorkPool& p, size_t live, const CutClocks& cuts, Grant* out) {
-  if (c.rank >= 0)
-    for (int64_t cut : cuts.AtOrBefore(c.clock))
-      if (cut > 0 && !d_.work_at.count(cut)) RecordWorkAt(cut, {c.pool, p.FirstUndone()});
+  // Every unit before the first one not known to be done was trained at a
+  // clock before this claim's (a worker claims again once its grant is
+  // trained): where a cut at this clock, or a later one, resumes at least.
+  if (c.rank >= 0 && cuts.enabled && c.clock >= 0) RecordWorkAt(c.clock, {c.pool, p.FirstUndone()});
   if (c.rank >= 0 && c.seq != 0) {
     auto last = d_.last_claims.find(static_cast<uint32_t>(c.rank));
     if (last != d_.last_claims.end() && last->second.seq == c.seq && last->second.pool == c.pool) {
@@ -208,7 +195,9 @@ WorkPool::Block WorkPools::CutBlock(const WorkClaim& c, WorkPool& p, const std::
   blk.per = c.max;
   blk.begin = p.next;
   blk.end = std::min<uint64_t>(p.total, p.next + static_cast<uint64_t>(c.max) * blk.ranks.size());
-  if (cuts.MayCutAt(clock)) RecordWorkAt(clock, {c.pool, blk.begin});
+  // Every clock's (not only those a cut is known at: an on-demand cut may
+  // be chosen at a clock already under way).
+  if (cuts.enabled) RecordWorkAt(clock, {c.pool, blk.begin});
   p.next = blk.end;
   if (p.next >= p.total) p.last_clock = clock;
   return blk;
@@ -216,7 +205,7 @@ WorkPool::Block WorkPools::CutBlock(const WorkClaim& c, WorkPool& p, const std::
 
 void WorkPools::RecordWorkAt(int64_t clock, WorkPosition at) {
   d_.work_at[clock] = at;
-  while (d_.work_at.size() > 1024) d_.work_at.erase(d_.work_at.begin());  // a thousand cut clocks back
+  while (d_.work_at.size() > 1024) d_.work_at.erase(d_.work_at.begin());  // a thousand clocks back
 }
 
 void WorkPools::ReturnSlots(WorkPool& p, int64_t before_clock, int rank) {
@@ -272,10 +261,27 @@ void WorkPools::Clear() {
 }
 
 bool WorkPools::PositionAt(int64_t clock, WorkPosition* out, bool* recorded) const {
-  if (auto w = d_.work_at.find(clock); w != d_.work_at.end()) {
-    *out = w->second;
+  const auto after = d_.work_at.upper_bound(clock);
+  if (auto w = after; w != d_.work_at.begin()) {
+    --w;  // the last record at or before the cut
+    const auto p = d_.pools.find(w->second.pool);
     *recorded = true;
-    return true;
+    if (w->first == clock || (p != d_.pools.end() && !p->second.per_clock)) {
+      *out = w->second;
+      return true;
+    }
+    // Per-clock, no block at the cut's clock: every block before it was
+    // trained before the cut. The first block after it begins where the
+    // work stood then; with none, the pool stands where it is now (the
+    // workers are idle), or, used up, the next one starts.
+    if (after != d_.work_at.end()) {
+      *out = after->second;
+      return true;
+    }
+    if (p != d_.pools.end()) {
+      *out = p->second.used_up() ? WorkPosition{p->first + 1, 0} : WorkPosition{p->first, p->second.FirstUndone()};
+      return true;
+    }
   }
   *recorded = false;
   if (d_.pools.empty()) return false;

@@ -42,6 +42,7 @@ struct WorkPool {
   };
   std::map<int64_t, Block> blocks;
   int64_t last_clock = -1;  // the clock whose block handed out the last never-granted unit
+  bool per_clock = false;   // claimed per clock (else pooled), as its first claim said
 
   bool used_up() const { return next >= total && returned.empty(); }
   uint64_t handed() const;  // units handed out and not handed back
@@ -77,10 +78,11 @@ struct WorkPosition {
 struct WorkPoolsData {
   std::map<uint64_t, WorkPool> pools;                        // by pool id
   std::map<uint32_t, std::deque<ClockGrant>> clock_grants;   // worker rank -> its recent per-clock grants
-  // Where the per-clock pools stood at clocks a snapshot may cut at: clock
-  // -> (pool, units handed out before that clock). Pooled claims record,
-  // at the first claim at or after such a clock, every unit before the
-  // first one not known to be done. At most 1024 clocks back.
+  // Where the pools stood (a job taking snapshots): clock -> (pool,
+  // position). Per-clock pools record each clock's block: the units handed
+  // out before that clock. Pooled claims record, at each claim's clock,
+  // the first unit not known to be done then: every unit before it was
+  // trained at an earlier clock. At most 1024 clocks back.
   std::map<int64_t, WorkPosition> work_at;
   std::map<uint32_t, LastClaim> last_claims;  // worker rank -> its last pooled claim
   // A restored job resumes there: pools before `resume.pool` are finished,
@@ -88,16 +90,12 @@ struct WorkPoolsData {
   WorkPosition resume;
 };
 
-// The clocks a snapshot may cut at (SnapshotScheduler::Cuts()).
+// The clocks a snapshot may cut at (SnapshotScheduler::Cuts()): where the
+// pools stand is recorded only in a job that takes snapshots.
 struct CutClocks {
   bool enabled = false;         // the job takes snapshots
   uint32_t every = 0;           // every `every` clocks (0: not by clock)
   std::vector<int64_t> chosen;  // the cut clocks of snapshots under way (-1: not chosen yet)
-
-  bool MayCutAt(int64_t clock) const;
-  // The cut clocks at or before `clock` (> 0) that pooled claims at `clock`
-  // record a position for: the last periodic one and every chosen one.
-  std::vector<int64_t> AtOrBefore(int64_t clock) const;
 };
 
 // A decoded ClaimWork.
@@ -154,8 +152,14 @@ class WorkPools {
   // A rollback: every pool, grant, position and claim record forgotten
   // (the resume point kept).
   void Clear();
-  // Where a snapshot cut at `clock` restarts the work: the position
-  // recorded at that clock (*recorded = true); else, with pools, the first
+  // Where a snapshot cut at `clock` restarts the work (*recorded = true):
+  // the position recorded at that clock; for a pooled pool, also the last
+  // one recorded before it (its units were all trained before the cut;
+  // some trained between the two are trained again after a restore, none
+  // is skipped); for a per-clock pool with no block at that clock (the
+  // workers were idle, or the pool used up), the first block after it, or
+  // with none, the pool now (used up: the next one from its start). With
+  // no record at or before it (*recorded = false), with pools, the first
   // pool not used up from its first unit not known to be done now (or,
   // every pool used up, the next pool from its start). False: no pools.
   bool PositionAt(int64_t clock, WorkPosition* out, bool* recorded) const;

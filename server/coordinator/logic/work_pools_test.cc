@@ -151,29 +151,45 @@ TEST(WorkPoolsPerClock, FinishedOnceTheLastBlockIsBehindElseWaitNextClock) {
   EXPECT_EQ(Units(done), Range(0, 0));
 }
 
-TEST(WorkPoolsPerClock, TheUnitsBeforeEachCutClockAreRecorded) {
+TEST(WorkPoolsPerClock, EveryClocksBlockIsRecordedInAJobTakingSnapshots) {
   WorkPools w;
   CutClocks cuts;
   cuts.enabled = true;
-  cuts.every = 2;
   EXPECT_EQ(Units(MustClaim(w, PerClock(0, 1, 7, 100, 10), {0, 1}, cuts)), Range(0, 10));
   EXPECT_EQ(Units(MustClaim(w, PerClock(1, 2, 7, 100, 10), {0, 1}, cuts)), Range(30, 40));
-  ASSERT_EQ(w.data().work_at.size(), 1u);
+  ASSERT_EQ(w.data().work_at.size(), 2u);
   WorkPosition at;
   bool recorded = false;
   ASSERT_TRUE(w.PositionAt(2, &at, &recorded));
   EXPECT_TRUE(recorded);
   EXPECT_EQ(at.pool, 7u);
   EXPECT_EQ(at.position, 20u);
-  // No position at clock 3: the pools' now (the first unit not known done).
+  // No block at clock 3 (the workers idle at it): not the block of clock 2
+  // (trained before a cut at 3), the pool now.
   ASSERT_TRUE(w.PositionAt(3, &at, &recorded));
-  EXPECT_FALSE(recorded);
+  EXPECT_TRUE(recorded);
   EXPECT_EQ(at.pool, 7u);
   EXPECT_EQ(at.position, 40u);  // per-clock grants are not tracked in `last`
-  // A snapshot chosen at clock 5 (not periodic) is a cut too.
-  cuts.chosen = {5};
+  // The workers went on at clock 5: a cut at 3 or 4 resumes where clock 5's block begins.
   MustClaim(w, PerClock(0, 5, 7, 100, 10), {0, 1}, cuts);
-  EXPECT_TRUE(w.data().work_at.count(5));
+  ASSERT_TRUE(w.PositionAt(4, &at, &recorded));
+  EXPECT_EQ(at.position, 40u);
+  // A pool used up (its last block at clock 2): a cut after it starts the next pool.
+  WorkPools done;
+  for (int64_t clock : {1, 2})
+    for (int rank : {0, 1}) MustClaim(done, PerClock(rank, clock, 7, 40, 10), {0, 1}, cuts);
+  EXPECT_TRUE(done.data().pools.at(7).used_up());
+  ASSERT_TRUE(done.PositionAt(5, &at, &recorded));
+  EXPECT_TRUE(recorded);
+  EXPECT_EQ(at.pool, 8u);
+  EXPECT_EQ(at.position, 0u);
+  // Before every record: the pools' now.
+  ASSERT_TRUE(w.PositionAt(0, &at, &recorded));
+  EXPECT_FALSE(recorded);
+  // A job taking no snapshots records nothing.
+  WorkPools none;
+  MustClaim(none, PerClock(0, 1, 7, 100, 10), {0}, {});
+  EXPECT_TRUE(none.data().work_at.empty());
 }
 
 TEST(WorkPoolsPooled, GrantsShrinkNearTheEndInWholeGranulesAndTheLastIsPartial) {
@@ -239,24 +255,41 @@ TEST(WorkPoolsPooled, AClaimSentAgainWithTheSameSeqGetsTheSameGrant) {
   EXPECT_EQ(Units(MustClaim(w, Pooled(0, 9, 1, 1000, 50, 10), live)), Range(250, 300));
 }
 
-TEST(WorkPoolsPooled, TheFirstClaimAtOrAfterACutClockRecordsTheFirstUndoneUnit) {
+TEST(WorkPoolsPooled, EveryClaimRecordsTheFirstUndoneUnitAndACutUsesTheLastRecordBeforeIt) {
   WorkPools w;
   CutClocks cuts;
   cuts.enabled = true;
-  cuts.every = 5;
   const std::vector<uint32_t> live{0, 1};
   MustClaim(w, Pooled(0, 1, 2, 1000, 100, 10, 3), live, cuts);  // [0, 100)
   MustClaim(w, Pooled(1, 1, 2, 1000, 100, 10, 4), live, cuts);  // [100, 200)
-  EXPECT_TRUE(w.data().work_at.empty());
-  MustClaim(w, Pooled(1, 2, 2, 1000, 100, 10, 7), live, cuts);  // records clock 5, then takes [200, 300)
-  ASSERT_TRUE(w.data().work_at.count(5));
-  // Recorded before this claim is answered: worker 0's [0, 100) is still
-  // outstanding (and worker 1's [100, 200) too).
-  EXPECT_EQ(w.data().work_at.at(5).position, 0u);
-  MustClaim(w, Pooled(0, 2, 2, 1000, 100, 10, 8), live, cuts);
-  EXPECT_EQ(w.data().work_at.at(5).position, 0u);  // kept: the first claim's
-  MustClaim(w, Pooled(0, 3, 2, 1000, 100, 10, 10), live, cuts);
+  MustClaim(w, Pooled(1, 2, 2, 1000, 100, 10, 7), live, cuts);  // [200, 300)
+  // Recorded before each claim is answered: at clock 7 worker 0's [0, 100)
+  // is still outstanding (and worker 1's [100, 200) too).
+  EXPECT_EQ(w.data().work_at.at(7).position, 0u);
+  MustClaim(w, Pooled(0, 2, 2, 1000, 100, 10, 8), live, cuts);   // [0, 100) trained
+  MustClaim(w, Pooled(0, 3, 2, 1000, 100, 10, 10), live, cuts);  // [300, 400) trained
   EXPECT_EQ(w.data().work_at.at(10).position, 200u);  // worker 1's [200, 300) is outstanding
+  // A cut between two claims (the coordinator was down across it, or
+  // chosen at a clock nobody claimed at): the last record before it, so
+  // nothing trained after the cut is taken for trained before it.
+  WorkPosition at;
+  bool recorded = false;
+  ASSERT_TRUE(w.PositionAt(9, &at, &recorded));
+  EXPECT_TRUE(recorded);
+  EXPECT_EQ(at.pool, 2u);
+  EXPECT_EQ(at.position, 0u);  // clock 8's, taken before that claim handed [0, 100) in
+  ASSERT_TRUE(w.PositionAt(500, &at, &recorded));
+  EXPECT_TRUE(recorded);
+  EXPECT_EQ(at.position, 200u);
+  // Before every record: the pools' now.
+  ASSERT_TRUE(w.PositionAt(2, &at, &recorded));
+  EXPECT_FALSE(recorded);
+  // Saved and taken back (a coordinator restart) it answers the same.
+  WorkPools again;
+  again.Restore(w.data());
+  ASSERT_TRUE(again.PositionAt(9, &at, &recorded));
+  EXPECT_TRUE(recorded);
+  EXPECT_EQ(at.position, 0u);
   // A tool's claim (no worker rank) records nothing.
   MustClaim(w, Pooled(-1, 0, 2, 1000, 100, 10, 15), live, cuts);
   EXPECT_FALSE(w.data().work_at.count(15));
@@ -328,22 +361,6 @@ TEST(WorkPools, PastFourThousandPoolsTheOldestFinishedOneIsForgotten) {
   Status s = open.Claim(Pooled(-1, 0, 9999, 2, 1, 1), {0}, {}, &g);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find("unfinished work pools"), std::string::npos);
-}
-
-TEST(CutClocks, PeriodicAndChosenClocks) {
-  CutClocks off;
-  EXPECT_FALSE(off.MayCutAt(4));
-  EXPECT_TRUE(off.AtOrBefore(9).empty());
-  CutClocks c;
-  c.enabled = true;
-  c.every = 4;
-  c.chosen = {-1, 6, 11};
-  EXPECT_TRUE(c.MayCutAt(8));
-  EXPECT_FALSE(c.MayCutAt(0));
-  EXPECT_TRUE(c.MayCutAt(6));
-  EXPECT_FALSE(c.MayCutAt(7));
-  EXPECT_EQ(c.AtOrBefore(9), (std::vector<int64_t>{8, 6}));
-  EXPECT_TRUE(c.AtOrBefore(0).empty());
 }
 
 }  // namespace

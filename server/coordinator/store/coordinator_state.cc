@@ -25,7 +25,7 @@ flatbuffers::Offset<wire::DurablePool> EncodePool(flatbuffers::FlatBufferBuilder
     blocks.push_back(wire::CreateDurableBlock(b, clock, blk.begin, blk.end, blk.per, b.CreateVector(blk.ranks),
                                               b.CreateVector(blk.taken)));
   return wire::CreateDurablePool(b, id, p.total, p.next, p.last_clock, b.CreateVector(returned), b.CreateVector(last),
-                                 b.CreateVector(blocks));
+                                 b.CreateVector(blocks), p.per_clock);
 }
 
 uint32_t MapStride(const DurableState& s) {
@@ -88,6 +88,7 @@ Status DecodePool(const wire::DurablePool* dp, const StateShape& job, WorkPool* 
   p.total = dp->total();
   p.next = dp->next();
   p.last_clock = dp->last_clock();
+  p.per_clock = dp->per_clock();
   if (p.next > p.total) return Status::BadMessage("a saved work pool is past its end");
   // Every range a pool holds must lie in the pool: [begin, end) with
   // begin <= end <= total (they are handed out as they are).
