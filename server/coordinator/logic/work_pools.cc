@@ -88,7 +88,7 @@ void WorkPools::ClaimPooled(const WorkClaim& c, WorkPool& p, size_t live, const 
   // Every unit before the first one not known to be done was trained at a
   // clock before this claim's (a worker claims again once its grant is
   // trained): where a cut at this clock, or a later one, resumes at least.
-  if (c.rank >= 0 && cuts.enabled && c.clock >= 0) RecordWorkAt(c.clock, {c.pool, p.FirstUndone()});
+  if (c.rank >= 0 && cuts.enabled && c.clock >= 0) RecordWorkAt(c.clock, {c.pool, p.FirstUndone()}, cuts);
   if (c.rank >= 0 && c.seq != 0) {
     auto last = d_.last_claims.find(static_cast<uint32_t>(c.rank));
     if (last != d_.last_claims.end() && last->second.seq == c.seq && last->second.pool == c.pool) {
@@ -197,15 +197,36 @@ WorkPool::Block WorkPools::CutBlock(const WorkClaim& c, WorkPool& p, const std::
   blk.end = std::min<uint64_t>(p.total, p.next + static_cast<uint64_t>(c.max) * blk.ranks.size());
   // Every clock's (not only those a cut is known at: an on-demand cut may
   // be chosen at a clock already under way).
-  if (cuts.enabled) RecordWorkAt(clock, {c.pool, blk.begin});
+  if (cuts.enabled) RecordWorkAt(clock, {c.pool, blk.begin}, cuts);
   p.next = blk.end;
   if (p.next >= p.total) p.last_clock = clock;
   return blk;
 }
 
-void WorkPools::RecordWorkAt(int64_t clock, WorkPosition at) {
-  d_.work_at[clock] = at;
-  while (d_.work_at.size() > 1024) d_.work_at.erase(d_.work_at.begin());  // a thousand clocks back
+void WorkPools::RecordWorkAt(int64_t clock, WorkPosition at, const CutClocks& cuts) {
+  auto& w = d_.work_at;
+  w[clock] = at;
+  // The newest 64 records stay, and of the older ones those a cut may
+  // still ask for (a big model's cut is written over many clocks): around
+  // each periodic cut clock and each chosen one C, the record at or last
+  // before C and the first after it. At most 1024 in all.
+  constexpr size_t kRecent = 64, kMax = 1024;
+  if (w.size() <= kRecent) return;
+  auto cut_in = [&](int64_t k, int64_t k2) {  // a cut clock in [k, k2)
+    if (cuts.every > 0 && (k2 - 1) / cuts.every * cuts.every >= k) return true;
+    for (int64_t c : cuts.chosen)
+      if (c >= k && c < k2) return true;
+    return false;
+  };
+  const auto old_end = std::prev(w.end(), kRecent);
+  bool keep_next = false;
+  for (auto it = w.begin(); it != old_end;) {
+    const bool around = cut_in(it->first, std::next(it)->first);
+    const bool keep = around || keep_next;
+    keep_next = around;
+    it = keep ? std::next(it) : w.erase(it);
+  }
+  while (w.size() > kMax) w.erase(w.begin());
 }
 
 void WorkPools::ReturnSlots(WorkPool& p, int64_t before_clock, int rank) {

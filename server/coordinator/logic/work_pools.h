@@ -82,7 +82,8 @@ struct WorkPoolsData {
   // position). Per-clock pools record each clock's block: the units handed
   // out before that clock. Pooled claims record, at each claim's clock,
   // the first unit not known to be done then: every unit before it was
-  // trained at an earlier clock. At most 1024 clocks back.
+  // trained at an earlier clock. The newest 64, and of older ones those a
+  // cut may ask for (RecordWorkAt); at most 1024.
   std::map<int64_t, WorkPosition> work_at;
   std::map<uint32_t, LastClaim> last_claims;  // worker rank -> its last pooled claim
   // A restored job resumes there: pools before `resume.pool` are finished,
@@ -182,7 +183,7 @@ class WorkPools {
   // claimed in them goes back, and (with `rank` >= 0) so does every
   // unclaimed slot of that rank in the blocks kept.
   static void ReturnSlots(WorkPool& p, int64_t before_clock, int rank);
-  void RecordWorkAt(int64_t clock, WorkPosition at);
+  void RecordWorkAt(int64_t clock, WorkPosition at, const CutClocks& cuts);
 
   // Run()'s thread owns it.
   WorkPoolsData d_;

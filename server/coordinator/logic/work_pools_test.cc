@@ -295,6 +295,27 @@ TEST(WorkPoolsPooled, EveryClaimRecordsTheFirstUndoneUnitAndACutUsesTheLastRecor
   EXPECT_FALSE(w.data().work_at.count(15));
 }
 
+TEST(WorkPoolsPooled, OldRecordsGoButThoseACutMayAskFor) {
+  WorkPools w;
+  CutClocks cuts;
+  cuts.enabled = true;
+  cuts.every = 100;
+  cuts.chosen = {155};
+  // One worker, a unit per claim, claiming at clocks 3, 6, 9, ...: its
+  // previous grant is done at each claim.
+  for (uint64_t i = 1; i <= 300; ++i) MustClaim(w, Pooled(0, i, 1, 100000, 1, 1, static_cast<int64_t>(3 * i)), {0}, cuts);
+  EXPECT_EQ(w.data().work_at.size(), 64u + 2 * 8);  // the newest 64, two around 100, 155, 200, ..., 700 (of 300)
+  for (int64_t cut : {100, 155, 300, 600}) {
+    WorkPosition at;
+    bool recorded = false;
+    ASSERT_TRUE(w.PositionAt(cut, &at, &recorded)) << cut;
+    EXPECT_TRUE(recorded) << cut;
+    // The last claim at or before the cut, claim i at clock 3i, found the
+    // units before i - 2 done (unit i - 2, its previous grant, still out).
+    EXPECT_EQ(at.position, static_cast<uint64_t>(cut / 3 - 2)) << cut;
+  }
+}
+
 TEST(WorkPools, ARestoredJobResumesAtItsPoolAndPosition) {
   WorkPools w;
   w.SetResume({3, 40});
