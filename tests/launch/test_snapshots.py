@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 
-from launchlib import BUILD, WORKER, Launch, pid_of, wait_none_left, wait_until
+from launchlib import BUILD, WORKER, Launch, pid_of, read_json, wait_none_left, wait_until
 
 SNAPSHOT = os.path.join(BUILD, "tools", "shardps-snapshot")
 
@@ -48,6 +48,7 @@ def test_a_job_that_ends_on_its_own_writes_its_final_snapshot(tmp_path):
     rc, info = snapshot_cli("info", m.group(1), "--json")
     assert rc == 0, info
     assert json.loads(info)["clock"] > 0, info  # after the training, not before it
+    assert read_json(os.path.join(run_dir, "job.json"))["state"] == "completed"  # (the stop was the launcher's)
     wait_none_left(run_dir)
 
 

@@ -50,7 +50,8 @@ def main(argv, script_dir, t0):
     rc, report, state = EXIT_FAILED, [], "failed"
     try:
         rc = launcher.run()
-        state = "stopped" if launcher.stop_requested.is_set() else "completed"
+        stopped = launcher.stop_requested.is_set() and not launcher.stopped_by_launcher.is_set()
+        state = "stopped" if stopped else "completed"
     except LaunchError as e:
         rc, report = EXIT_USAGE, [str(e)]
     except JobFailed as e:

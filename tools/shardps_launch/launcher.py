@@ -67,6 +67,7 @@ class Launcher:
         self.remote = Remote(self.mode, self.launch)
         self.checks = HostChecks(self.remote, self.launch, self.run_dir, self.processes)
         self.stop_requested = threading.Event()  # shardps-ctl stop: the job ends itself
+        self.stopped_by_launcher = threading.Event()  # the stop was this launcher's (a final snapshot at the end)
         self.coordinator = None  # its endpoint, once it listens
         # RUN_DIR/job.json and prometheus-targets.json (rundir.py)
         self.files = None if args.dry_run else RunDirFiles(self.run_dir, self.job, self.processes,
@@ -154,7 +155,7 @@ class Launcher:
             return 0
         self.files.update("running")
         return Supervisor(self.launch, job, self.processes, self.binaries, self.keys, self.coordinator,
-                          self.stop_requested, self.t0, self.files).run()
+                          self.stop_requested, self.t0, self.files, self.stopped_by_launcher).run()
 
     def addresses(self, placement, used):
         """{host name: the address the others dial there}; over ssh and

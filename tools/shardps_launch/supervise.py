@@ -46,17 +46,38 @@ def finish_stopped(workers, failures):
     return 0
 
 
+def final_snapshot(sup, timeout):
+    """A job with a snapshot directory that ended on its own (Supervisor
+    `sup`, every worker exited): the trained model is written before the
+    servers go. The coordinator is asked to stop (as shardps-ctl stop
+    does): every worker left, so it takes the final snapshot and then ends
+    every server itself. Returns what to say of it ("" when there is none
+    to take)."""
+    coords = [p for p in sup.processes.procs if p.role == "coordinator"]
+    if (not sup.job.get("snapshot_dir") or sup.stop_requested.is_set() or not sup.coordinator or
+            not coords or coords[-1].poll() is not None or not sup.binaries.optional("shardps-ctl")):
+        return ""
+    say("every worker finished: taking the final snapshot")
+    sup.stopped_by_launcher.set()  # (the job completed: this stop is not a user's)
+    out, rc = sup.ctl("stop", sup.coordinator, timeout=min(600, max(60, timeout)))
+    if rc != 0:
+        last = out.splitlines()[-1] if out else f"shardps-ctl stop exited {rc}"
+        raise JobFailed(coords[-1], f"the job's final snapshot failed: {last.removeprefix('shardps-ctl: stop: ')}")
+    m = re.search(r"(\S*snap-\d+)", out)
+    return f"its final snapshot {m.group(1)}" if m else "its final snapshot"
+
+
 class Supervisor:
     """Watches a started job until it ends. Main thread only (the
     stop_requested event is set by the coordinator's reader thread)."""
 
-    def __init__(self, launch, job, processes, binaries, keys, coordinator, stop_requested, t0, files):
+    def __init__(self, launch, job, processes, binaries, keys, coordinator, stop_requested, t0, files, stopped_by_launcher):
         self.launch, self.job = launch, job
         self.processes = processes  # ProcessSet
         self.binaries = binaries  # Binaries: shardps-ctl
         self.keys = keys  # the job's key directory, "" without security
         self.coordinator = coordinator  # its endpoint
-        self.stop_requested = stop_requested  # threading.Event
+        self.stop_requested, self.stopped_by_launcher = stop_requested, stopped_by_launcher  # Events: a stop; ours
         self.t0 = t0
         self.files = files  # RunDirFiles: job.json and the Prometheus targets, kept current
         procs = processes.procs
@@ -225,7 +246,7 @@ class Supervisor:
             f"{len(done)} of {len(workers)} workers finished, the job completed")
         for line in self.failures:
             say(f"on the way: {line}")
-        final = self.final_snapshot(timeout)
+        final = final_snapshot(self, timeout)
         if final or self.stop_requested.is_set() or self.coordinator_stopping():
             # A stop: the coordinator takes the final snapshot and ends every server itself.
             while any(p.poll() is None for p in self.others):
@@ -237,24 +258,6 @@ class Supervisor:
                 raise JobFailed(failed[0], f"{failed[0].name} on {failed[0].host} {failed[0].describe_exit()}")
             say("the job stopped on request" if not final else f"the job ended with {final}")
         return 0
-
-    def final_snapshot(self, timeout):
-        """A job with a snapshot directory that ended on its own: the trained
-        model is written before the servers go. The coordinator is asked
-        to stop (as shardps-ctl stop does): every worker left, so it takes
-        the final snapshot and then ends every server itself. Returns what
-        to say of it ("" when there is none to take)."""
-        coords = [p for p in self.processes.procs if p.role == "coordinator"]
-        if (not self.job.get("snapshot_dir") or self.stop_requested.is_set() or not self.coordinator or
-                not coords or coords[-1].poll() is not None or not self.binaries.optional("shardps-ctl")):
-            return ""
-        say("every worker finished: taking the final snapshot")
-        out, rc = self.ctl("stop", self.coordinator, timeout=min(600, max(60, timeout)))
-        if rc != 0:
-            last = out.splitlines()[-1] if out else f"shardps-ctl stop exited {rc}"
-            raise JobFailed(coords[-1], f"the job's final snapshot failed: {last.removeprefix('shardps-ctl: stop: ')}")
-        m = re.search(r"(\S*snap-\d+)", out)
-        return f"its final snapshot {m.group(1)}" if m else "its final snapshot"
 
     def ctl(self, *args, timeout):
         """shardps-ctl ARGS with the admin key (if any), on this machine:
