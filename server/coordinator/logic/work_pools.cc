@@ -291,16 +291,17 @@ bool WorkPools::PositionAt(int64_t clock, WorkPosition* out, bool* recorded) con
       *out = w->second;
       return true;
     }
-    // Per-clock, no block at the cut's clock: every block before it was
-    // trained before the cut. The first block after it begins where the
-    // work stood then; with none, the pool stands where it is now (the
-    // workers are idle), or, used up, the next one starts.
-    if (after != d_.work_at.end()) {
-      *out = after->second;
-      return true;
-    }
     if (p != d_.pools.end()) {
-      *out = p->second.used_up() ? WorkPosition{p->first + 1, 0} : WorkPosition{p->first, p->second.FirstUndone()};
+      // Per-clock, no block at the cut's clock: every block before it was
+      // trained before the cut. The first block after it begins where the
+      // work stood then; with none, the pool stands where it is now (the
+      // workers are idle), or, used up, the next one starts.
+      if (after != d_.work_at.end())
+        *out = after->second;
+      else if (p->second.used_up())
+        *out = {p->first + 1, 0};
+      else
+        *out = {p->first, p->second.FirstUndone()};
       return true;
     }
   }
