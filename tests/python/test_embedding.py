@@ -670,3 +670,52 @@ def test_a_checkpoint_loads_onto_another_number_of_servers_and_into_plain_torch(
     head.load_state_dict({"weight": saved["head.weight"], "bias": saved["head.bias"]})
     with torch.no_grad():
         np.testing.assert_allclose(head(plain(ids)).squeeze(1).numpy(), out.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def checkpoint_collection(ps):
+    Config = shardps.torch.EmbeddingBagConfig
+    return shardps.torch.EmbeddingBagCollection(ps, [
+        Config("ck_user", 4, num_embeddings=30, feature_names=["u"], optimizer="adagrad", lr=0.1,
+               init="uniform", low=-0.1, high=0.1),
+        Config("ck_item", 3, num_embeddings=40, feature_names=["i", "j"], pooling="mean", optimizer="adagrad",
+               lr=0.1, init="uniform", low=-0.1, high=0.1),
+        Config("ck_hashed", 2, feature_names=["h"])])  # no num_embeddings: its rows are in the snapshots
+
+
+def test_a_collections_rows_checkpoint_onto_another_number_of_servers_and_into_plain_torch(cluster_factory):
+    feats = {"u": torch.tensor([[1, 29], [3, 3]]), "i": torch.tensor([[0, 39], [7, 8]]), "j": torch.tensor([[5], [6]]),
+             "h": torch.tensor([[1 << 40], [12]])}
+    with shardps.connect(cluster_factory(servers=2, workers=1, consistency="sync").endpoint, rank=0) as ps:
+        ebc = checkpoint_collection(ps)
+        for _ in range(2):
+            sum(o.pow(2).sum() for o in ebc(feats).values()).backward()
+            ebc.step()
+            ps.clock()
+        saved = ebc.state_dict()
+        # TorchRec's keys; a hashed table has no row list.
+        assert set(saved) == {"embedding_bags.ck_user.weight", "embedding_bags.ck_item.weight"}
+        assert saved["embedding_bags.ck_item.weight"].shape == (40, 3)
+        np.testing.assert_array_equal(saved["embedding_bags.ck_user.weight"][[1, 29, 3]].numpy(),
+                                      ebc.read("ck_user", torch.tensor([1, 29, 3])).numpy())
+        with torch.no_grad():
+            out = ebc(feats)
+    with shardps.connect(cluster_factory(servers=3, workers=1, consistency="sync").endpoint, rank=0) as ps:
+        ebc2 = checkpoint_collection(ps)
+        with pytest.raises(RuntimeError, match=r"Missing key\(s\).*embedding_bags.ck_item.weight"):
+            ebc2.load_state_dict({"embedding_bags.ck_user.weight": saved["embedding_bags.ck_user.weight"]})
+        with pytest.raises(RuntimeError, match=r"Unexpected key\(s\).*embedding_bags.nope.weight"):
+            ebc2.load_state_dict(dict(saved, **{"embedding_bags.nope.weight": torch.zeros(1, 1)}))
+        with pytest.raises(RuntimeError, match=r"table 'ck_item': 41 rows, more than num_embeddings 40"):
+            ebc2.load_state_dict(dict(saved, **{"embedding_bags.ck_item.weight": torch.zeros(41, 3)}))
+        ebc2.load_state_dict(saved)
+        for k, v in ebc2.state_dict().items():
+            assert torch.equal(v, saved[k]), k
+        with torch.no_grad():
+            out2 = ebc2(feats)
+        for f in ("u", "i", "j"):
+            assert torch.equal(out2[f], out[f]), f
+    # Each table's rows load into a plain torch.nn.EmbeddingBag (export for inference).
+    plain = torch.nn.EmbeddingBag(40, 3, mode="mean")
+    plain.load_state_dict({"weight": saved["embedding_bags.ck_item.weight"]})
+    with torch.no_grad():
+        np.testing.assert_allclose(plain(feats["i"]).numpy(), out["i"].numpy(), rtol=1e-6, atol=1e-7)

@@ -408,6 +408,31 @@ def _group_for(client, name, create, options):
     return g
 
 
+def _read_rows(read, n, dim, chunk):
+    """Rows 0 .. n - 1 of a table, `read(ids)` a piece of them at a time
+    (`chunk` rows): an (n, dim) tensor."""
+    return torch.cat([read(torch.arange(lo, min(lo + chunk, n))) for lo in range(0, n, chunk)] or
+                     [torch.zeros(0, dim)])
+
+
+def _write_rows(client, table, weight, keys_of, what, dim, num_embeddings, chunk):
+    """Writes rows 0 .. len(weight) - 1 of `table` (Client.assign: their
+    optimizer state restarts), `chunk` rows a request, keys_of(ids) the
+    table's keys; waits for every server. `weight` must be (n, dim), n at
+    most num_embeddings (when given); else ValueError naming `what`."""
+    w = torch.as_tensor(weight).detach().to(torch.float32).contiguous()
+    if w.dim() != 2 or w.shape[1] != dim:
+        raise ValueError(f"{what}: the rows must be (n, {dim}), got {tuple(w.shape)}")
+    if num_embeddings is not None and w.shape[0] > num_embeddings:
+        raise ValueError(f"{what}: {w.shape[0]} rows, more than num_embeddings {num_embeddings}")
+    reqs = []
+    for lo in range(0, w.shape[0], chunk):
+        hi = min(lo + chunk, w.shape[0])
+        reqs.append(client.assign_async(table, w[lo:hi].numpy(), ids=keys_of(torch.arange(lo, hi))))
+    for r in reqs:
+        r.wait()
+
+
 class _SparseLookup(torch.nn.Module):
     """What Embedding and EmbeddingBag share: the sparse table, the checks
     of the ids, the pull of a batch's unique ids and the push of their
@@ -602,9 +627,7 @@ class _SparseLookup(torch.nn.Module):
         """The rows 0 .. num_embeddings - 1 as the servers hold them, a new
         (num_embeddings, embedding_dim) tensor without gradient (pulled in
         pieces). `module.weight = W` (or load_weight(W)) writes them."""
-        n = self._all_rows("weight")
-        return torch.cat([self.read(torch.arange(lo, min(lo + self.CHUNK_ROWS, n)))
-                          for lo in range(0, n, self.CHUNK_ROWS)] or [torch.zeros(0, self.embedding_dim)])
+        return _read_rows(self.read, self._all_rows("weight"), self.embedding_dim, self.CHUNK_ROWS)
 
     @weight.setter
     def weight(self, value):
@@ -615,17 +638,8 @@ class _SparseLookup(torch.nn.Module):
         array, rows <= num_embeddings when given): the servers' rows take
         these values and their optimizer state restarts (Client.assign), in
         pieces of CHUNK_ROWS rows. Waits until every server has them."""
-        w = torch.as_tensor(weight).detach().to(torch.float32).contiguous()
-        if w.dim() != 2 or w.shape[1] != self.embedding_dim:
-            raise ValueError(f"{self._what()}: the rows must be (n, {self.embedding_dim}), got {tuple(w.shape)}")
-        if self.num_embeddings is not None and w.shape[0] > self.num_embeddings:
-            raise ValueError(f"{self._what()}: {w.shape[0]} rows, more than num_embeddings {self.num_embeddings}")
-        reqs = []
-        for lo in range(0, w.shape[0], self.CHUNK_ROWS):
-            hi = min(lo + self.CHUNK_ROWS, w.shape[0])
-            reqs.append(self.client.assign_async(self.table, w[lo:hi].numpy(), ids=self._keys(torch.arange(lo, hi))))
-        for r in reqs:
-            r.wait()
+        _write_rows(self.client, self.table, weight, self._keys, self._what(), self.embedding_dim,
+                    self.num_embeddings, self.CHUNK_ROWS)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze=True, **kw):
@@ -972,6 +986,36 @@ class EmbeddingBagCollection(torch.nn.Module):
         flat = ids.reshape(-1).long().numpy()
         rows = self.client.pull(t, ids=flat) if flat.size else np.zeros((0, c.embedding_dim), np.float32)
         return torch.from_numpy(rows).reshape(*ids.shape, c.embedding_dim)
+
+    # -- the rows as a whole: checkpoints, export (TorchRec's state_dict keys)
+
+    CHUNK_ROWS = _SparseLookup.CHUNK_ROWS
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        # `embedding_bags.NAME.weight` per table with num_embeddings, as
+        # TorchRec's collection (each loadable into a torch.nn.EmbeddingBag);
+        # hashed ids' tables are in the snapshots.
+        for c in self.configs:
+            if c.num_embeddings is not None:
+                destination[f"{prefix}embedding_bags.{c.name}.weight"] = _read_rows(
+                    lambda ids, name=c.name: self.read(name, ids), c.num_embeddings, c.embedding_dim, self.CHUNK_ROWS)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        for c, t in zip(self.configs, self.tables):
+            key = f"{prefix}embedding_bags.{c.name}.weight"
+            if key in state_dict:
+                try:
+                    _write_rows(self.client, t, state_dict[key], lambda ids: ids.numpy(), f"table '{c.name}'",
+                                c.embedding_dim, c.num_embeddings, self.CHUNK_ROWS)
+                except (ValueError, shardps.Error) as e:
+                    error_msgs.append(str(e))
+            elif strict and c.num_embeddings is not None:
+                missing_keys.append(key)
+        if strict:
+            mine = f"{prefix}embedding_bags."
+            unexpected_keys.extend(k for k in state_dict if k.startswith(mine) and
+                                   k[len(mine):].removesuffix(".weight") not in {c.name for c in self.configs})
 
     def wait(self):
         """Waits for every push that backward sent (raises a failed one's
