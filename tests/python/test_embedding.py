@@ -1,6 +1,8 @@
 """shardps.torch.Embedding / EmbeddingBag against torch.nn.Embedding /
 EmbeddingBag holding the same rows, and the embedding-table options of
 Client.create_table, on real local clusters."""
+import json
+import os
 import re
 import threading
 import time
@@ -719,3 +721,51 @@ def test_a_collections_rows_checkpoint_onto_another_number_of_servers_and_into_p
     plain.load_state_dict({"weight": saved["embedding_bags.ck_item.weight"]})
     with torch.no_grad():
         np.testing.assert_allclose(plain(feats["i"]).numpy(), out["i"].numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_a_checkpoint_streamed_to_disk_loads_onto_another_job_and_into_plain_torch(cluster_factory, tmp_path):
+    """shardps.torch.save writes the rows a few at a time (chunk_rows=7 here)
+    into one .npy per entry; load maps them; the same model comes back on 3
+    servers (saved from 2), bit for bit, and plain torch takes the files."""
+    ids = torch.tensor([[1, 2, 3], [4, 5, 49]])
+    feats = {"u": torch.tensor([[1, 29], [3, 3]]), "i": torch.tensor([[0, 39], [7, 8]]), "j": torch.tensor([[5], [6]]),
+             "h": torch.tensor([[1 << 40], [12]])}
+    ck = str(tmp_path / "ck")
+    with shardps.connect(cluster_factory(servers=2, workers=1, consistency="sync").endpoint, rank=0) as ps:
+        net, sm = checkpoint_model(ps)
+        net.ebc = checkpoint_collection(ps)
+        sm.pull()
+        for _ in range(2):
+            (net(ids).pow(2).mean() + sum(o.pow(2).sum() for o in net.ebc(feats).values())).backward()
+            net.ebc.step()
+            sm.step()
+        want = sm.state_dict()
+        os.makedirs(ck)  # an earlier checkpoint there is replaced
+        assert shardps.torch.save(sm, ck, chunk_rows=7) == len(want) == 5
+    got = shardps.torch.load(ck)
+    assert list(got) == list(want)
+    for k in want:
+        assert torch.equal(got[k], want[k]), k
+    with open(os.path.join(ck, "index.json")) as f:
+        assert [e["file"] for e in json.load(f)["entries"]] == [f"{i:05d}.npy" for i in range(5)]
+    with shardps.connect(cluster_factory(servers=3, workers=1, consistency="sync").endpoint, rank=0) as ps:
+        net2, sm2 = checkpoint_model(ps)
+        net2.ebc = checkpoint_collection(ps)
+        sm2.load_state_dict(shardps.torch.load(ck))
+        for k, v in sm2.state_dict().items():
+            assert torch.equal(v, want[k]), k
+    plain = torch.nn.EmbeddingBag(50, 4, mode="mean")
+    plain.load_state_dict({"weight": got["emb.weight"]})
+    assert torch.equal(plain.weight.detach(), want["emb.weight"])
+    # A damaged or missing checkpoint says which file.
+    with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
+        shardps.torch.load(str(tmp_path / "none"))
+    with open(os.path.join(ck, "00002.npy"), "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(ValueError, match=r"entry 'head.bias': cannot read .*00002.npy|entry 'head.bias': .*00002.npy holds"):
+        shardps.torch.load(ck)
+    os.remove(os.path.join(ck, "index.json"))
+    with pytest.raises(FileNotFoundError, match="has no index.json"):
+        shardps.torch.load(ck)
+    with pytest.raises(TypeError, match="a ShardedModel or a torch.nn.Module, got dict"):
+        shardps.torch.save({}, ck)

@@ -1081,3 +1081,7 @@ class WorkerSampler(torch.utils.data.Sampler):
 
     def __len__(self):
         return self.per_worker
+
+
+# A state_dict on disk, streamed (client/python/shardps/checkpoint.py).
+from shardps.checkpoint import load, save  # noqa: E402  (it uses the classes above)
