@@ -18,8 +18,8 @@ feature concatenated with the dense features into an MLP (13 + 26 dim)-256-
 per process; embeddings uniform in [-0.05, 0.05]. Each of the 26 features
 has its own --rows-row table (row 0: missing; CriteoKey's row). The lines marked "only here" are all that
 differs between the two runs: `Bag` makes torch.nn.EmbeddingBag or
-shardps.torch.EmbeddingBag, and the optimizer is torch.optim.Adagrad or
-shardps.torch.ShardedModel (the servers run Adagrad). Through shardps the
+shardps.torch.EmbeddingBag, and torch.optim.Adagrad is wrapped in
+shardps.torch.DistributedOptimizer (the servers run it). Through shardps the
 loop also prefetches each batch's rows in the step before it
 (ShardedModel.step(ahead=...)). The embeddings of one width are a group
 (group=...): the 26 feature tables of a width are one table on the servers,
@@ -138,12 +138,9 @@ def main():
             return shardps.torch.EmbeddingBag(n, d, mode="sum", init="uniform", low=-0.05, high=0.05, seed=args.seed,
                                               optimizer="adagrad", lr=args.lr, eps=1e-10, group=f"widedeep.{d}")
     model = WideDeep(Bag, args.rows, args.dim)
-    if args.local:
-        opt = torch.optim.Adagrad(model.parameters(), lr=args.lr)  # (only here)
-    else:
-        opt = shardps.torch.ShardedModel(ps, model, optimizer="adagrad", lr=args.lr, eps=1e-10, init="torch",
-                                         seed=args.seed)  # (only here)
-        opt.pull()
+    opt = torch.optim.Adagrad(model.parameters(), lr=args.lr)
+    if not args.local:  # (only here: the servers run the optimizer)
+        opt = shardps.torch.DistributedOptimizer(opt, model, init="torch", seed=args.seed)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     train_s, samples, final_auc = 0.0, 0, -1.0
     try:
@@ -160,13 +157,11 @@ def main():
                 y, x, ids = nxt
                 nxt = next(it, None)
                 loss = loss_fn(model(x, ids), y)
+                opt.zero_grad()
+                loss.backward()
                 if ps is None:
-                    opt.zero_grad()
-                    loss.backward()
                     opt.step()
-                else:
-                    with ps.hold_requests():  # the 52 tables' and the MLP's gradients: one message per server
-                        loss.backward()
+                else:  # the gradients out, the clock, the pulls and the next batch's rows: one message per server
                     opt.step(ahead=None if nxt is None else (lambda ids=nxt[2]: model.prefetch(ids)))
                 total += loss.item()
                 done += 1

@@ -124,7 +124,7 @@ ext=$(find "$dest" -name '_shardps*.so' | head -1)
 if [[ -n $ext ]]; then
   step "the installed Python package"
   site=$(dirname "$(dirname "$ext")")
-  for f in __init__.py torch.py checkpoint.py __init__.pyi py.typed; do
+  for f in __init__.py torch.py checkpoint.py optim.py __init__.pyi py.typed; do
     [[ -f $site/shardps/$f ]] || fail "the Python package lacks shardps/$f"
   done
   (cd "$work" && PYTHONPATH=$site timeout 60 /usr/bin/python3 -c \

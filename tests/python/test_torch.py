@@ -157,3 +157,54 @@ def test_worker_sampler_gives_each_worker_an_equal_disjoint_share(cluster_factor
             ps.close()
     with pytest.raises(ValueError, match=r"no client: give client=ps, or call shardps.torch.set_client"):
         shardps.torch.WorkerSampler(10)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1),
+    lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+    lambda ps: torch.optim.Adagrad(ps, lr=0.1, initial_accumulator_value=0.1),
+    lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.8, 0.99), eps=1e-6),
+], ids=["sgd", "momentum", "adagrad", "adam"])
+def test_the_users_optimizer_run_by_the_servers_trains_as_it_does_locally(cluster_factory, make_opt):
+    """Only the optimizer line changes: the servers apply torch's update,
+    so one worker ends where the same optimizer in one process ends."""
+    import copy
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(5)
+    xs, ys = torch.randn(8, 16, 20, generator=g), torch.randint(0, 3, (8, 16), generator=g)
+    c = cluster_factory(servers=2, workers=1, consistency="sync")
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        model = make_model()
+        opt = shardps.torch.DistributedOptimizer(make_opt(model.parameters()), model, client=ps)
+        local = copy.deepcopy(model)  # the servers' initial values, pulled
+        local_opt = make_opt(local.parameters())
+        for x, y in zip(xs, ys):
+            for m, o in ((model, opt), (local, local_opt)):
+                o.zero_grad()
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+                o.step()
+        for (n, a), b in zip(model.named_parameters(), local.parameters()):
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
+
+
+def test_the_users_optimizer_is_refused_where_the_servers_cannot_run_it(cluster_factory):
+    c = cluster_factory(servers=1, workers=1, consistency="sync")
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        m = make_model()
+        D = shardps.torch.DistributedOptimizer
+        for opt, said in ((torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=1e-4), "SGD with weight_decay=0.0001"),
+                          (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True), "nesterov"),
+                          (torch.optim.Adam(m.parameters(), amsgrad=True), "amsgrad"),
+                          (torch.optim.Adagrad(m.parameters(), lr_decay=0.1), "lr_decay"),
+                          (torch.optim.RMSprop(m.parameters()), "SGD, Adagrad and Adam, not RMSprop"),
+                          (torch.optim.SGD([{"params": m[0].parameters(), "lr": 0.1},
+                                            {"params": m[2].parameters(), "lr": 0.2}]), "differ in lr"),
+                          (torch.optim.SGD(m[0].parameters(), lr=0.1), r"does not own the model's parameters \['2.weight'")):
+            with pytest.raises(ValueError, match=said):
+                D(opt, m, client=ps)
+        with pytest.raises(TypeError, match="a torch.optim.Optimizer, got dict"):
+            D({}, m, client=ps)
+        opt = D(torch.optim.SGD(m.parameters(), lr=0.1), m, client=ps, prefix="ok.")
+        opt.param_groups[0]["lr"] = 0.01  # an LR scheduler's doing
+        with pytest.raises(ValueError, match="the learning rate changed"):
+            opt.step()

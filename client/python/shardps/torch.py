@@ -1085,3 +1085,5 @@ class WorkerSampler(torch.utils.data.Sampler):
 
 # A state_dict on disk, streamed (client/python/shardps/checkpoint.py).
 from shardps.checkpoint import load, save  # noqa: E402  (it uses the classes above)
+# The user's optimizer run by the servers (client/python/shardps/optim.py).
+from shardps.optim import DistributedOptimizer  # noqa: E402
