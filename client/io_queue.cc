@@ -19,8 +19,11 @@ void IoThread::Enqueue(Outgoing&& o, Finish&& finish) {
     }
     if (o.kind == Outgoing::kStop) stopping_ = true;
     finish(o);
-    // (Held: the release wakes it; the stop goes at once.)
-    wake = asleep_ && (holds_ == 0 || stopping_);
+    // (Held: the release wakes it; the stop and requests to the
+    // coordinator go at once.)
+    const bool bypass = holds_ > 0 && ToCoordinator(o);
+    if (bypass) ++bypass_;
+    wake = asleep_ && (holds_ == 0 || stopping_ || bypass);
     if (wake) asleep_ = false;  // (one wake is enough: it drains the whole queue)
     queue_.push_back(std::move(o));
   }
@@ -78,17 +81,29 @@ void IoThread::TakeQueued(std::deque<Outgoing>* batch) {
     batch->swap(queue_);
     return;
   }
-  // Held: only what was queued before the hold began.
+  // Held: only what was queued before the hold began, and the requests to
+  // the coordinator (a claim or a barrier waited for inside a hold must
+  // not wait for its end: a hold gathers the data messages to servers).
   for (; unheld_ > 0 && !queue_.empty(); --unheld_) {
     batch->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
   unheld_ = 0;
+  if (bypass_ == 0) return;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!ToCoordinator(*it)) {
+      ++it;
+      continue;
+    }
+    batch->push_back(std::move(*it));
+    it = queue_.erase(it);
+  }
+  bypass_ = 0;
 }
 
 bool IoThread::PrepareToSleep() {
   std::lock_guard<std::mutex> lock(queue_mu_);
-  if (!queue_.empty() && (holds_ == 0 || stopping_ || unheld_ > 0)) return false;
+  if (!queue_.empty() && (holds_ == 0 || stopping_ || unheld_ > 0 || bypass_ > 0)) return false;
   asleep_ = true;
   return true;
 }
@@ -105,6 +120,7 @@ void IoThread::Release() {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     if (holds_ > 0) --holds_;
+    if (holds_ == 0) bypass_ = 0;  // (everything goes now)
     wake = holds_ == 0 && asleep_ && !queue_.empty();
     if (wake) asleep_ = false;
   }

@@ -105,9 +105,10 @@ class IoThread {
   void EnqueueRequest(Outgoing&& o, wire::Fields f, std::vector<zmq::message_t> extra, bool numbered,
                       flatbuffers::FlatBufferBuilder& fbb);
   // Client::HoldRequests: while held (Hold more often than Release), what
-  // is queued from then on stays queued (but a stop; what was queued before
-  // the first Hold goes as usual); the last Release wakes the I/O thread,
-  // which sends it all in one pass: one message per server.
+  // is queued from then on stays queued (but a stop and requests to the
+  // coordinator; what was queued before the first Hold goes as usual); the
+  // last Release wakes the I/O thread, which sends it all in one pass: one
+  // message per server.
   void Hold();
   void Release();
   // (Re)connects to `endpoints` (server rank -> data endpoint), dropping
@@ -144,6 +145,8 @@ class IoThread {
   void Enqueue(Outgoing&& o, Finish&& finish);
   // The I/O thread: moves everything queued into *batch.
   void TakeQueued(std::deque<Outgoing>* batch);
+  // A request to the coordinator (never held).
+  static bool ToCoordinator(const Outgoing& o) { return o.kind == Outgoing::kSend && o.target < 0; }
   // The I/O thread, before it polls: false when something is queued (poll
   // without waiting); else it is asleep until TakeQueued, and the next
   // Enqueue wakes it.
@@ -157,7 +160,7 @@ class IoThread {
   std::atomic<uint64_t> late_replies_{0};
   int efd_ = -1;  // wakes the I/O thread; set by Start, then constant
 
-  std::mutex queue_mu_;  // guards queue_, stopping_, seq_, asleep_, holds_, unheld_
+  std::mutex queue_mu_;  // guards queue_, stopping_, seq_, asleep_, holds_, unheld_, bypass_
   std::deque<Outgoing> queue_;
   bool stopping_ = false;
   // The I/O thread polls (or is about to) with nothing queued: only then
@@ -166,6 +169,7 @@ class IoThread {
   bool asleep_ = false;
   int holds_ = 0;      // Hold()s not Release()d yet
   size_t unheld_ = 0;  // while held: the queue's first items, queued before the hold began (not held)
+  size_t bypass_ = 0;  // while held: requests to the coordinator queued (not held either)
   std::vector<uint64_t> seq_;  // replica group -> this worker's last push sequence number
   std::function<void(ClusterView)> on_cluster_;  // set before Start, then called by the I/O thread
 

@@ -255,6 +255,30 @@ TEST_F(IoThreadTest, AHoldDoesNotHoldWhatWasQueuedBeforeIt) {
   }
 }
 
+// A hold gathers the data messages to servers: a request to the
+// coordinator issued inside it (a work claim a trainer waits for while its
+// tick is held) goes at once, and what is held stays held.
+TEST_F(IoThreadTest, AHoldDoesNotHoldRequestsToTheCoordinator) {
+  TestPeer coord([](const wire::Header& h, std::vector<zmq::message_t>&) {
+    return h.type() == wire::MsgType::ClaimWork ? TestPeer::Reply(h) : std::vector<zmq::message_t>{};
+  });
+  TestPeer s0([](const wire::Header& h, std::vector<zmq::message_t>&) { return TestPeer::Reply(h); });
+  Start(coord);
+  io_->ConnectServers({s0.endpoint()});
+  io_->Hold();
+  auto tick = NewCall(1, "tick");
+  io_->EnqueueRequest(Item(0, tick), Fields(wire::MsgType::Tick), {}, false, fbb_);
+  auto claim = NewCall(1, "coordinator request");
+  io_->EnqueueRequest(Item(-1, claim), Fields(wire::MsgType::ClaimWork), {}, false, fbb_);
+  Status s = MakeRequest(claim).Wait(5s);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(MakeRequest(tick).Done());  // still held
+  EXPECT_EQ(s0.Count(wire::MsgType::Tick), 0);
+  io_->Release();
+  ASSERT_TRUE(MakeRequest(tick).Wait(10s).ok());
+  EXPECT_EQ(coord.Count(wire::MsgType::ClaimWork), 1);
+}
+
 // A synchronous tick (after_pushes) leaves only once every push sent before
 // it was answered (here: one server's push is never answered and times
 // out), so a worker that dies between its ticks left its clock's pushes on

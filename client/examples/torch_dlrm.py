@@ -26,7 +26,10 @@ it waits), --chunk-batches x workers batches at a time: each chunk is
 shuffled (the same permutation on every worker) and dealt out batch by
 batch (batch k to worker k % workers), so each worker parses only its own
 lines and every worker takes the same number of steps (what sync needs).
-Each batch's rows are requested in the step before it (the pipelined step,
+With --work-pool the batches come from the job's work pool instead
+(shardps.CriteoPoolReader, as shardps-worker takes them: a dead worker's
+batches go to the others). Each batch (and its rows) is taken in the step
+before it (the pipelined step,
 docs/python.md). Worker 0 evaluates on the test log after every epoch and prints
 "test AUC 0.xxxx | logloss 0.xxxx". From the build tree set
 PYTHONPATH=build/client/python:client/python (docs/python.md).
@@ -59,6 +62,14 @@ def my_batches(path, rows, batch, rank, world, chunk_batches, seed, epoch):
     reader = shardps.CriteoReader(path, batch, rank=rank, world=world, rows=rows, chunk_batches=chunk_batches,
                                   seed=seed, epoch=epoch)
     for y, x, keys in reader:
+        yield torch.from_numpy(y), torch.from_numpy(x), torch.from_numpy(keys)
+
+
+def pool_batches(ps, path, rows, batch, epoch):
+    """This worker's batches of one epoch from the job's work pool
+    (shardps.CriteoPoolReader: as shardps-worker takes them; a dead worker's
+    batches are trained by the others; under sync one claimed per clock)."""
+    for y, x, keys in shardps.CriteoPoolReader(ps, path, batch, rows=rows, epoch=epoch):
         yield torch.from_numpy(y), torch.from_numpy(x), torch.from_numpy(keys)
 
 
@@ -123,6 +134,9 @@ def main():
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"], help="the embedding table's values")
     ap.add_argument("--admit-after", type=int, default=0, help="an id gets a row at its k-th push (0: the first)")
     ap.add_argument("--chunk-batches", type=int, default=64, help="batches per worker read (and shuffled) at once")
+    ap.add_argument("--work-pool", action="store_true",
+                    help="take the batches from the job's work pool, as shardps-worker does (file order; a dead "
+                         "worker's batches go to the others), instead of a shuffled share of the log")
     ap.add_argument("--prefix", default="dlrm.", help="the tables' name prefix")
     ap.add_argument("--min-auc", type=float, default=-1, help="exit 3 if the final test AUC is lower")
     args = ap.parse_args()
@@ -158,43 +172,50 @@ def main():
         loss_fn = torch.nn.BCEWithLogitsLoss()
         final_auc, train_s, samples = -1.0, 0.0, 0
         for epoch in range(1, args.epochs + 1):
-            t0, total, done = time.time(), 0.0, 0
-            batches = my_batches(args.train_tsv, args.rows, args.batch, rank, world, args.chunk_batches, args.seed,
-                                 epoch)
-            # Pipelined: each batch's rows are requested in the step before
-            # it (behind the tick, with the MLPs' pulls), so they travel while
-            # that step waits; under sync they are what the forward's own pull
+            t0, total, done, seen = time.time(), 0.0, 0, 0
+            batches = (pool_batches(ps, args.train_tsv, args.rows, args.batch, epoch) if args.work_pool else
+                       my_batches(args.train_tsv, args.rows, args.batch, rank, world, args.chunk_batches, args.seed,
+                                  epoch))
+            # Pipelined: each batch is taken, and its rows requested, in the
+            # step before it (behind the tick, with the MLPs' pulls: a work
+            # pool's batch is claimed at its clock), so they travel while that
+            # step waits; under sync they are what the forward's own pull
             # would read (docs/python.md, "The next batch ahead").
-            nxt = next(batches, None)
-            if nxt is not None:
-                model.emb.prefetch(nxt[2])
-            while nxt is not None:
+            upcoming = [None]
+
+            def ahead():
+                upcoming[0] = next(batches, None)
+                if upcoming[0] is not None:
+                    model.emb.prefetch(upcoming[0][2])
+            ahead()
+            while upcoming[0] is not None:
                 if ps.stop_requested:
                     break
-                y, x, keys = nxt
-                nxt = next(batches, None)
+                y, x, keys = upcoming[0]
                 loss = loss_fn(model(x, keys), y)
                 with ps.hold_requests():  # the gradients backward pushes leave together: one message per server
                     loss.backward()
                 # They arrive, the clock ends, the MLPs' next parameters and
-                # the next batch's rows are pulled.
-                sm.step(ahead=None if nxt is None else (lambda k=nxt[2]: model.emb.prefetch(k)))
+                # the next batch (and its rows) are fetched.
+                sm.step(ahead=ahead)
                 total += loss.item()
                 done += 1
+                seen += len(y)
             secs = time.time() - t0
             train_s += secs
-            samples += done * args.batch
+            samples += seen
             if ps.stop_requested:
                 print(f"worker {rank} | stopped on request in epoch {epoch}", flush=True)
                 break
-            line = (f"worker {rank} | epoch {epoch} | {secs:.1f} s | {done * args.batch / max(secs, 1e-9):.0f} "
+            line = (f"worker {rank} | epoch {epoch} | {secs:.1f} s | {seen / max(secs, 1e-9):.0f} "
                     f"samples/s | train loss {total / max(1, done):.4f}")
             if rank == 0:
                 t1 = time.time()
                 final_auc, ll = evaluate(model, args.test_tsv, args.rows)
                 line += f" | test AUC {final_auc:.4f} | logloss {ll:.4f} | evaluated in {time.time() - t1:.1f} s"
             print(line, flush=True)
-        print(f"worker {rank} | finished | {samples / max(train_s, 1e-9):.0f} samples/s in training", flush=True)
+        print(f"worker {rank} | finished | {samples} examples | {samples / max(train_s, 1e-9):.0f} samples/s in training",
+              flush=True)
     if rank == 0 and args.min_auc >= 0 and final_auc < args.min_auc:
         print(f"error: test AUC {final_auc:.4f} is below --min-auc {args.min_auc}", file=sys.stderr)
         return 3

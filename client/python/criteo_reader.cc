@@ -32,6 +32,20 @@ Status CountLines(const std::string& path, uint64_t* n) {
 
 }  // namespace
 
+void ResizeBatch(uint32_t n, CriteoBatch* b) {
+  b->size = n;
+  b->labels.resize(n);
+  b->dense.resize(static_cast<size_t>(n) * worker::kCriteoIntegers);
+  b->keys.resize(static_cast<size_t>(n) * worker::kCriteoCategories);
+}
+
+void PutExample(const worker::CriteoExample& e, uint64_t rows, size_t j, CriteoBatch* b) {
+  b->labels[j] = e.label;
+  std::copy_n(e.dense, worker::kCriteoIntegers, &b->dense[j * worker::kCriteoIntegers]);
+  for (int c = 0; c < worker::kCriteoCategories; ++c)
+    b->keys[j * worker::kCriteoCategories + c] = static_cast<int64_t>(worker::CriteoKey(e, c, rows));
+}
+
 Status CriteoReader::Open(const CriteoReaderOptions& o, std::unique_ptr<CriteoReader>* out) {
   if (o.batch == 0) return Status::InvalidArgument("batch must be at least 1");
   if (o.world == 0 || o.rank >= o.world)
@@ -110,20 +124,13 @@ Status CriteoReader::ReadAll() {
       if (k % o_.world != o_.rank) continue;
       const size_t lo = b * o_.batch, hi = std::min<size_t>(lo + o_.batch, lines.size());
       CriteoBatch out;
-      out.size = static_cast<uint32_t>(hi - lo);
-      out.labels.resize(out.size);
-      out.dense.resize(static_cast<size_t>(out.size) * worker::kCriteoIntegers);
-      out.keys.resize(static_cast<size_t>(out.size) * worker::kCriteoCategories);
+      ResizeBatch(static_cast<uint32_t>(hi - lo), &out);
       worker::CriteoExample e;
       for (size_t i = lo; i < hi; ++i) {
         const uint32_t at = order[i];
         if (Status s = worker::ParseCriteoLine(lines[at], &e); !s.ok())
           return Status::InvalidArgument(o_.path + ":" + std::to_string(first_line + at + 1) + ": " + s.message());
-        const size_t j = i - lo;
-        out.labels[j] = e.label;
-        std::copy_n(e.dense, worker::kCriteoIntegers, &out.dense[j * worker::kCriteoIntegers]);
-        for (int c = 0; c < worker::kCriteoCategories; ++c)
-          out.keys[j * worker::kCriteoCategories + c] = static_cast<int64_t>(worker::CriteoKey(e, c, o_.rows));
+        PutExample(e, o_.rows, i - lo, &out);
       }
       ++mine;
       if (!Put(std::move(out))) return Status::OK();

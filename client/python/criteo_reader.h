@@ -23,6 +23,10 @@
 
 #include "shardps/status.h"
 
+namespace shardps::worker {
+struct CriteoExample;
+}
+
 namespace shardps::python {
 
 struct CriteoReaderOptions {
@@ -44,6 +48,11 @@ struct CriteoBatch {
   std::vector<float> dense;      // size x 13: log(1 + max(x, 0)), missing 0
   std::vector<int64_t> keys;     // size x 26: CriteoKey (feature << 56 | row)
 };
+
+// Sizes `b` for `n` examples; PutExample writes example `e` as its row `j`
+// (keys CriteoKey(e, f, rows)). Shared with PoolCriteoReader.
+void ResizeBatch(uint32_t n, CriteoBatch* b);
+void PutExample(const worker::CriteoExample& e, uint64_t rows, size_t j, CriteoBatch* b);
 
 class CriteoReader {
  public:

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "client/python/criteo_reader.h"
+#include "client/python/readers_binding.h"
 #include "shardps/client.h"
 
 namespace py = pybind11;
@@ -462,59 +462,8 @@ PYBIND11_MODULE(_shardps, m) {
             return r.req.stamp().UpdatesSince(earlier.req.stamp());
           }, py::arg("earlier"));
 
-  // The Criteo TSV reader (criteo_reader.h): an iterator of numpy batches,
-  // parsed a few batches ahead by a C++ thread; next() waits without the GIL.
-  py::class_<python::CriteoReader>(m, "CriteoReader")
-      .def(py::init([](const std::string& path, uint32_t batch, uint32_t rank, uint32_t world, uint64_t rows,
-                       int64_t steps, uint32_t chunk_batches, uint64_t seed, uint64_t epoch, uint32_t ahead,
-                       bool shuffle, bool last_partial) {
-             python::CriteoReaderOptions o;
-             o.path = path;
-             o.batch = batch;
-             o.rank = rank;
-             o.world = world;
-             o.rows = rows;
-             o.steps = steps;
-             o.chunk_batches = chunk_batches;
-             o.seed = seed;
-             o.epoch = epoch;
-             o.ahead = ahead;
-             o.shuffle = shuffle;
-             o.last_partial = last_partial;
-             std::unique_ptr<python::CriteoReader> r;
-             Status s;
-             {
-               py::gil_scoped_release nogil;
-               s = python::CriteoReader::Open(o, &r);
-             }
-             Check(s);
-             return r;
-           }),
-           py::arg("path"), py::arg("batch") = 128, py::kw_only(), py::arg("rank") = 0, py::arg("world") = 1,
-           py::arg("rows") = 1 << 20, py::arg("steps") = -1, py::arg("chunk_batches") = 64, py::arg("seed") = 1,
-           py::arg("epoch") = 1, py::arg("ahead") = 4, py::arg("shuffle") = true, py::arg("last_partial") = false)
-      .def_property_readonly("lines", &python::CriteoReader::lines)
-      .def_property_readonly("steps", &python::CriteoReader::steps)
-      .def("__len__", &python::CriteoReader::steps)
-      .def("__iter__", [](py::object self) { return self; })
-      .def("__next__", [](python::CriteoReader& r) {
-        python::CriteoBatch b;
-        bool got = false;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = r.Next(&b, &got);
-        }
-        Check(s);
-        if (!got) throw py::stop_iteration();
-        const py::ssize_t n = b.size;
-        py::array_t<float> y(n), x({n, py::ssize_t{13}});
-        py::array_t<int64_t> k({n, py::ssize_t{26}});
-        std::memcpy(y.mutable_data(), b.labels.data(), b.labels.size() * sizeof(float));
-        std::memcpy(x.mutable_data(), b.dense.data(), b.dense.size() * sizeof(float));
-        std::memcpy(k.mutable_data(), b.keys.data(), b.keys.size() * sizeof(int64_t));
-        return py::make_tuple(y, x, k);
-      });
+  // The Criteo TSV readers (readers_binding.cc).
+  python::BindReaders(m, &Check, [](py::handle client) { return client.cast<PyClient&>().live(); });
 
   // Client::HoldRequests's hold (shardps.Client.hold_requests() ends it).
   py::class_<HeldRequests>(m, "HeldRequests").def("release", &HeldRequests::Release);

@@ -13,7 +13,8 @@ from conftest import BUILD, SRC
 pytest.importorskip("torch")
 
 
-def test_torch_dlrm_reports_test_auc(tmp_path):
+@pytest.mark.parametrize("pool", [False, True], ids=["shares", "work_pool"])
+def test_torch_dlrm_reports_test_auc(tmp_path, pool):
     made = subprocess.run([sys.executable, os.path.join(SRC, "tools", "make-clicks"), str(tmp_path / "log"),
                            "--examples", "600", "--test-examples", "200"], capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
@@ -25,7 +26,7 @@ def test_torch_dlrm_reports_test_auc(tmp_path):
                         os.path.join(SRC, "client", "examples", "torch_dlrm.py"), "--coordinator", "{coordinator}",
                         "--rank", "{rank}", "--train-tsv", str(tmp_path / "log" / "train.tsv"),
                         "--test-tsv", str(tmp_path / "log" / "test.tsv"), "--rows", "4096", "--batch", "32",
-                        "--epochs", "2", "--chunk-batches", "3"],
+                        "--epochs", "2", "--chunk-batches", "3"] + (["--work-pool"] if pool else []),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=260)
     assert p.returncode == 0, p.stdout
     # 600 examples, 2 workers of 32: 9 steps each per epoch (chunks of 3 x 2 batches: a partial last one).
@@ -35,6 +36,9 @@ def test_torch_dlrm_reports_test_auc(tmp_path):
     for _, auc, logloss in aucs:
         assert 0 < float(auc) < 1 and 0 < float(logloss) < 2, p.stdout
     assert len(re.findall(r"worker 1 \| epoch \d \| .* train loss \d", p.stdout)) == 2, p.stdout
+    if pool:  # the pool's batches: every example of each epoch, once, between the two workers
+        trained = [int(n) for n in re.findall(r"worker \d \| finished \| (\d+) examples", p.stdout)]
+        assert sum(trained) == 2 * 600, p.stdout
 
 
 def test_wide_and_deep_one_module_per_feature_trains_alone_and_through_shardps(tmp_path):

@@ -120,3 +120,61 @@ def test_a_waiting_reader_lets_other_python_threads_run(tmp_path, log):
         f.write(text)
     t.join(30)
     assert len(got) == 2 and len(got[0][0]) == 10
+
+
+def train_from_pool(endpoint, rank, log, batch, got, errors, epoch=1):
+    """One worker: every batch of the pool reader (its keys recorded), a clock after each."""
+    try:
+        with shardps.connect(endpoint, rank=rank) as ps:
+            r = shardps.CriteoPoolReader(ps, log, batch, rows=0, epoch=epoch)
+            assert r.lines == 1000
+            for y, x, k in r:
+                got[rank].append(k)
+                ps.clock()
+    except Exception as e:  # noqa: BLE001 (reported by the test)
+        errors.append(f"worker {rank}: {e!r}")
+
+
+@pytest.mark.parametrize("consistency,batch", [("sync", 64), ("sync", 400), ("bounded", 64)])
+def test_the_pool_reader_trains_every_line_once_between_the_workers(cluster_factory, log, consistency, batch):
+    """Two workers, each its batches from the job's pool: every line once.
+    Under sync with batches of 400 (1000 lines: 400 + 400 at clock 0, 200 +
+    none at clock 1) worker 1 ticks an empty clock itself."""
+    c = cluster_factory(servers=1, workers=2, consistency=consistency)
+    got, errors = {0: [], 1: []}, []
+    ts = [threading.Thread(target=train_from_pool, args=(c.endpoint, r, log, batch, got, errors)) for r in (0, 1)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in ts), errors
+    keys = np.concatenate(got[0] + got[1])
+    want = parse(open(log).readlines(), 0)[2]
+    assert keys.shape == want.shape
+    # Each line once: the rows of both workers are the file's, as multisets.
+    np.testing.assert_array_equal(np.sort(keys.view([("", np.int64)] * 26), axis=0),
+                                  np.sort(want.view([("", np.int64)] * 26), axis=0))
+    if consistency == "sync":
+        if batch == 400:
+            assert [len(b) for b in got[0]] == [400, 200] and [len(b) for b in got[1]] == [400]
+        else:
+            assert abs(len(got[0]) - len(got[1])) <= 1
+
+
+def test_the_pool_reader_refuses_a_second_batch_at_one_clock_and_observers(cluster_factory, log):
+    c = cluster_factory(servers=1, workers=1, consistency="sync")
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        r = iter(shardps.CriteoPoolReader(ps, log, 100, rows=0))
+        first = next(r)
+        with pytest.raises(shardps.InvalidArgumentError, match="claimed at its clock"):
+            next(r)
+        ps.clock()
+        second = next(r)
+        assert not np.array_equal(first[2], second[2])
+        with pytest.raises(shardps.InvalidArgumentError, match="epoch must be at least 1"):
+            shardps.CriteoPoolReader(ps, log, 100, epoch=0)
+        with pytest.raises(shardps.InvalidArgumentError, match="cannot read|No such file"):
+            shardps.CriteoPoolReader(ps, log + ".missing", 100)
+    with shardps.connect(c.endpoint, role="observer") as obs:
+        with pytest.raises(shardps.InvalidArgumentError, match="needs a worker's client"):
+            shardps.CriteoPoolReader(obs, log, 100)

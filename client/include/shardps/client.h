@@ -336,8 +336,10 @@ class SHARDPS_EXPORT Client {
   // tables, every feature's rows, the pushes after backward). The requests
   // are the same, numbered and ordered as issued; only when they leave
   // changes. Holds nest (the last one's end sends) and hold every thread's
-  // requests: keep one short, and never Wait() inside it on a request
-  // issued inside it (it has not left: the wait times out).
+  // requests to servers: keep one short, and never Wait() inside it on a
+  // request to a server issued inside it (it has not left: the wait times
+  // out). Requests to the coordinator (ClaimWork, Barrier, ...) are not
+  // held: a claim inside a hold is answered while the hold lasts.
   [[nodiscard]] HeldRequests HoldRequests();
 
   // Ends this worker's current iteration: tells every server (in order after

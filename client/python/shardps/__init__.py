@@ -52,7 +52,28 @@ every worker). shuffle=False, last_partial=True: every line in file order
 file, the line and the field. `lines` and `steps` (also len()) say how
 much there is."""
 
-__all__ = ["connect", "Client", "Table", "Request", "CriteoReader", "Error", "TimeoutError", "UnavailableError",
+
+
+def CriteoPoolReader(client, path, batch=128, *, rows=2**20, epoch=1, chunk_batches=4):
+    """This worker's batches of a Criteo-format TSV log for epoch `epoch`,
+    taken from the job's work pool as shardps-worker takes them (pool id:
+    the epoch; units: the log's lines, in file order): under sync one batch
+    per clock, the clock's batches cut over the live workers in rank order
+    and each handed out once (a dead worker's batch goes to another; every
+    worker takes the same steps; where this worker has no batch at a clock
+    but the epoch goes on, the reader ticks an empty clock itself); under
+    bounded staleness and async `chunk_batches` batches a claim, so a fast
+    worker trains more of the epoch. Yields (labels, dense, keys) as
+    CriteoReader does; the file is parsed by shardps-worker's C++ parser
+    without the GIL. `client`: a worker's shardps.Client, open while the
+    reader is used. Under sync take each batch after the step's clock (or
+    inside ShardedModel.step(ahead=...), behind the tick): a second batch
+    at one clock raises InvalidArgumentError. `lines`: the log's lines;
+    `handed`: the examples the pool handed out, after the epoch."""
+    return _ext.CriteoPoolReader(client._c, path, batch, rows=rows, epoch=epoch, chunk_batches=chunk_batches)
+
+
+__all__ = ["connect", "Client", "Table", "Request", "CriteoReader", "CriteoPoolReader", "Error", "TimeoutError", "UnavailableError",
            "InvalidArgumentError", "NotFoundError", "ConflictError",
            "PermissionDeniedError"]
 
