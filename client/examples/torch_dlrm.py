@@ -197,7 +197,7 @@ def main():
                     loss.backward()
                 # They arrive, the clock ends, the MLPs' next parameters and
                 # the next batch (and its rows) are fetched.
-                sm.step(ahead=ahead)
+                sm.step(ahead=ahead, ahead_in_hold=not args.work_pool)  # (a claim waits: not in the hold)
                 total += loss.item()
                 done += 1
                 seen += len(y)

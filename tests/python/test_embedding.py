@@ -416,7 +416,7 @@ def test_collection_sends_one_request_per_server_each_way(cluster_factory):
         assert "6 pushes, pulls and ticks in 3 messages" in log, log
 
 
-def pipelined_job(c, pipelined, steps=4):
+def pipelined_job(c, pipelined, steps=4, in_hold=True):
     """A model with an EmbeddingBag, an Embedding and a collection (two
     features) under a Linear head, `steps` sync steps; with `pipelined`,
     each batch's rows are prefetched in the previous step
@@ -458,7 +458,8 @@ def pipelined_job(c, pipelined, steps=4):
             with ps.hold_requests():
                 loss.backward()
             nxt = batches[i + 1] if i + 1 < steps else None
-            sm.step(ahead=(lambda: net.prefetch(nxt)) if pipelined and nxt is not None else None)
+            sm.step(ahead=(lambda: net.prefetch(nxt)) if pipelined and nxt is not None else None,
+                    ahead_in_hold=in_hold)
         everything = torch.arange(40)
         rows = [net.a.read(everything), net.b.read(everything), net.ebc.read("c", everything)]
         dense = [p.detach().clone() for p in net.parameters()]
@@ -478,6 +479,14 @@ def test_the_pipelined_step_equals_the_unpipelined_one_bit_for_bit_under_sync(cl
     # instead of 5 (3 embedding pulls besides).
     assert all(p < u for p, u in zip(piped_messages, plain_messages)), (piped_messages, plain_messages)
     print("messages per server, unpipelined / pipelined:", plain_messages, piped_messages)
+    # The next rows requested once the tick left (ahead_in_hold=False, for
+    # an `ahead` that waits itself): the same model, a message more a step.
+    rows_a, dense_a, after_messages = pipelined_job(cluster_factory(servers=2, workers=1, consistency="sync"), True,
+                                                    in_hold=False)
+    for r, ra in zip(rows + dense, rows_a + dense_a):
+        assert torch.equal(r, ra)
+    assert all(p < a < u for p, a, u in zip(piped_messages, after_messages, plain_messages)), (
+        piped_messages, after_messages, plain_messages)
 
 
 def test_a_prefetch_of_other_ids_is_dropped_and_the_forward_pulls_its_own(ps):

@@ -238,7 +238,7 @@ class ShardedModel:
         with self.client.hold_requests():  # one message per server
             self._prefetch = [self.client.prefetch(t, out=s) for t, s in zip(self.tables, self._staged)]
 
-    def step(self, ahead=None):
+    def step(self, ahead=None, ahead_in_hold=True):
         """Ends the iteration: the pushes arrive (the model's shardps
         embeddings' too), the clock ends, the parameters for the next
         iteration are pulled into the model. `ahead`: a function called
@@ -246,7 +246,10 @@ class ShardedModel:
         the same message per server) -- the place for the next batch's
         embedding prefetches (`emb.prefetch(ids)`, `ebc.prefetch(features)`),
         so its rows travel while this step waits; under sync they read
-        exactly what the next forward's own pulls would."""
+        exactly what the next forward's own pulls would. `ahead_in_hold`
+        False: `ahead` runs once the tick and the pulls have left (its
+        prefetches a message of their own): for an `ahead` that waits
+        itself, as a work pool's claim of the next batch does."""
         if not self._pushes:
             self.push_grads()
         if self.prefetching:
@@ -264,10 +267,15 @@ class ShardedModel:
                 g.flush_pushes()
             tick = self.client.clock_async()
             pulls = self._issue_pulls()
-            if ahead is not None:
+            if ahead is not None and ahead_in_hold:
                 ahead()
             for g in self.groups:
                 g.flush_pulls()
+        if ahead is not None and not ahead_in_hold:
+            with self.client.hold_requests():
+                ahead()
+                for g in self.groups:
+                    g.flush_pulls()
         for e in self.embeddings:
             e.wait()
         for r in pushes:
