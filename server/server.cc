@@ -444,12 +444,18 @@ Status Server::Run(const std::atomic<bool>& stop) {
         break;
       }
     }
-    bool copying = false;
-    for (auto& sh : shards_) copying |= sh && sh->cut.active();
+    // A cut with rows to hand over keeps the loop from sleeping; one waiting
+    // for its writer to catch up looks again within 2 ms.
+    bool copying = false, cut_waits = false;
+    for (auto& sh : shards_) {
+      copying |= sh && sh->cut.busy();
+      cut_waits |= sh && sh->cut.active() && !sh->cut.busy();
+    }
     bool any = unread_.data || unread_.coord;
     for (auto& [rank, peer] : peers_) any |= peer.check;
     if (!any || backlog) {
-      const auto wait = std::min<Millis>(Millis(100), std::chrono::duration_cast<Millis>(next_hb - now));
+      const auto wait = std::min<Millis>(cut_waits ? Millis(2) : Millis(100),
+                                         std::chrono::duration_cast<Millis>(next_hb - now));
       fds.clear();
       fds.push_back({data_.get(zmq::sockopt::fd), POLLIN, 0});
       fds.push_back({coord_.get(zmq::sockopt::fd), POLLIN, 0});

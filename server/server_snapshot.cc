@@ -36,8 +36,9 @@ void Server::TakeCut(Shard& sh, int64_t clock) {
   // The writer thread gets where to write with the job: it never reads
   // view_, which the event loop replaces on every cluster update. The file
   // is the group's (a server's own group has its rank).
-  sh.cut.Take(clock, sh.group, view_.snapshot_root,
-              view_.snapshot_root + "/" + snapshot::DirName(view_.snapshot_clock_base + clock));
+  const int64_t label = view_.snapshot_clock_base + clock;
+  sh.cut.Take(clock, sh.group, view_.snapshot_root, view_.snapshot_root + "/" + snapshot::DirName(label), label,
+              view_.snapshot_full_every);
 }
 
 void Server::SendSnapshotReports() {
@@ -56,7 +57,8 @@ void Server::SendSnapshotReports() {
                                              d.checksum));
     std::vector<flatbuffers::Offset<wire::SnapshotPart>> parts;
     for (const auto& p : d.parts)
-      parts.push_back(wire::CreateSnapshotPart(fbb_, p.table, p.partition, p.server, p.rows, p.checksum));
+      parts.push_back(
+          wire::CreateSnapshotPart(fbb_, p.table, p.partition, p.server, p.rows, p.checksum, p.base, p.deleted));
     auto body = wire::CreateSnapshotReport(fbb_, d.clock, fbb_.CreateVector(files), fbb_.CreateVector(parts),
                                            d.error.empty() ? 0 : fbb_.CreateString(d.error));
     wire::Fields f;

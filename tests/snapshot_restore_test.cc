@@ -148,13 +148,25 @@ TEST_F(SnapshotRestoreTest, RoundTripIsBitIdenticalAndTrainingContinuesToTheSame
     EXPECT_EQ(checked, 3000u);
     // Snapshots of the restored job continue its clock: after 5 more clocks
     // it writes snap-10 again, so move the uninterrupted run's aside (a
-    // complete snapshot is never overwritten).
-    ASSERT_EQ(std::rename(Snap(10).c_str(), (root_ + "/uninterrupted-10").c_str()), 0);
+    // complete snapshot is never overwritten), with snap-5 beside it: the
+    // uninterrupted snap-10 holds only what changed since snap-5 (and the
+    // restored job's first snapshot, every row).
+    snapshot::Manifest m10;
+    ASSERT_TRUE(snapshot::ReadManifest(Snap(10), &m10).ok());
+    EXPECT_EQ(m10.bases(), std::vector<int64_t>{5});
+    std::filesystem::create_directories(root_ + "/uninterrupted");
+    std::filesystem::copy(Snap(5), root_ + "/uninterrupted/" + snapshot::DirName(5));
+    ASSERT_EQ(std::rename(Snap(10).c_str(), (root_ + "/uninterrupted/" + snapshot::DirName(10)).c_str()), 0);
     for (int s = 5; s < 10; ++s) Step(*c, w, e, s);
     ASSERT_TRUE(WaitFor([&] { snapshot::Manifest m; return snapshot::ReadManifest(Snap(10), &m).ok(); }, 60s));
     ASSERT_TRUE(c->Close().ok());
   }
-  EXPECT_EQ(MaxDiff(root_ + "/uninterrupted-10", Snap(10)), 0.0);
+  // A chain (snap-5 and what changed to 10) holds the model a full
+  // snapshot at the same clock holds, bit for bit.
+  snapshot::Manifest restored10;
+  ASSERT_TRUE(snapshot::ReadManifest(Snap(10), &restored10).ok());
+  EXPECT_TRUE(restored10.full());
+  EXPECT_EQ(MaxDiff(root_ + "/uninterrupted/" + snapshot::DirName(10), Snap(10)), 0.0);
 }
 
 // A worker that trained a few clocks and stays connected, idle (done with
@@ -211,27 +223,40 @@ TEST_F(SnapshotRestoreTest, TwoServersSnapshotRestoresIntoThreeAndIntoOne) {
     }
     std::string out;
     ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
+    // More pushes, new ids among them: the next snapshot holds what changed.
+    std::vector<float> g(w.size(), 0.05f);
+    ASSERT_TRUE(c->Push(w, g).Wait().ok());
+    std::vector<uint64_t> ids = {1, 555, 777};
+    std::vector<float> eg(ids.size() * 8, -0.2f);
+    ASSERT_TRUE(c->Push(e, ids, eg).Wait().ok());
+    ASSERT_EQ(Ctl({"snapshot", a.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
   }
   std::vector<snapshot::Listing> all;
   ASSERT_TRUE(snapshot::List(snaps_, &all).ok());
-  ASSERT_EQ(all.size(), 1u);
-  const std::string original = all[0].dir;
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_TRUE(all[0].full);
+  EXPECT_FALSE(all[1].full);
+  EXPECT_EQ(all[1].bases, std::vector<int64_t>{all[0].clock});
+  EXPECT_LT(all[1].bytes, all[0].bytes);
+  // The chain, kept aside: restores go from a root holding only it.
   const std::string saved = root_ + "/original";
-  ASSERT_EQ(std::rename(original.c_str(), saved.c_str()), 0);
+  const std::string chain_head = saved + "/" + snapshot::DirName(all[1].clock);
+  ASSERT_EQ(std::rename(snaps_.c_str(), saved.c_str()), 0);
   for (int servers : {3, 1}) {
-    // Restore from a root holding only the original, then snapshot again.
-    std::system(("rm -rf '" + snaps_ + "' && mkdir -p '" + snaps_ + "' && cp -r '" + saved + "' '" + original + "'").c_str());
+    // Restore from the chain, then snapshot again (every row).
+    std::system(("rm -rf '" + snaps_ + "' && cp -r '" + saved + "' '" + snaps_ + "'").c_str());
     LocalCluster b;
     Start(b, "b" + std::to_string(servers), servers, 0, {"--restore"});
     ASSERT_TRUE(WaitFor([&] { return b.Log("server0").find("restored") != std::string::npos; }, 60s));
     std::string out;
     ASSERT_EQ(Ctl({"snapshot", b.coordinator(), "--timeout-sec", "60"}, &out), 0) << out;
     ASSERT_TRUE(snapshot::List(snaps_, &all).ok());
-    ASSERT_EQ(all.size(), 2u);
+    ASSERT_EQ(all.size(), 3u);
     snapshot::Manifest m;
-    ASSERT_TRUE(snapshot::ReadManifest(all[1].dir, &m).ok());
+    ASSERT_TRUE(snapshot::ReadManifest(all[2].dir, &m).ok());
     EXPECT_EQ(m.num_servers, static_cast<uint32_t>(servers));
-    EXPECT_EQ(MaxDiff(saved, all[1].dir), 0.0) << servers << " servers";
+    EXPECT_TRUE(m.full());
+    EXPECT_EQ(MaxDiff(chain_head, all[2].dir), 0.0) << servers << " servers";
   }
 }
 

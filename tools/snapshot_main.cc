@@ -23,6 +23,7 @@
 #include "common/cluster/partition.h"
 #include "common/codec/wire.h"
 #include "server/snapshot/snapshot.h"
+#include "server/snapshot/snapshot_chain.h"
 
 namespace shardps {
 namespace {
@@ -60,15 +61,31 @@ Status Open(const std::string& dir, Manifest* m) {
   return s;
 }
 
-// The parameters (not optimizer state) of a table, by row.
+// The parameters (not optimizer state) of a table, by row, as the
+// snapshot's chain makes them (snapshots of what changed).
 Status LoadTable(const std::string& dir, const Manifest& m, const TableSpec& t, std::map<uint64_t, std::vector<float>>* out) {
+  snapshot::Chain chain;
+  SHARDPS_RETURN_IF_ERROR(chain.Open(dir, m));
   for (uint32_t p = 0; p < m.partitions; ++p) {
-    Status s = snapshot::ForEachRow(dir, m, t.id, p, [&](uint64_t row, const float* v, uint32_t) {
+    Status s = snapshot::ForEachChainRow(chain, t.id, p, [&](uint64_t row, const float* v, uint32_t) {
       (*out)[row].assign(v, v + t.cols);
     });
     if (!s.ok()) return s;
   }
   return Status::OK();
+}
+
+// "full", or "changed since 10, 20" (the clocks of the snapshots it reads).
+std::string Kind(bool full, const std::vector<int64_t>& bases) {
+  if (full) return "full";
+  std::string k = "changed since ";
+  for (size_t i = 0; i < bases.size(); ++i) k += (i ? ", " : "") + std::to_string(bases[i]);
+  return k;
+}
+std::string JsonClocks(const std::vector<int64_t>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + std::to_string(v[i]);
+  return o + "]";
 }
 
 struct Stats {
@@ -93,10 +110,12 @@ int CmdList(const std::string& dir, bool json) {
     std::printf("[");
     for (size_t i = 0; i < all.size(); ++i) {
       const auto& l = all[i];
-      std::printf("%s{\"id\": %lld, \"clock\": %lld, \"dir\": %s, \"complete\": %s, \"time\": %s, \"bytes\": %llu, \"problem\": %s}",
+      std::printf("%s{\"id\": %lld, \"clock\": %lld, \"dir\": %s, \"complete\": %s, \"time\": %s, \"bytes\": %llu, "
+                  "\"full\": %s, \"bases\": %s, \"problem\": %s}",
                   i ? ", " : "", static_cast<long long>(l.clock), static_cast<long long>(l.clock), Json(l.dir).c_str(),
                   l.complete ? "true" : "false", l.complete ? Json(Time(l.unix_time_ms)).c_str() : "null",
-                  static_cast<unsigned long long>(l.bytes), l.complete ? "null" : Json(l.problem).c_str());
+                  static_cast<unsigned long long>(l.bytes), l.complete && l.full ? "true" : "false",
+                  JsonClocks(l.bases).c_str(), l.complete ? "null" : Json(l.problem).c_str());
     }
     std::printf("]\n");
     return 0;
@@ -105,10 +124,11 @@ int CmdList(const std::string& dir, bool json) {
     std::printf("no snapshots in %s\n", dir.c_str());
     return 0;
   }
-  std::printf("%-14s %-22s %12s  %s\n", "id (clock)", "time (UTC)", "bytes", "status");
+  std::printf("%-14s %-22s %12s  %s\n", "id (clock)", "time (UTC)", "bytes", "status (full, or what changed since)");
   for (const auto& l : all)
     std::printf("%-14lld %-22s %12llu  %s\n", static_cast<long long>(l.clock), l.complete ? Time(l.unix_time_ms).c_str() : "-",
-                static_cast<unsigned long long>(l.bytes), l.complete ? "complete" : ("INCOMPLETE: " + l.problem).c_str());
+                static_cast<unsigned long long>(l.bytes),
+                l.complete ? ("complete, " + Kind(l.full, l.bases)).c_str() : ("INCOMPLETE: " + l.problem).c_str());
   return 0;
 }
 
@@ -130,10 +150,11 @@ int CmdInfo(const std::string& dir, bool json) {
     per_table[p.table].second += 1;
   }
   if (json) {
-    std::printf("{\"clock\": %lld, \"time\": %s, \"consistency\": %s, \"staleness\": %u, \"servers\": %u, \"partitions\": %u, \"bytes\": %llu, \"work_pool\": %llu, \"work_position\": %llu, \"tables\": [",
+    std::printf("{\"clock\": %lld, \"time\": %s, \"consistency\": %s, \"staleness\": %u, \"servers\": %u, \"partitions\": %u, \"bytes\": %llu, \"work_pool\": %llu, \"work_position\": %llu, \"full\": %s, \"bases\": %s, \"tables\": [",
                 static_cast<long long>(m.clock), Json(Time(m.unix_time_ms)).c_str(), Json(std::string(ToString(m.consistency))).c_str(),
                 m.staleness, m.num_servers, m.partitions, static_cast<unsigned long long>(m.bytes()),
-                static_cast<unsigned long long>(m.work_pool), static_cast<unsigned long long>(m.work_position));
+                static_cast<unsigned long long>(m.work_pool), static_cast<unsigned long long>(m.work_position),
+                m.full() ? "true" : "false", JsonClocks(m.bases()).c_str());
     for (size_t i = 0; i < m.tables.size(); ++i) {
       const auto& t = m.tables[i];
       std::printf("%s{\"id\": %u, \"name\": %s, \"kind\": %s, \"rows\": %llu, \"cols\": %u, \"optimizer\": %s, \"lr\": %s, \"init\": %s, \"stored_rows\": %llu, \"stored_partitions\": %u}",
@@ -151,8 +172,8 @@ int CmdInfo(const std::string& dir, bool json) {
   std::printf("snapshot %s\n  clock %lld, written %s, %s consistency", dir.c_str(), static_cast<long long>(m.clock),
               Time(m.unix_time_ms).c_str(), std::string(ToString(m.consistency)).c_str());
   if (m.consistency == Consistency::kBounded) std::printf(" (s=%u)", m.staleness);
-  std::printf("\n  %u servers, %u virtual partitions, %llu bytes\n", m.num_servers, m.partitions,
-              static_cast<unsigned long long>(m.bytes()));
+  std::printf("\n  %u servers, %u virtual partitions, %llu bytes; %s\n", m.num_servers, m.partitions,
+              static_cast<unsigned long long>(m.bytes()), Kind(m.full(), m.bases()).c_str());
   if (m.work_pool > 0)
     std::printf("  training resumes in epoch %llu after its first %llu examples\n",
                 static_cast<unsigned long long>(m.work_pool), static_cast<unsigned long long>(m.work_position));
@@ -363,14 +384,20 @@ int CmdExport(const std::string& dir, const std::string& table, const std::strin
 }
 
 int CmdVerify(const std::string& dir, bool json) {
+  // The snapshot and every snapshot of its chain (snapshots of what changed).
   Manifest m;
+  snapshot::Chain chain;
   Status s = Open(dir, &m);
-  if (s.ok()) s = snapshot::Verify(dir, m);
+  if (s.ok()) s = chain.Open(dir, m);
+  if (s.ok()) s = snapshot::VerifyChain(chain);
+  const size_t links = chain.snaps().empty() ? 0 : chain.snaps().size() - 1;
   if (json) {
-    std::printf("{\"snapshot\": %s, \"ok\": %s, \"partitions\": %zu, \"files\": %zu, \"error\": %s}\n", Json(dir).c_str(),
-                s.ok() ? "true" : "false", m.parts.size(), m.files.size(), s.ok() ? "null" : Json(s.message()).c_str());
+    std::printf("{\"snapshot\": %s, \"ok\": %s, \"partitions\": %zu, \"files\": %zu, \"chain\": %zu, \"error\": %s}\n",
+                Json(dir).c_str(), s.ok() ? "true" : "false", m.parts.size(), m.files.size(), links,
+                s.ok() ? "null" : Json(s.message()).c_str());
   } else if (s.ok()) {
-    std::printf("OK: %s: %zu partitions in %zu files verified\n", dir.c_str(), m.parts.size(), m.files.size());
+    std::printf("OK: %s: %zu partitions in %zu files verified%s\n", dir.c_str(), m.parts.size(), m.files.size(),
+                links ? (", with the " + std::to_string(links) + " earlier snapshots it reads").c_str() : "");
   } else {
     std::fprintf(stderr, "FAILED: %s\n", s.message().c_str());
   }
@@ -387,7 +414,7 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string dir, dir_b, table, rows, ids, format, out;
   int limit = 10;
-  auto* list = app.add_subcommand("list", "snapshots in DIR: id, clock, time, size, complete or not");
+  auto* list = app.add_subcommand("list", "snapshots in DIR: id, clock, time, size, complete or not, full or what changed since which");
   list->add_option("DIR", dir, "snapshot directory (--snapshot-dir of the job)")->required();
   list->add_flag("--json", json, "JSON output");
   auto* info = app.add_subcommand("info", "tables (kind, shape, optimizer, initializer), servers, partitions, sizes");

@@ -35,6 +35,7 @@ struct ClusterView {
   std::vector<uint32_t> live_workers;  // ascending
   std::string snapshot_root;           // "" = no snapshots
   uint32_t snapshot_every_clocks = 0;  // 0 = not by clock
+  uint32_t snapshot_full_every = 1;    // a full part at least every k snapshots (1: always)
   std::string restore_from;            // snapshot directory to load at start
   int64_t snapshot_clock_base = 0;     // snapshots are labelled base + clock
   std::vector<uint32_t> dead_servers;  // declared dead: their groups are served by others (replicas)

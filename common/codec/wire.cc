@@ -255,6 +255,7 @@ flatbuffers::Offset<ClusterInfo> BuildCluster(flatbuffers::FlatBufferBuilder& fb
   b.add_live_workers(live);
   b.add_snapshot_root(snap_root);
   b.add_snapshot_every_clocks(c.snapshot_every_clocks);
+  b.add_snapshot_full_every(c.snapshot_full_every);
   b.add_restore_from(restore);
   b.add_snapshot_clock_base(c.snapshot_clock_base);
   b.add_max_workers(c.max_workers);
@@ -390,6 +391,7 @@ Status DecodeCluster(const ClusterInfo* in, ClusterView* out) {
     c.live_workers.assign(in->live_workers()->begin(), in->live_workers()->end());
   if (in->snapshot_root()) c.snapshot_root = in->snapshot_root()->str();
   c.snapshot_every_clocks = in->snapshot_every_clocks();
+  c.snapshot_full_every = in->snapshot_full_every();
   if (in->restore_from()) c.restore_from = in->restore_from()->str();
   c.snapshot_clock_base = in->snapshot_clock_base();
   c.max_workers = in->max_workers();

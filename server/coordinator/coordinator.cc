@@ -289,6 +289,7 @@ ClusterView Coordinator::View(bool published) const {
     if (!std::binary_search(v.live_workers.begin(), v.live_workers.end(), rank)) v.retired.push_back(f);
   v.snapshot_root = opts_.snapshot_dir;
   v.snapshot_every_clocks = opts_.snapshot_every_clocks;
+  v.snapshot_full_every = opts_.snapshot_full_every;
   v.restore_from = snaps_.restore_dir();
   v.snapshot_clock_base = snaps_.clock_base();
   return v;

@@ -28,6 +28,8 @@ Status CoordinatorOptions::Validate() const {
   if (snapshot_dir.empty() && (snapshot_every_clocks || snapshot_every_sec || restore))
     return Status::InvalidArgument("snapshot and restore options need --snapshot-dir");
   if (keep_snapshots == 0) return Status::InvalidArgument("keep_snapshots must be at least 1");
+  if (snapshot_full_every == 0)
+    return Status::InvalidArgument("snapshot_full_every must be at least 1 (1: every snapshot writes every row)");
   std::set<std::string> names;
   for (const auto& t : tables) {
     Status s = t.Validate();

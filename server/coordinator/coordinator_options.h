@@ -52,7 +52,8 @@ struct CoordinatorOptions {
   std::string snapshot_dir;                 // "" = no snapshots
   uint32_t snapshot_every_clocks = 0;       // 0 = not by clock
   uint32_t snapshot_every_sec = 0;          // 0 = not by time
-  uint32_t keep_snapshots = 3;              // newest complete ones kept
+  uint32_t keep_snapshots = 3;              // newest complete ones kept (and the snapshots they read)
+  uint32_t snapshot_full_every = 8;         // a partition's part is full at least every k snapshots (1: always)
   bool restore = false;                     // start from a snapshot in snapshot_dir
   int64_t restore_clock = -1;               // -1: the newest good one
   Millis snapshot_timeout{600000};          // a snapshot not complete by then fails

@@ -62,7 +62,7 @@ void Coordinator::HandleSnapshotDone(const std::string& from, const wire::Header
       r.files.push_back({f->server(), f->name() ? f->name()->str() : "", f->bytes(), f->checksum()});
   if (rep->parts())
     for (const auto* p : *rep->parts())
-      r.parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum()});
+      r.parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum(), p->base(), p->deleted()});
   SnapshotScheduler::Effects e;
   snaps_.OnReport(static_cast<uint32_t>(rank), r, opts_.Groups(), Clock::now(), &e);  // (a part per group)
   Apply(e);

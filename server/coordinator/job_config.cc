@@ -341,7 +341,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
     SHARDPS_RETURN_IF_ERROR(CheckKeys(*job, src, "job", {"servers", "workers", "partitions", "consistency",
                                                  "staleness", "heartbeat_timeout_ms", "join_timeout_ms",
                                                  "snapshot_dir", "snapshot_every_clocks", "snapshot_every_sec",
-                                                 "keep_snapshots", "server_memory_mb", "max_workers", "state_dir",
+                                                 "keep_snapshots", "snapshot_full_every", "server_memory_mb", "max_workers", "state_dir",
                                                  "replicas", "groups"}));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint64_t>(*job, "server_memory_mb", src, 0, 1ull << 34, &out->server_memory_mb));
     SHARDPS_RETURN_IF_ERROR(GetString(*job, "snapshot_dir", src, &out->snapshot_dir));
@@ -349,6 +349,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_clocks", src, 0, 1u << 30, &out->snapshot_every_clocks));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_sec", src, 0, 1u << 30, &out->snapshot_every_sec));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "keep_snapshots", src, 1, 100000, &out->keep_snapshots));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_full_every", src, 1, 1000000, &out->snapshot_full_every));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "servers", src, 1, 4096, &out->num_servers));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "workers", src, 0, 65536, &out->num_workers));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "max_workers", src, 0, 65536, &out->max_workers));
@@ -428,6 +429,7 @@ std::string JobConfigJson(const JobConfig& c) {
        ", \"snapshot_every_clocks\": " + std::to_string(j.snapshot_every_clocks) +
        ", \"snapshot_every_sec\": " + std::to_string(j.snapshot_every_sec) +
        ", \"keep_snapshots\": " + std::to_string(j.keep_snapshots) +
+       ", \"snapshot_full_every\": " + std::to_string(j.snapshot_full_every) +
        ", \"server_memory_mb\": " + std::to_string(j.server_memory_mb) + "}, \"tables\": [";
   for (size_t i = 0; i < j.tables.size(); ++i) {
     const TableSpec& t = j.tables[i];

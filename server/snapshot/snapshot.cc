@@ -23,6 +23,7 @@
 #include "common/base/clock.h"
 #include "common/base/file.h"
 #include "common/codec/wire.h"
+#include "server/snapshot/snapshot_chain.h"
 
 namespace shardps::snapshot {
 namespace {
@@ -90,6 +91,21 @@ const TableSpec* Manifest::FindTable(const std::string& name) const {
   return nullptr;
 }
 
+bool Manifest::full() const {
+  for (const auto& p : parts)
+    if (!p.full()) return false;
+  return true;
+}
+
+std::vector<int64_t> Manifest::bases() const {
+  std::vector<int64_t> b;
+  for (const auto& p : parts)
+    if (!p.full()) b.push_back(p.base);
+  std::sort(b.begin(), b.end());
+  b.erase(std::unique(b.begin(), b.end()), b.end());
+  return b;
+}
+
 uint64_t Manifest::bytes() const {
   uint64_t b = 0;
   for (const auto& f : files) b += f.bytes;
@@ -113,55 +129,86 @@ Status FileChecksum(const std::string& path, uint64_t* out) {
   return ok ? Status::OK() : Status::BadMessage("error reading '" + path + "'");
 }
 
-Status WriteServerFile(const std::string& path, uint32_t server, std::vector<PartitionData>& parts,
-                       std::vector<PartEntry>* entries, uint64_t* bytes, uint64_t* file_checksum) {
-  std::sort(parts.begin(), parts.end(), [](const PartitionData& a, const PartitionData& b) {
-    return a.table != b.table ? a.table < b.table : a.partition < b.partition;
-  });
-  rocksdb::Options opts = SstOptions();
-  rocksdb::SstFileWriter w(rocksdb::EnvOptions(), opts);
-  rocksdb::Status rs = w.Open(path);
-  if (!rs.ok()) return Status::Internal("cannot create snapshot file '" + path + "': " + rs.ToString());
+struct ServerFileWriter::Impl {
+  std::string path;
+  uint32_t server = 0;
+  rocksdb::SstFileWriter w{rocksdb::EnvOptions(), SstOptions()};
   bool any = false;
-  char key[kKeyBytes];
-  // Admission sketches first: their keys ('a', table, partition) sort
-  // before every row's ('r', ...).
-  for (const auto& p : parts) {
-    if (p.admission.empty()) continue;
-    char akey[9];
-    akey[0] = 'a';
-    PutBe32(akey + 1, p.table);
-    PutBe32(akey + 5, p.partition);
-    rs = w.Put(rocksdb::Slice(akey, 9), rocksdb::Slice(p.admission));
+  std::vector<PartEntry> entries;
+  XXH3_state_t* st = nullptr;  // the open part's checksum
+  Status Put(const char* key, size_t kn, const char* v, size_t vn) {
+    rocksdb::Status rs = w.Put(rocksdb::Slice(key, kn), rocksdb::Slice(v, vn));
     if (!rs.ok()) return Status::Internal("writing '" + path + "': " + rs.ToString());
     any = true;
+    return Status::OK();
   }
-  for (auto& p : parts) {
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_64bits_reset(st);
-    const size_t vbytes = static_cast<size_t>(p.stride) * sizeof(float);
-    for (size_t i = 0; i < p.rows.size(); ++i) {
-      MakeKey(key, p.table, p.partition, p.rows[i]);
-      const char* v = reinterpret_cast<const char*>(p.values.data() + i * p.stride);
-      XXH3_64bits_update(st, key, kKeyBytes);
-      XXH3_64bits_update(st, v, vbytes);
-      rs = w.Put(rocksdb::Slice(key, kKeyBytes), rocksdb::Slice(v, vbytes));
-      if (!rs.ok()) {
-        XXH3_freeState(st);
-        return Status::Internal("writing '" + path + "': " + rs.ToString());
-      }
-      any = true;
+};
+
+ServerFileWriter::ServerFileWriter() : impl_(std::make_unique<Impl>()) {}
+ServerFileWriter::~ServerFileWriter() {
+  if (impl_->st) XXH3_freeState(impl_->st);
+}
+
+Status ServerFileWriter::Open(const std::string& path, uint32_t server) {
+  impl_->path = path;
+  impl_->server = server;
+  rocksdb::Status rs = impl_->w.Open(path);
+  if (!rs.ok()) return Status::Internal("cannot create snapshot file '" + path + "': " + rs.ToString());
+  return Status::OK();
+}
+
+Status ServerFileWriter::PutAdmission(uint32_t table, uint32_t partition, const std::string& bytes) {
+  // Their keys ('a', table, partition) sort before every row's ('r', ...).
+  char akey[9];
+  akey[0] = 'a';
+  PutBe32(akey + 1, table);
+  PutBe32(akey + 5, partition);
+  return impl_->Put(akey, 9, bytes.data(), bytes.size());
+}
+
+void ServerFileWriter::BeginPart(uint32_t table, uint32_t partition, int64_t base) {
+  if (!impl_->st) impl_->st = XXH3_createState();
+  XXH3_64bits_reset(impl_->st);
+  PartEntry e;
+  e.table = table;
+  e.partition = partition;
+  e.server = impl_->server;
+  e.base = base;
+  impl_->entries.push_back(e);
+}
+
+Status ServerFileWriter::Add(const PartitionData& d) {
+  PartEntry& e = impl_->entries.back();
+  char key[kKeyBytes];
+  const size_t vbytes = static_cast<size_t>(d.stride) * sizeof(float);
+  size_t i = 0, j = 0;  // rows, deleted: merged in key order
+  while (i < d.rows.size() || j < d.deleted.size()) {
+    const bool row = j == d.deleted.size() || (i < d.rows.size() && d.rows[i] < d.deleted[j]);
+    MakeKey(key, e.table, e.partition, row ? d.rows[i] : d.deleted[j]);
+    const char* v = row ? reinterpret_cast<const char*>(d.values.data() + i * d.stride) : "";
+    const size_t vn = row ? vbytes : 0;
+    XXH3_64bits_update(impl_->st, key, kKeyBytes);
+    XXH3_64bits_update(impl_->st, v, vn);
+    SHARDPS_RETURN_IF_ERROR(impl_->Put(key, kKeyBytes, v, vn));
+    if (row) {
+      ++i;
+      ++e.rows;
+    } else {
+      ++j;
+      ++e.deleted;
     }
-    entries->push_back({p.table, p.partition, server, p.rows.size(), XXH3_64bits_digest(st)});
-    XXH3_freeState(st);
   }
-  if (!any) {
-    // SstFileWriter refuses an empty file: mark an empty server file with
-    // one key outside the row space.
-    rs = w.Put(rocksdb::Slice("e", 1), rocksdb::Slice());
-    if (!rs.ok()) return Status::Internal("writing '" + path + "': " + rs.ToString());
-  }
-  rs = w.Finish();
+  return Status::OK();
+}
+
+void ServerFileWriter::EndPart() { impl_->entries.back().checksum = XXH3_64bits_digest(impl_->st); }
+
+Status ServerFileWriter::Finish(std::vector<PartEntry>* entries, uint64_t* bytes, uint64_t* file_checksum) {
+  const std::string& path = impl_->path;
+  // SstFileWriter refuses an empty file: mark an empty server file with
+  // one key outside the row space.
+  if (!impl_->any) SHARDPS_RETURN_IF_ERROR(impl_->Put("e", 1, "", 0));
+  rocksdb::Status rs = impl_->w.Finish();
   if (!rs.ok()) return Status::Internal("finishing '" + path + "': " + rs.ToString());
   // Durable before the coordinator may write the manifest that names it.
   if (!SyncPath(path)) return Status::Internal("cannot sync '" + path + "' to disk");
@@ -170,7 +217,25 @@ Status WriteServerFile(const std::string& path, uint32_t server, std::vector<Par
     Status s = FileChecksum(path, file_checksum);
     if (!s.ok()) return Status::Internal(s.message());
   }
+  entries->insert(entries->end(), impl_->entries.begin(), impl_->entries.end());
   return Status::OK();
+}
+
+Status WriteServerFile(const std::string& path, uint32_t server, std::vector<PartitionData>& parts,
+                       std::vector<PartEntry>* entries, uint64_t* bytes, uint64_t* file_checksum) {
+  std::sort(parts.begin(), parts.end(), [](const PartitionData& a, const PartitionData& b) {
+    return a.table != b.table ? a.table < b.table : a.partition < b.partition;
+  });
+  ServerFileWriter w;
+  SHARDPS_RETURN_IF_ERROR(w.Open(path, server));
+  for (const auto& p : parts)
+    if (!p.admission.empty()) SHARDPS_RETURN_IF_ERROR(w.PutAdmission(p.table, p.partition, p.admission));
+  for (const auto& p : parts) {
+    w.BeginPart(p.table, p.partition, -1);
+    SHARDPS_RETURN_IF_ERROR(w.Add(p));
+    w.EndPart();
+  }
+  return w.Finish(entries, bytes, file_checksum);
 }
 
 Status WriteManifest(const std::string& snap_dir, const Manifest& m) {
@@ -181,7 +246,8 @@ Status WriteManifest(const std::string& snap_dir, const Manifest& m) {
   for (const auto& f : m.files) files.push_back(wire::CreateSnapshotFile(fbb, f.server, fbb.CreateString(f.name), f.bytes, f.checksum));
   std::vector<flatbuffers::Offset<wire::SnapshotPart>> parts;
   for (const auto& p : m.parts)
-    parts.push_back(wire::CreateSnapshotPart(fbb, p.table, p.partition, p.server, p.rows, p.checksum));
+    parts.push_back(wire::CreateSnapshotPart(fbb, p.table, p.partition, p.server, p.rows, p.checksum, p.base,
+                                             p.deleted));
   auto root = wire::CreateManifest(fbb, 1, m.clock, m.unix_time_ms, static_cast<wire::Consistency>(m.consistency),
                                    m.staleness, m.num_servers, m.partitions, fbb.CreateVector(m.owner),
                                    fbb.CreateVector(tables), fbb.CreateVector(files), fbb.CreateVector(parts),
@@ -239,7 +305,11 @@ Status ReadManifest(const std::string& snap_dir, Manifest* m) {
     for (const auto* p : *in->parts()) {
       if (p->partition() >= out.partitions || p->server() >= out.num_servers)
         return Status::BadMessage(path + ": a partition entry is out of range");
-      out.parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum()});
+      out.parts.push_back({p->table(), p->partition(), p->server(), p->rows(), p->checksum(), p->base(), p->deleted()});
+      if (p->base() >= out.clock)
+        return Status::BadMessage(path + ": a part of table " + std::to_string(p->table()) + " partition " +
+                                  std::to_string(p->partition()) + " changes the snapshot at clock " +
+                                  std::to_string(p->base()) + ", not an earlier one");
     }
   std::sort(out.files.begin(), out.files.end(), [](const FileEntry& a, const FileEntry& b) { return a.server < b.server; });
   *m = std::move(out);
@@ -250,7 +320,7 @@ namespace {
 // Iterates one (table, partition) in a server file; fn sees key/value.
 Status ScanPartition(const std::string& path, uint32_t table, uint32_t partition, uint32_t stride,
                      const std::function<void(const char* key, const char* value)>& fn, uint64_t* rows,
-                     uint64_t* checksum) {
+                     uint64_t* deleted, uint64_t* checksum) {
   rocksdb::Options opts = SstOptions();
   rocksdb::SstFileReader reader(opts);
   rocksdb::Status rs = reader.Open(path);
@@ -264,12 +334,12 @@ Status ScanPartition(const std::string& path, uint32_t table, uint32_t partition
   PutBe32(prefix + 5, partition);
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
-  *rows = 0;
+  *rows = *deleted = 0;
   const size_t vbytes = static_cast<size_t>(stride) * sizeof(float);
   for (it->Seek(rocksdb::Slice(prefix, 9)); it->Valid(); it->Next()) {
     rocksdb::Slice k = it->key(), v = it->value();
     if (k.size() != kKeyBytes || std::memcmp(k.data(), prefix, 9) != 0) break;
-    if (v.size() != vbytes) {
+    if (v.size() != vbytes && !v.empty()) {
       XXH3_freeState(st);
       return Status::BadMessage("snapshot file '" + path + "': a row of table " + std::to_string(table) +
                                 " partition " + std::to_string(partition) + " has " + std::to_string(v.size()) +
@@ -277,8 +347,8 @@ Status ScanPartition(const std::string& path, uint32_t table, uint32_t partition
     }
     XXH3_64bits_update(st, k.data(), k.size());
     XXH3_64bits_update(st, v.data(), v.size());
-    if (fn) fn(k.data(), v.data());
-    ++*rows;
+    if (fn) fn(k.data(), v.empty() ? nullptr : v.data());  // empty: a row recorded as gone
+    ++*(v.empty() ? deleted : rows);
   }
   *checksum = XXH3_64bits_digest(st);
   XXH3_freeState(st);
@@ -303,18 +373,20 @@ Status ForEachRow(const std::string& snap_dir, const Manifest& m, uint32_t table
   if (!pe) return Status::OK();  // an empty partition (no rows) may be absent
   const uint32_t stride = RowStride(*spec);
   std::vector<float> row(stride);
-  uint64_t rows, sum;
+  uint64_t rows, deleted, sum;
   const std::string path = snap_dir + "/" + ServerFileName(pe->server);
   Status s = ScanPartition(path, table, partition, stride, [&](const char* k, const char* v) {
-    if (reinterpret_cast<uintptr_t>(v) % alignof(float) == 0) {
+    if (!v) {
+      fn(GetBe64(k + 9), nullptr, stride);
+    } else if (reinterpret_cast<uintptr_t>(v) % alignof(float) == 0) {
       fn(GetBe64(k + 9), reinterpret_cast<const float*>(v), stride);  // in place when aligned
     } else {
       std::memcpy(row.data(), v, stride * sizeof(float));
       fn(GetBe64(k + 9), row.data(), stride);
     }
-  }, &rows, &sum);
+  }, &rows, &deleted, &sum);
   if (!s.ok()) return s;
-  if (rows != pe->rows || sum != pe->checksum)
+  if (rows != pe->rows || deleted != pe->deleted || sum != pe->checksum)
     return Status::BadMessage("snapshot " + snap_dir + ": table '" + spec->name + "' partition " +
                               std::to_string(partition) + " in " + ServerFileName(pe->server) +
                               " does not match its checksum");
@@ -378,9 +450,10 @@ Status Verify(const std::string& snap_dir, const Manifest& m) {
           results[i] = Status::BadMessage("snapshot " + snap_dir + ": partition of unknown table id " + std::to_string(p.table));
           return;
         }
-        uint64_t rows, sum;
-        Status s = ScanPartition(snap_dir + "/" + m.files[i].name, p.table, p.partition, RowStride(*spec), nullptr, &rows, &sum);
-        if (s.ok() && (rows != p.rows || sum != p.checksum))
+        uint64_t rows, deleted, sum;
+        Status s = ScanPartition(snap_dir + "/" + m.files[i].name, p.table, p.partition, RowStride(*spec), nullptr,
+                                 &rows, &deleted, &sum);
+        if (s.ok() && (rows != p.rows || deleted != p.deleted || sum != p.checksum))
           s = Status::BadMessage("snapshot " + snap_dir + ": table '" + spec->name + "' partition " +
                                  std::to_string(p.partition) + " (" + m.files[i].name + ") fails its checksum" +
                                  (rows != p.rows ? " (" + std::to_string(rows) + " rows, manifest says " + std::to_string(p.rows) + ")" : ""));
@@ -420,6 +493,8 @@ Status List(const std::string& root, std::vector<Listing>* out) {
     if (s.ok()) {
       l.unix_time_ms = m.unix_time_ms;
       l.bytes = m.bytes();
+      l.full = m.full();
+      l.bases = m.bases();
     } else {
       l.problem = s.message();
     }
@@ -441,9 +516,12 @@ Status FindNewestGood(const std::string& root, int64_t clock, std::string* dir, 
       refused->push_back(it->dir + ": " + it->problem);
       continue;
     }
+    // A snapshot of what changed is good only with every link of its chain.
     Manifest cand;
+    Chain chain;
     s = ReadManifest(it->dir, &cand);
-    if (s.ok()) s = Verify(it->dir, cand);
+    if (s.ok()) s = chain.Open(it->dir, cand);
+    if (s.ok()) s = VerifyChain(chain);
     if (!s.ok()) {
       refused->push_back(s.message());
       continue;

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ namespace shardps::snapshot {
 struct PartEntry {
   uint32_t table = 0, partition = 0, server = 0;
   uint64_t rows = 0, checksum = 0;
+  int64_t base = -1;      // a part of what changed since the snapshot at this clock; -1: a full part
+  uint64_t deleted = 0;   // rows it records as gone (a part of what changed)
+  bool full() const { return base < 0; }
 };
 struct FileEntry {
   uint32_t server = 0;
@@ -57,12 +61,42 @@ struct Manifest {
   uint64_t work_position = 0;  // ... with its units [0, work_position) trained
 
   const PartEntry* FindPart(uint32_t table, uint32_t partition) const;
+  // Every part full (no earlier snapshot needed to read it).
+  bool full() const;
+  // The clocks of the snapshots its parts change, ascending, distinct.
+  std::vector<int64_t> bases() const;
   const TableSpec* FindTable(const std::string& name) const;
   uint64_t bytes() const;
 };
 
 std::string DirName(int64_t clock);  // "snap-000000000042"
 std::string ServerFileName(uint32_t server);
+
+// Writes one server file as its rows come: admission sketches first, then
+// each partition's rows (PartitionData::rows and ::deleted, merged in key
+// order) over one or more Add calls, partitions ascending. A row recorded
+// as gone is its key with an empty value.
+class ServerFileWriter {
+ public:
+  ServerFileWriter();
+  ~ServerFileWriter();
+  ServerFileWriter(const ServerFileWriter&) = delete;
+  ServerFileWriter& operator=(const ServerFileWriter&) = delete;
+
+  Status Open(const std::string& path, uint32_t server);
+  Status PutAdmission(uint32_t table, uint32_t partition, const std::string& bytes);
+  // A partition's part: `base` as PartEntry::base.
+  void BeginPart(uint32_t table, uint32_t partition, int64_t base);
+  Status Add(const PartitionData& d);
+  void EndPart();
+  // Finishes and syncs the file; the parts written, its size and (if
+  // given) its XXH3-64.
+  Status Finish(std::vector<PartEntry>* entries, uint64_t* bytes, uint64_t* file_checksum);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Writes `parts` (sorted by table, partition, row) into `path`; fills one
 // PartEntry per partition (server = `server`), the file's size and (if
@@ -80,8 +114,11 @@ Status ReadManifest(const std::string& snap_dir, Manifest* m);
 Status ReadAdmission(const std::string& snap_dir, const Manifest& m, uint32_t table, uint32_t partition,
                      std::string* out);
 
-// Calls fn(row, values, stride) for every row of (table, partition), in
-// key order. Checks the row count against the manifest.
+// Calls fn(row, values, stride) for every row of (table, partition) in
+// this snapshot's part, in key order; values is null for a row the part
+// records as gone. Checks the counts and checksum against the manifest.
+// (A part of what changed holds only those rows: snapshot_chain.h reads a
+// partition through its chain.)
 Status ForEachRow(const std::string& snap_dir, const Manifest& m, uint32_t table, uint32_t partition,
                   const std::function<void(uint64_t row, const float* values, uint32_t stride)>& fn);
 
@@ -98,11 +135,14 @@ struct Listing {
   std::string problem;  // why not complete / unreadable
   int64_t unix_time_ms = 0;
   uint64_t bytes = 0;
+  bool full = true;            // every part full (complete snapshots)
+  std::vector<int64_t> bases;  // the snapshots its parts change
 };
 // Every snap-* directory under `root`, oldest first.
 Status List(const std::string& root, std::vector<Listing>* out);
 
-// The newest complete snapshot under `root` whose files verify (or the one
+// The newest complete snapshot under `root` whose files, and those of every
+// snapshot its chain reads (snapshot_chain.h), verify (or the one
 // at `clock` if clock >= 0). Snapshots refused on the way are described in
 // *refused.
 Status FindNewestGood(const std::string& root, int64_t clock, std::string* dir, Manifest* m,

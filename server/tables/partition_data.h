@@ -21,6 +21,7 @@ struct PartitionData {
   uint32_t stride = 0;          // floats per row: RowStride(spec)
   std::vector<uint64_t> rows;   // ascending
   std::vector<float> values;    // rows.size() x stride
+  std::vector<uint64_t> deleted;  // a snapshot of what changed: ids whose rows are gone, ascending
   std::string admission;        // a sparse table's admission sketch (AdmissionSketch::Serialize); "" none
 };
 

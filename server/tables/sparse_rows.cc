@@ -79,6 +79,7 @@ uint32_t SparseRows::Insert(uint64_t id) {
       capacity_ += n;
     }
     slot = slots_++;
+    if (changed_bits_.size() * 64 < slots_) changed_bits_.resize(changed_bits_.size() + 64, 0);
   }
   uint8_t* r = Record(slot);
   std::memcpy(r, &id, 8);
@@ -86,7 +87,24 @@ uint32_t SparseRows::Insert(uint64_t id) {
   std::memcpy(r + 8, &zero, 4);
   Place(slot);
   ++size_;
+  MarkChanged(slot);
   return slot;
+}
+
+void SparseRows::DropChanged() {
+  changed_overflow_ = true;
+  std::vector<uint64_t>().swap(changed_);
+  std::fill(changed_bits_.begin(), changed_bits_.end(), 0);
+}
+
+bool SparseRows::TakeChanged(std::vector<uint64_t>* ids) {
+  const bool ok = !changed_overflow_;
+  ids->clear();
+  if (ok) ids->swap(changed_);
+  changed_.clear();
+  changed_overflow_ = false;
+  std::fill(changed_bits_.begin(), changed_bits_.end(), 0);
+  return ok;
 }
 
 void SparseRows::Erase(uint32_t slot) {
@@ -104,7 +122,9 @@ void SparseRows::Erase(uint32_t slot) {
     hole = j;
   }
   index_[hole] = kEmpty;
-  set_stamp(slot, kFreeStamp);
+  MarkChanged(slot);  // (its id, once) then free the bit for the slot's next row
+  if (!changed_overflow_) changed_bits_[slot >> 6] &= ~(1ull << (slot & 63));
+  WriteStamp(slot, kFreeStamp);
   free_.push_back(slot);
   --size_;
 }

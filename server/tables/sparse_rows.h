@@ -70,7 +70,12 @@ class SparseRows {
 
   uint64_t id(uint32_t slot) const { return *reinterpret_cast<const uint64_t*>(Record(slot)); }
   uint32_t stamp(uint32_t slot) const { return *reinterpret_cast<const uint32_t*>(Record(slot) + 8); }
-  void set_stamp(uint32_t slot, uint32_t s) { *reinterpret_cast<uint32_t*>(Record(slot) + 8) = s; }
+  // Sets the row's stamp: every update of a row sets it, so this also
+  // records the row as changed (TakeChanged).
+  void set_stamp(uint32_t slot, uint32_t s) {
+    WriteStamp(slot, s);
+    MarkChanged(slot);
+  }
   float* state(uint32_t slot) { return reinterpret_cast<float*>(Record(slot) + 12); }
   const float* state(uint32_t slot) const { return reinterpret_cast<const float*>(Record(slot) + 12); }
   // The row's values in their stored type (dim of them).
@@ -90,6 +95,13 @@ class SparseRows {
   // StoreUpdatedValues' random state (a copy filled from another carries it).
   uint64_t rounding_state() const { return rounding_state_; }
   void set_rounding_state(uint64_t s) { rounding_state_ = s ? s : 0x9E3779B97F4A7C15ull; }
+  // The ids of the rows inserted, updated (set_stamp) or erased since the
+  // last call (snapshots of what changed, docs/snapshots.md), each at least
+  // once, in no order; tracking starts again from here. False, with *ids
+  // cleared, when more ids changed than tracking keeps (2 x the rows held
+  // + 65 536: churn of evicted and re-made rows): then every row must be
+  // taken as changed.
+  bool TakeChanged(std::vector<uint64_t>* ids);
   // Rows held.
   uint64_t size() const { return size_; }
   // Slots ever allocated (live rows and free slots): every live slot is
@@ -129,6 +141,18 @@ class SparseRows {
   uint64_t Capacity() const { return capacity_; }
   uint64_t Home(uint64_t id) const;  // the index position an id hashes to
   void GrowIndex();
+  void WriteStamp(uint32_t slot, uint32_t s) { *reinterpret_cast<uint32_t*>(Record(slot) + 8) = s; }
+  // Records the row in `slot` as changed (its id once until TakeChanged).
+  void MarkChanged(uint32_t slot) {
+    if (changed_overflow_) return;
+    uint64_t& word = changed_bits_[slot >> 6];
+    const uint64_t bit = 1ull << (slot & 63);
+    if (word & bit) return;
+    word |= bit;
+    changed_.push_back(id(slot));
+    if (changed_.size() > 2 * size_ + 65536) DropChanged();
+  }
+  void DropChanged();
   void Place(uint32_t slot);  // puts `slot` (its id) into the index
 
   uint32_t dim_, state_width_;
@@ -143,6 +167,11 @@ class SparseRows {
   std::vector<uint32_t> index_;    // slot or kEmpty; size is the capacity
   uint64_t size_ = 0;
   uint64_t rounding_state_ = 0x9E3779B97F4A7C15ull;  // StoreUpdatedValues' random bits (xorshift64)
+  // Changed rows since TakeChanged: a bit per slot (its id is in changed_;
+  // cleared when the slot is freed, so a new row in it is recorded too).
+  std::vector<uint64_t> changed_bits_;
+  std::vector<uint64_t> changed_;
+  bool changed_overflow_ = false;  // too many: every row counts as changed
 };
 
 }  // namespace shardps

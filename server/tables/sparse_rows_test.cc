@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -100,6 +101,34 @@ TEST(SparseRows, ARowCostsWithin16BytesOfItsRawSize) {
                 per_row - raw);
     EXPECT_LE(per_row, raw + 16) << ToString(d);
   }
+}
+
+// Snapshots of what changed: every id inserted, updated or erased since
+// the last TakeChanged is reported (a slot reused by a new id reports
+// both), and an overflow asks for every row.
+TEST(SparseRows, ReportsTheIdsChangedSinceTheLastTake) {
+  SparseRows rows(2, 0, DType::kF32);
+  std::vector<uint64_t> got;
+  for (uint64_t id = 1; id <= 5; ++id) rows.Insert(id);
+  ASSERT_TRUE(rows.TakeChanged(&got));
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  ASSERT_TRUE(rows.TakeChanged(&got));
+  EXPECT_TRUE(got.empty());
+  rows.set_stamp(rows.Find(2), 7);  // an update
+  rows.set_stamp(rows.Find(2), 8);  // (once)
+  rows.Erase(rows.Find(4));
+  rows.Insert(9);  // reuses 4's slot
+  ASSERT_TRUE(rows.TakeChanged(&got));
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<uint64_t>{2, 4, 9}));
+  // Churn past 2 x rows + 65 536 ids: too many to keep.
+  for (uint64_t id = 100; id < 100 + 70000; ++id) rows.Erase(rows.Insert(id));
+  EXPECT_FALSE(rows.TakeChanged(&got));
+  EXPECT_TRUE(got.empty());
+  rows.set_stamp(rows.Find(1), 3);
+  ASSERT_TRUE(rows.TakeChanged(&got));  // tracking again from the take
+  EXPECT_EQ(got, std::vector<uint64_t>{1});
 }
 
 }  // namespace

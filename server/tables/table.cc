@@ -64,6 +64,7 @@ void ServerTable::AddPartitions(const std::vector<uint32_t>& owned, bool initial
           InitOptimizerState(spec_, part->state.data(), n);
         }
         dense_[held[k]] = std::move(part);
+        Renew(held[k]);
       }
       extents_.push_back(std::move(ext));
       i = j;
@@ -73,6 +74,7 @@ void ServerTable::AddPartitions(const std::vector<uint32_t>& owned, bool initial
       if (p >= partitions_ || sparse_[p]) continue;
       sparse_[p] = std::make_unique<SparsePart>(spec_, static_cast<uint32_t>(state_width_));
       bytes_ += sparse_[p]->rows.bytes() + (sparse_[p]->admission ? sparse_[p]->admission->bytes() : 0);
+      Renew(p);
     }
   }
 }
@@ -84,6 +86,7 @@ void ServerTable::ClearSparsePartition(uint32_t p) {
   sparse_rows_ -= part->rows.size();
   part = std::make_unique<SparsePart>(spec_, static_cast<uint32_t>(state_width_));
   bytes_ += part->rows.bytes() + (part->admission ? part->admission->bytes() : 0);
+  Renew(p);
 }
 
 Status ServerTable::CheckRange(uint64_t begin, uint64_t end) const {

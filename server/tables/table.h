@@ -166,6 +166,18 @@ class ServerTable {
   // The same for one held partition.
   void ExportPartition(uint32_t table_id, uint32_t partition, std::vector<PartitionData>* out) const;
   uint32_t partitions() const { return partitions_; }
+  // Snapshots of what changed (a sparse table): one row as Export writes
+  // it (RowStride floats; false: no row for `id`); a held partition's ids,
+  // ascending; the ids changed in it since the last call, ascending and
+  // distinct (false: too many to track, take every row:
+  // SparseRows::TakeChanged); its admission sketch ("" none).
+  bool ExportSparseRow(uint64_t id, float* out) const;
+  void SparseIds(uint32_t partition, std::vector<uint64_t>* out) const;
+  bool TakeChanged(uint32_t partition, std::vector<uint64_t>* ids);
+  std::string AdmissionBytes(uint32_t partition) const;
+  // Restore of a snapshot of what changed: removes the row of `id` (a row
+  // the snapshot records as gone); a no-op when there is none.
+  void EraseSparse(uint64_t id);
   // Restore: sets row `row` (a dense row or sparse id of a held partition)
   // to `values` (RowStride floats), and a partition's admission sketch
   // (false: not a sketch of this table).
@@ -181,7 +193,12 @@ class ServerTable {
   uint64_t PartitionVersion(uint32_t p) const { return p < versions_.size() ? versions_[p] : 0; }
   void SetPartitionVersion(uint32_t p, uint64_t v) {
     if (p < versions_.size()) versions_[p] = v;
+    Renew(p);  // (a fill: the rows are another copy's)
   }
+  // Which copy of partition p this table holds: changes whenever the
+  // partition is made, emptied or filled from another copy (a snapshot of
+  // what changed is taken only against the same copy).
+  uint64_t Generation(uint32_t p) const { return p < generations_.size() ? generations_[p] : 0; }
   uint64_t RoundingState(uint32_t p) const;
   void SetRoundingState(uint32_t p, uint64_t s);
   // Whether `row` (a dense row or a sparse id) belongs in partition p: what
@@ -242,6 +259,7 @@ class ServerTable {
   void InitialValues(uint64_t id, float* out) const;  // rounded to the dtype
   void ApplySparseKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale);
   void ExportSparse(uint32_t p, PartitionData* d) const;
+  void EncodeSparseRow(const SparsePart& part, uint32_t slot, float* row) const;
   void ImportSparse(uint64_t id, const float* values);
   float* DenseRow(uint64_t row, float** state, bool write) const;
   static void Own(DensePart& part);  // before writing: unshare the parameters (its whole extent)
@@ -268,6 +286,12 @@ class ServerTable {
   std::vector<uint64_t> versions_;
   std::vector<uint64_t> counted_in_;
   uint64_t calls_ = 0;
+  std::vector<uint64_t> generations_;  // Generation()
+  uint64_t next_generation_ = 1;
+  void Renew(uint32_t p) {
+    if (generations_.size() < partitions_) generations_.resize(partitions_, 0);
+    if (p < partitions_) generations_[p] = next_generation_++;
+  }
   void CountKeys(const uint64_t* keys, size_t n);
   uint32_t PartitionOfKey(uint64_t key) const;
   std::pair<uint32_t, uint32_t> PartitionSpan(uint64_t begin, uint64_t end) const;  // first, last

@@ -211,9 +211,19 @@ uint64_t ServerTable::EvictSome(uint64_t max_slots) {
   return removed;
 }
 
+void ServerTable::EncodeSparseRow(const SparsePart& part, uint32_t slot, float* row) const {
+  const uint32_t c = spec_.cols, sw = static_cast<uint32_t>(state_width_);
+  part.rows.LoadValues(slot, row);
+  std::memcpy(row + c, part.rows.state(slot), sw * sizeof(float));
+  if (RowStride(spec_) > c + sw) {  // the stamp's 32 bits, as they are (not a number)
+    const uint32_t stamp = part.rows.stamp(slot);
+    std::memcpy(row + c + sw, &stamp, 4);
+  }
+}
+
 void ServerTable::ExportSparse(uint32_t p, PartitionData* d) const {
   const SparsePart& part = *sparse_[p];
-  const uint32_t c = spec_.cols, sw = static_cast<uint32_t>(state_width_), stride = d->stride;
+  const uint32_t stride = d->stride;
   std::vector<std::pair<uint64_t, uint32_t>> ids;
   ids.reserve(part.rows.size());
   for (uint32_t s = 0; s < part.rows.slots(); ++s)
@@ -223,15 +233,49 @@ void ServerTable::ExportSparse(uint32_t p, PartitionData* d) const {
   d->values.resize(ids.size() * stride);
   for (size_t i = 0; i < ids.size(); ++i) {
     d->rows[i] = ids[i].first;
-    float* row = &d->values[i * stride];
-    part.rows.LoadValues(ids[i].second, row);
-    std::memcpy(row + c, part.rows.state(ids[i].second), sw * sizeof(float));
-    if (stride > c + sw) {  // the stamp's 32 bits, as they are (not a number)
-      const uint32_t stamp = part.rows.stamp(ids[i].second);
-      std::memcpy(row + c + sw, &stamp, 4);
-    }
+    EncodeSparseRow(part, ids[i].second, &d->values[i * stride]);
   }
   if (part.admission) d->admission = part.admission->Serialize();
+}
+
+bool ServerTable::ExportSparseRow(uint64_t id, float* out) const {
+  const SparsePart& part = SparseOf(id);
+  const uint32_t slot = part.rows.Find(id);
+  if (slot == SparseRows::kNone) return false;
+  EncodeSparseRow(part, slot, out);
+  return true;
+}
+
+void ServerTable::SparseIds(uint32_t p, std::vector<uint64_t>* out) const {
+  out->clear();
+  const SparsePart& part = *sparse_[p];
+  out->reserve(part.rows.size());
+  for (uint32_t s = 0; s < part.rows.slots(); ++s)
+    if (part.rows.live(s)) out->push_back(part.rows.id(s));
+  std::sort(out->begin(), out->end());
+}
+
+bool ServerTable::TakeChanged(uint32_t p, std::vector<uint64_t>* ids) {
+  if (spec_.kind != TableKind::kSparse || !sparse_[p]) return false;
+  if (!sparse_[p]->rows.TakeChanged(ids)) return false;
+  std::sort(ids->begin(), ids->end());
+  ids->erase(std::unique(ids->begin(), ids->end()), ids->end());
+  return true;
+}
+
+std::string ServerTable::AdmissionBytes(uint32_t p) const {
+  if (spec_.kind != TableKind::kSparse || !sparse_[p] || !sparse_[p]->admission) return "";
+  return sparse_[p]->admission->Serialize();
+}
+
+void ServerTable::EraseSparse(uint64_t id) {
+  SparsePart& part = SparseOf(id);
+  const uint32_t slot = part.rows.Find(id);
+  if (slot == SparseRows::kNone) return;
+  const uint64_t before = part.rows.bytes();
+  part.rows.Erase(slot);
+  bytes_ = bytes_ - before + part.rows.bytes();
+  --sparse_rows_;
 }
 
 void ServerTable::ImportSparse(uint64_t id, const float* values) {

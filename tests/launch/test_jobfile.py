@@ -29,7 +29,7 @@ DEFAULTS = {
     "job": {"servers": 1, "workers": 1, "max_workers": 1, "partitions": 64, "consistency": "sync", "staleness": 0,
             "replicas": 1, "groups": 1,
             "heartbeat_timeout_ms": 5000, "join_timeout_ms": 120000, "snapshot_dir": "", "state_dir": "",
-            "snapshot_every_clocks": 0, "snapshot_every_sec": 0, "keep_snapshots": 3, "server_memory_mb": 0},
+            "snapshot_every_clocks": 0, "snapshot_every_sec": 0, "keep_snapshots": 3, "snapshot_full_every": 8, "server_memory_mb": 0},
     "tables": [],
     "launch": {"mode": "local", "hosts": [], "interface": "", "advertise": "", "coordinator_port": 0,
                "server_ports": [0, 0], "worker_command": [], "env": {}, "server_cpus": [], "bin_dir": "",

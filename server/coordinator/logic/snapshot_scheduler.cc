@@ -221,22 +221,29 @@ void SnapshotScheduler::Completed(int64_t label, const std::string& dir, double 
   history_.latest_clock = label;
   history_.latest_dir = dir;
   history_.latest_ms = ms;
-  // Keep the newest K complete snapshots; older ones go only now that a
-  // newer one is complete.
+  // Keep the newest K complete snapshots and every snapshot their chains
+  // read (snapshots of what changed); older ones go only now that a newer
+  // one is complete.
   std::vector<snapshot::Listing> all;
   if (!snapshot::List(opts_.dir, &all).ok()) return;
+  std::set<int64_t> kept;
+  size_t newest = 0;
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (it->complete && (++newest <= opts_.keep || kept.count(it->clock))) {
+      kept.insert(it->clock);
+      kept.insert(it->bases.begin(), it->bases.end());  // (older: seen later in this walk)
+    }
   std::set<int64_t> under_way;
   for (const auto& op : ops_)
     if (!op.done && op.clock >= 0) under_way.insert(clock_base_ + op.clock);
   for (const auto& e : deferred_) under_way.insert(clock_base_ + e.clock);
-  size_t complete = 0;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     std::error_code ec;
     if (!it->complete) {
       if (it->clock >= label || under_way.count(it->clock)) continue;
       std::filesystem::remove_all(it->dir, ec);
       LOG_INFO << "removed incomplete snapshot " << it->dir << " (" << it->problem << ")";
-    } else if (++complete > opts_.keep) {
+    } else if (!kept.count(it->clock)) {
       std::filesystem::remove_all(it->dir, ec);
       LOG_INFO << "removed old snapshot " << it->dir;
     }
