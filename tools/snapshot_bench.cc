@@ -4,6 +4,12 @@
 // to read the snapshot's files.
 //
 //   shardps-snapshot-bench [--mib 1024] [--dir DIR] [--quick]
+//   shardps-snapshot-bench --changed 0.05 [--mib 1024]: an embedding table
+//     (dim 64, Adagrad) snapshotted in full, then after pushes to that
+//     fraction of its rows: the second snapshot's bytes next to the
+//     first's, and each server's memory growth during each cut (peak
+//     resident set over the one before) next to its table's memory, with
+//     pushes going on while the cuts are written.
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
@@ -44,11 +50,13 @@ struct Cluster {
     for (pid_t p : pids) ReapSpawned(p, false);
     pids.clear();
   }
-  bool Start(const std::string& bin, const std::string& dir, const std::string& snaps, bool restore) {
+  bool Start(const std::string& bin, const std::string& dir, const std::string& snaps, bool restore,
+             uint32_t full_every = 8) {
     const std::string ep = dir + "/coord.endpoint";
     std::remove(ep.c_str());
     std::vector<std::string> c = {bin + "/shardps-coordinator", "--servers", "2", "--workers", "0", "--consistency", "async",
-                                  "--endpoint-file", ep, "--snapshot-dir", snaps, "--keep-snapshots", "2"};
+                                  "--endpoint-file", ep, "--snapshot-dir", snaps, "--keep-snapshots", "2",
+                                  "--snapshot-full-every", std::to_string(full_every)};
     if (restore) c.push_back("--restore");
     pids.push_back(SpawnProcess(c, dir + "/coordinator.log"));
     coordinator = WaitForFileLine(ep, 120);
@@ -81,6 +89,147 @@ Status Trigger(const std::string& coordinator) {
   return st.ok() ? wire::ReplyStatus(h) : st;
 }
 
+// Resident memory of `pid`, bytes (0: unknown).
+uint64_t Resident(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
+}
+
+// Triggers a snapshot while sampling the servers' resident memory every
+// 2 ms: each server's peak growth over its memory before, bytes.
+Status SnapshotGrowth(const Cluster& c, std::vector<uint64_t>* growth) {
+  std::vector<pid_t> servers(c.pids.begin() + 1, c.pids.end());
+  std::vector<uint64_t> before, peak;
+  for (pid_t p : servers) before.push_back(Resident(p));
+  peak = before;
+  std::atomic<bool> done{false};
+  std::thread sampler([&] {
+    while (!done) {
+      for (size_t i = 0; i < servers.size(); ++i) peak[i] = std::max(peak[i], Resident(servers[i]));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  Status s = Trigger(c.coordinator);
+  done = true;
+  sampler.join();
+  growth->clear();
+  for (size_t i = 0; i < servers.size(); ++i) growth->push_back(peak[i] - before[i]);
+  return s;
+}
+
+int Fail(const Status& s, const std::string& what) {
+  std::fprintf(stderr, "error: %s: %s\n", what.c_str(), s.ToString().c_str());
+  return 1;
+}
+
+// The --changed run (see the top of this file).
+int RunChanged(const std::string& bin, const std::string& dir, uint64_t mib, double fraction, bool quick) {
+  const std::string snaps = dir + "/snaps";
+  Cluster cluster;
+  if (!cluster.Start(bin, dir, snaps, false)) return Fail(Status::Internal("the cluster did not start"), dir);
+  std::vector<uint64_t> empty;
+  for (size_t i = 1; i < cluster.pids.size(); ++i) empty.push_back(Resident(cluster.pids[i]));
+  ClientOptions co;
+  co.coordinator = cluster.coordinator;
+  co.role = ClientRole::kObserver;
+  std::unique_ptr<Client> client;
+  Status s = Client::Connect(co, &client);
+  if (!s.ok()) return Fail(s, "connect");
+  TableSpec spec;
+  spec.name = "emb";
+  spec.kind = TableKind::kSparse;
+  spec.cols = 64;
+  spec.optimizer = OptimizerKind::kAdagrad;
+  spec.lr = 0.01f;
+  spec.init = InitKind::kUniform;
+  spec.init_a = -0.01f;
+  spec.init_b = 0.01f;
+  Table t;
+  if (!(s = client->CreateTable(spec, &t)).ok()) return Fail(s, "create the table");
+  const uint64_t row_bytes = 8 + 4 + 2 * 64 * 4 + 8;  // id, stamp, values, Adagrad state, index
+  const uint64_t n = (mib << 20) / row_bytes;
+  const size_t batch = 16384;
+  auto push = [&](const std::vector<uint64_t>& ids) {
+    std::vector<float> g(ids.size() * 64, 0.01f);
+    return client->Push(t, ids, g).Wait();
+  };
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < n && s.ok(); i += batch) {
+    ids.clear();
+    for (uint64_t k = i; k < std::min(n, i + batch); ++k) ids.push_back(k * 0x9E3779B97F4A7C15ull >> 8);
+    s = push(ids);
+  }
+  if (!s.ok()) return Fail(s, "fill the table");
+  std::vector<uint64_t> table_bytes;
+  for (size_t i = 1; i < cluster.pids.size(); ++i) table_bytes.push_back(Resident(cluster.pids[i]) - empty[i - 1]);
+  // Pushes to random rows while a cut is written (what training does).
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> during{0};
+  auto load = [&] {
+    std::mt19937_64 rng(7);
+    std::vector<uint64_t> some(512);
+    while (!stop) {
+      for (auto& id : some) id = (rng() % n) * 0x9E3779B97F4A7C15ull >> 8;
+      if (!push(some).ok()) return;
+      during += some.size();
+    }
+  };
+  std::vector<uint64_t> full_growth, changed_growth;
+  std::thread l1(load);
+  s = SnapshotGrowth(cluster, &full_growth);
+  stop = true;
+  l1.join();
+  if (!s.ok()) return Fail(s, "the full snapshot");
+  const uint64_t during_full = during.exchange(0);
+  // Change `fraction` of the rows, then the snapshot of what changed.
+  std::mt19937_64 rng(3);
+  const uint64_t changed = static_cast<uint64_t>(fraction * static_cast<double>(n));
+  std::vector<uint64_t> pick(n);
+  for (uint64_t i = 0; i < n; ++i) pick[i] = i;
+  for (uint64_t i = 0; i < changed; ++i) std::swap(pick[i], pick[i + rng() % (n - i)]);
+  for (uint64_t i = 0; i < changed && s.ok(); i += batch) {
+    ids.clear();
+    for (uint64_t k = i; k < std::min(changed, i + batch); ++k) ids.push_back(pick[k] * 0x9E3779B97F4A7C15ull >> 8);
+    s = push(ids);
+  }
+  if (!s.ok()) return Fail(s, "change rows");
+  stop = false;
+  std::thread l2(load);
+  s = SnapshotGrowth(cluster, &changed_growth);
+  stop = true;
+  l2.join();
+  if (!s.ok()) return Fail(s, "the snapshot of what changed");
+  std::vector<snapshot::Listing> all;
+  if (!(s = snapshot::List(snaps, &all)).ok() || all.size() < 2) return Fail(s, "list " + snaps);
+  const auto& a = all[all.size() - 2];
+  const auto& b = all.back();
+  uint64_t gone = 0, stored = 0;
+  snapshot::Manifest m;
+  if (snapshot::ReadManifest(b.dir, &m).ok())
+    for (const auto& p : m.parts) stored += p.rows, gone += p.deleted;
+  (void)client->Close();
+  cluster.Stop();
+  std::printf("shardps-snapshot-bench --changed %.3f: an embedding table of %llu rows (dim 64, Adagrad; %llu MiB) "
+              "on 2 servers%s\n", fraction, static_cast<unsigned long long>(n), static_cast<unsigned long long>(mib),
+              quick ? " (--quick: figures not meaningful)" : "");
+  std::printf("  full snapshot: %llu bytes (%s)\n", static_cast<unsigned long long>(a.bytes), a.full ? "full" : "NOT FULL");
+  std::printf("  after pushes to %.1f %% of the rows: %llu bytes (%s), %llu rows stored = %.2f %% of the rows; "
+              "%.2f %% of the full snapshot's bytes\n", 100 * fraction, static_cast<unsigned long long>(b.bytes),
+              b.full ? "FULL" : "what changed", static_cast<unsigned long long>(stored),
+              100.0 * static_cast<double>(stored) / static_cast<double>(n), 100.0 * b.bytes / std::max<uint64_t>(1, a.bytes));
+  for (size_t i = 0; i < table_bytes.size(); ++i)
+    std::printf("  server %zu: table memory %.1f MiB; growth during the full cut %.1f MiB (%.2f %%), during the cut of "
+                "what changed %.1f MiB (%.2f %%)\n", i, table_bytes[i] / 1048576.0, full_growth[i] / 1048576.0,
+                100.0 * full_growth[i] / std::max<uint64_t>(1, table_bytes[i]), changed_growth[i] / 1048576.0,
+                100.0 * changed_growth[i] / std::max<uint64_t>(1, table_bytes[i]));
+  std::printf("  rows pushed while the cuts were written: %llu, %llu\n", static_cast<unsigned long long>(during_full),
+              static_cast<unsigned long long>(during.load()));
+  return 0;
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -101,6 +250,9 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "where to write (default: a new directory under /tmp)");
   app.add_option("--repeats", repeats, "snapshots measured")->check(CLI::Range(1, 100))->capture_default_str();
   app.add_flag("--quick", quick, "a 16 MiB model (checks that it works)");
+  double changed = 0;
+  app.add_option("--changed", changed, "an embedding table: a snapshot after pushes to this fraction of its rows (see above)")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   StopSpawnedOnSignal();  // Ctrl-C leaves no helper processes behind
   if (quick) mib = 16, repeats = 1;
@@ -109,6 +261,11 @@ int main(int argc, char** argv) {
     char tmpl[] = "/tmp/shardps-snapbench-XXXXXX";
     if (!mkdtemp(tmpl)) return 1;
     dir = tmpl;
+  }
+  if (changed > 0) {
+    const int rc = RunChanged(bin, dir, mib, changed, quick);
+    if (std::system(("rm -rf '" + dir + "'").c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
+    return rc;
   }
   const std::string snaps = dir + "/snaps";
   const uint64_t bytes = mib << 20;

@@ -30,8 +30,8 @@ SnapshotScheduler::Options SchedulerOptions(const CoordinatorOptions& o) {
   s.dir = o.snapshot_dir;
   s.every_clocks = o.snapshot_every_clocks;
   s.every_sec = o.snapshot_every_sec;
-  s.keep = o.keep_snapshots;
-  s.timeout = o.snapshot_timeout;
+  s.keep = o.snapshots.keep;
+  s.timeout = o.snapshots.timeout;
   return s;
 }
 
@@ -289,7 +289,7 @@ ClusterView Coordinator::View(bool published) const {
     if (!std::binary_search(v.live_workers.begin(), v.live_workers.end(), rank)) v.retired.push_back(f);
   v.snapshot_root = opts_.snapshot_dir;
   v.snapshot_every_clocks = opts_.snapshot_every_clocks;
-  v.snapshot_full_every = opts_.snapshot_full_every;
+  v.snapshot_full_every = opts_.snapshots.full_every;
   v.restore_from = snaps_.restore_dir();
   v.snapshot_clock_base = snaps_.clock_base();
   return v;

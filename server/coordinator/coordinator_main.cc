@@ -170,10 +170,10 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", o.state_dir, "keep the job's state here (RocksDB); a coordinator started again on it resumes the job");
   app.add_option("--snapshot-every-clocks", o.snapshot_every_clocks, "snapshot every k clocks (0: off)");
   app.add_option("--snapshot-every-sec", o.snapshot_every_sec, "snapshot every t seconds (0: off)");
-  app.add_option("--snapshot-full-every", o.snapshot_full_every,
+  app.add_option("--snapshot-full-every", o.snapshots.full_every,
                  "write every row at least every k snapshots, only what changed in between (1: always every row)")
       ->check(CLI::Range(1, 1000000))->capture_default_str();
-  app.add_option("--keep-snapshots", o.keep_snapshots, "keep the newest K complete snapshots")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--keep-snapshots", o.snapshots.keep, "keep the newest K complete snapshots")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_flag("--restore", o.restore, "start from the newest good snapshot in --snapshot-dir");
   app.add_option("--restore-clock", o.restore_clock, "with --restore: the snapshot taken at this clock");
   app.add_option("--key", fl.key_file, "security on: the job's server key (default with [security] keys = DIR: DIR/server.key)")->envname("SHARDPS_KEY");

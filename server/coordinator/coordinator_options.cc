@@ -27,8 +27,8 @@ Status CoordinatorOptions::Validate() const {
   if (heartbeat_timeout.count() <= 0) return Status::InvalidArgument("heartbeat timeout must be > 0");
   if (snapshot_dir.empty() && (snapshot_every_clocks || snapshot_every_sec || restore))
     return Status::InvalidArgument("snapshot and restore options need --snapshot-dir");
-  if (keep_snapshots == 0) return Status::InvalidArgument("keep_snapshots must be at least 1");
-  if (snapshot_full_every == 0)
+  if (snapshots.keep == 0) return Status::InvalidArgument("keep_snapshots must be at least 1");
+  if (snapshots.full_every == 0)
     return Status::InvalidArgument("snapshot_full_every must be at least 1 (1: every snapshot writes every row)");
   std::set<std::string> names;
   for (const auto& t : tables) {

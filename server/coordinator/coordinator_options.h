@@ -52,11 +52,13 @@ struct CoordinatorOptions {
   std::string snapshot_dir;                 // "" = no snapshots
   uint32_t snapshot_every_clocks = 0;       // 0 = not by clock
   uint32_t snapshot_every_sec = 0;          // 0 = not by time
-  uint32_t keep_snapshots = 3;              // newest complete ones kept (and the snapshots they read)
-  uint32_t snapshot_full_every = 8;         // a partition's part is full at least every k snapshots (1: always)
+  struct SnapshotLimits {
+    uint32_t keep = 3;                      // newest complete ones kept (and the snapshots they read)
+    uint32_t full_every = 8;                // a partition's part is full at least every k snapshots (1: always)
+    Millis timeout{600000};                 // a snapshot not complete by then fails
+  } snapshots;
   bool restore = false;                     // start from a snapshot in snapshot_dir
   int64_t restore_clock = -1;               // -1: the newest good one
-  Millis snapshot_timeout{600000};          // a snapshot not complete by then fails
   // Durable state (docs/fault-tolerance.md): "" = none. A coordinator
   // started on a directory that holds a running job's state resumes it.
   std::string state_dir;

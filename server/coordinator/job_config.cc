@@ -348,8 +348,8 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
     SHARDPS_RETURN_IF_ERROR(GetString(*job, "state_dir", src, &out->state_dir));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_clocks", src, 0, 1u << 30, &out->snapshot_every_clocks));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_every_sec", src, 0, 1u << 30, &out->snapshot_every_sec));
-    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "keep_snapshots", src, 1, 100000, &out->keep_snapshots));
-    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_full_every", src, 1, 1000000, &out->snapshot_full_every));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "keep_snapshots", src, 1, 100000, &out->snapshots.keep));
+    SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "snapshot_full_every", src, 1, 1000000, &out->snapshots.full_every));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "servers", src, 1, 4096, &out->num_servers));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "workers", src, 0, 65536, &out->num_workers));
     SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*job, "max_workers", src, 0, 65536, &out->max_workers));
@@ -428,8 +428,8 @@ std::string JobConfigJson(const JobConfig& c) {
        ", \"snapshot_dir\": " + JsonString(j.snapshot_dir) + ", \"state_dir\": " + JsonString(j.state_dir) +
        ", \"snapshot_every_clocks\": " + std::to_string(j.snapshot_every_clocks) +
        ", \"snapshot_every_sec\": " + std::to_string(j.snapshot_every_sec) +
-       ", \"keep_snapshots\": " + std::to_string(j.keep_snapshots) +
-       ", \"snapshot_full_every\": " + std::to_string(j.snapshot_full_every) +
+       ", \"keep_snapshots\": " + std::to_string(j.snapshots.keep) +
+       ", \"snapshot_full_every\": " + std::to_string(j.snapshots.full_every) +
        ", \"server_memory_mb\": " + std::to_string(j.server_memory_mb) + "}, \"tables\": [";
   for (size_t i = 0; i < j.tables.size(); ++i) {
     const TableSpec& t = j.tables[i];

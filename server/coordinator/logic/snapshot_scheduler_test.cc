@@ -35,7 +35,8 @@ class SnapshotSchedulerTest : public ::testing::Test {
     return o;
   }
   // A complete snapshot (a manifest) labelled `label` under the root.
-  std::string WriteComplete(int64_t label, std::vector<TableSpec> tables = {}) const {
+  // `base` >= 0: a snapshot of what changed since that one.
+  std::string WriteComplete(int64_t label, std::vector<TableSpec> tables = {}, int64_t base = -1) const {
     const std::string d = dir_ + "/" + snapshot::DirName(label);
     std::filesystem::create_directories(d);
     snapshot::Manifest m;
@@ -44,6 +45,7 @@ class SnapshotSchedulerTest : public ::testing::Test {
     m.owner = {0, 0, 0, 0};
     m.partitions = 4;
     m.tables = std::move(tables);
+    if (base >= 0) m.parts.push_back({0, 0, 0, 1, 1, base, 0});  // (its listing names the base)
     EXPECT_TRUE(snapshot::WriteManifest(d, m).ok());
     return d;
   }
@@ -326,6 +328,24 @@ TEST_F(SnapshotSchedulerTest, CompletedKeepsTheNewestCompleteSnapshots) {
   EXPECT_EQ(s.history().latest_clock, 3);
   EXPECT_EQ(s.history().latest_dir, d3);
   EXPECT_EQ(s.history().latest_ms, 12.5);
+}
+
+// Snapshots of what changed: a kept snapshot's chain stays whole.
+TEST_F(SnapshotSchedulerTest, CompletedKeepsTheSnapshotsTheKeptOnesRead) {
+  SnapshotScheduler::Options o = Opts();
+  o.keep = 1;
+  SnapshotScheduler s(o);
+  const std::string d1 = WriteComplete(1), d2 = WriteComplete(2), d3 = WriteComplete(3, {}, 2),
+                    d4 = WriteComplete(4, {}, 3);
+  s.Completed(4, d4, 1.0);
+  EXPECT_FALSE(std::filesystem::exists(d1));  // full, read by no kept one
+  EXPECT_TRUE(std::filesystem::exists(d2));   // 4 reads 3 reads 2
+  EXPECT_TRUE(std::filesystem::exists(d3));
+  EXPECT_TRUE(std::filesystem::exists(d4));
+  const std::string d5 = WriteComplete(5);  // full: the chain behind it goes
+  s.Completed(5, d5, 1.0);
+  for (const auto& d : {d2, d3, d4}) EXPECT_FALSE(std::filesystem::exists(d)) << d;
+  EXPECT_TRUE(std::filesystem::exists(d5));
 }
 
 TEST_F(SnapshotSchedulerTest, CutClocksArePeriodicAndChosen) {
