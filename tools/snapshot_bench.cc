@@ -165,68 +165,86 @@ int RunChanged(const std::string& bin, const std::string& dir, uint64_t mib, dou
   if (!s.ok()) return Fail(s, "fill the table");
   std::vector<uint64_t> table_bytes;
   for (size_t i = 1; i < cluster.pids.size(); ++i) table_bytes.push_back(Resident(cluster.pids[i]) - empty[i - 1]);
-  // Pushes to random rows while a cut is written (what training does).
+  // Pushes to random rows of `set` while a cut is written (what training does).
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> during{0};
-  auto load = [&] {
+  auto load = [&](const std::vector<uint64_t>* set) {
     std::mt19937_64 rng(7);
     std::vector<uint64_t> some(512);
     while (!stop) {
-      for (auto& id : some) id = (rng() % n) * 0x9E3779B97F4A7C15ull >> 8;
+      for (auto& id : some) id = set ? (*set)[rng() % set->size()] : (rng() % n) * 0x9E3779B97F4A7C15ull >> 8;
       if (!push(some).ok()) return;
       during += some.size();
     }
   };
-  std::vector<uint64_t> full_growth, changed_growth;
-  std::thread l1(load);
-  s = SnapshotGrowth(cluster, &full_growth);
-  stop = true;
-  l1.join();
-  if (!s.ok()) return Fail(s, "the full snapshot");
-  const uint64_t during_full = during.exchange(0);
-  // Change `fraction` of the rows, then the snapshot of what changed.
+  auto cut_with_load = [&](const std::vector<uint64_t>* set, std::vector<uint64_t>* growth, uint64_t* pushed) {
+    stop = false;
+    during = 0;
+    std::thread l(load, set);
+    Status st = SnapshotGrowth(cluster, growth);
+    stop = true;
+    l.join();
+    *pushed = during;
+    return st;
+  };
+  // A: every row, with pushes to any row meanwhile. B: what those pushes
+  // changed (the base of C). C: after pushes to `fraction` of the rows,
+  // with pushes to those rows meanwhile.
+  std::vector<uint64_t> full_growth, changed_growth, unused;
+  uint64_t during_full = 0, during_changed = 0;
+  if (!(s = cut_with_load(nullptr, &full_growth, &during_full)).ok()) return Fail(s, "the full snapshot");
+  if (!(s = SnapshotGrowth(cluster, &unused)).ok()) return Fail(s, "the second snapshot");
   std::mt19937_64 rng(3);
-  const uint64_t changed = static_cast<uint64_t>(fraction * static_cast<double>(n));
+  const uint64_t changed = std::max<uint64_t>(1, static_cast<uint64_t>(fraction * static_cast<double>(n)));
   std::vector<uint64_t> pick(n);
   for (uint64_t i = 0; i < n; ++i) pick[i] = i;
   for (uint64_t i = 0; i < changed; ++i) std::swap(pick[i], pick[i + rng() % (n - i)]);
+  pick.resize(changed);
+  for (auto& id : pick) id = id * 0x9E3779B97F4A7C15ull >> 8;
   for (uint64_t i = 0; i < changed && s.ok(); i += batch) {
-    ids.clear();
-    for (uint64_t k = i; k < std::min(changed, i + batch); ++k) ids.push_back(pick[k] * 0x9E3779B97F4A7C15ull >> 8);
+    ids.assign(pick.begin() + i, pick.begin() + std::min(changed, i + batch));
     s = push(ids);
   }
   if (!s.ok()) return Fail(s, "change rows");
-  stop = false;
-  std::thread l2(load);
-  s = SnapshotGrowth(cluster, &changed_growth);
-  stop = true;
-  l2.join();
-  if (!s.ok()) return Fail(s, "the snapshot of what changed");
+  if (!(s = cut_with_load(&pick, &changed_growth, &during_changed)).ok()) return Fail(s, "the snapshot of what changed");
   std::vector<snapshot::Listing> all;
-  if (!(s = snapshot::List(snaps, &all)).ok() || all.size() < 2) return Fail(s, "list " + snaps);
-  const auto& a = all[all.size() - 2];
-  const auto& b = all.back();
-  uint64_t gone = 0, stored = 0;
+  if (!(s = snapshot::List(snaps, &all)).ok() || all.size() < 3) return Fail(s, "list " + snaps);
+  const auto& a = all[all.size() - 3];
+  const auto& c = all.back();
+  uint64_t stored = 0;
   snapshot::Manifest m;
-  if (snapshot::ReadManifest(b.dir, &m).ok())
-    for (const auto& p : m.parts) stored += p.rows, gone += p.deleted;
+  if (snapshot::ReadManifest(c.dir, &m).ok())
+    for (const auto& p : m.parts) stored += p.rows;
   (void)client->Close();
   cluster.Stop();
+  // What each server held for each cut, by its own count (its log).
+  std::vector<std::vector<uint64_t>> held(2);
+  for (int i = 0; i < 2; ++i) {
+    std::ifstream f(dir + "/server" + std::to_string(i) + ".log");
+    std::string line;
+    const std::string key = "held for the cut at most ";
+    while (std::getline(f, line))
+      if (auto at = line.find(key); at != std::string::npos) held[i].push_back(std::strtoull(line.c_str() + at + key.size(), nullptr, 10));
+  }
+  auto held_at = [&](int i, size_t k) { return k < held[i].size() ? held[i][k] / 1048576.0 : -1.0; };
   std::printf("shardps-snapshot-bench --changed %.3f: an embedding table of %llu rows (dim 64, Adagrad; %llu MiB) "
               "on 2 servers%s\n", fraction, static_cast<unsigned long long>(n), static_cast<unsigned long long>(mib),
               quick ? " (--quick: figures not meaningful)" : "");
-  std::printf("  full snapshot: %llu bytes (%s)\n", static_cast<unsigned long long>(a.bytes), a.full ? "full" : "NOT FULL");
+  std::printf("  full snapshot: %llu bytes (%s), %llu rows pushed while it was written\n",
+              static_cast<unsigned long long>(a.bytes), a.full ? "full" : "NOT FULL",
+              static_cast<unsigned long long>(during_full));
   std::printf("  after pushes to %.1f %% of the rows: %llu bytes (%s), %llu rows stored = %.2f %% of the rows; "
-              "%.2f %% of the full snapshot's bytes\n", 100 * fraction, static_cast<unsigned long long>(b.bytes),
-              b.full ? "FULL" : "what changed", static_cast<unsigned long long>(stored),
-              100.0 * static_cast<double>(stored) / static_cast<double>(n), 100.0 * b.bytes / std::max<uint64_t>(1, a.bytes));
+              "%.2f %% of the full snapshot's bytes (%llu pushes to those rows while it was written)\n",
+              100 * fraction, static_cast<unsigned long long>(c.bytes), c.full ? "FULL" : "what changed",
+              static_cast<unsigned long long>(stored), 100.0 * static_cast<double>(stored) / static_cast<double>(n),
+              100.0 * c.bytes / std::max<uint64_t>(1, a.bytes), static_cast<unsigned long long>(during_changed));
   for (size_t i = 0; i < table_bytes.size(); ++i)
-    std::printf("  server %zu: table memory %.1f MiB; growth during the full cut %.1f MiB (%.2f %%), during the cut of "
-                "what changed %.1f MiB (%.2f %%)\n", i, table_bytes[i] / 1048576.0, full_growth[i] / 1048576.0,
-                100.0 * full_growth[i] / std::max<uint64_t>(1, table_bytes[i]), changed_growth[i] / 1048576.0,
-                100.0 * changed_growth[i] / std::max<uint64_t>(1, table_bytes[i]));
-  std::printf("  rows pushed while the cuts were written: %llu, %llu\n", static_cast<unsigned long long>(during_full),
-              static_cast<unsigned long long>(during.load()));
+    std::printf("  server %zu: table memory %.1f MiB; the full cut: resident +%.1f MiB (%.2f %%), held %.1f MiB; the cut "
+                "of what changed: resident +%.1f MiB, held %.1f MiB (%.2f %%)\n",
+                i, table_bytes[i] / 1048576.0, full_growth[i] / 1048576.0,
+                100.0 * full_growth[i] / std::max<uint64_t>(1, table_bytes[i]), held_at(static_cast<int>(i), 0),
+                changed_growth[i] / 1048576.0, held_at(static_cast<int>(i), 2),
+                100.0 * held_at(static_cast<int>(i), 2) * 1048576.0 / std::max<uint64_t>(1, table_bytes[i]));
   return 0;
 }
 

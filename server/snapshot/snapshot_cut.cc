@@ -131,6 +131,7 @@ void SnapshotCut::Take(int64_t clock, uint32_t server, std::string root, std::st
   if (active_) Finish();  // a cut still being handed over completes first
   clock_ = clock;
   label_ = label >= 0 ? label : clock;
+  dense_ahead_ = 0;
   stats_ = Stats{};
   stats_.started_ms = NowMs();
   CutPiece begin;
@@ -192,6 +193,7 @@ void SnapshotCut::Plan(uint32_t t, uint32_t p, const std::string& root, uint32_t
     ++stats_.full;
   }
   if (!sparse && part.base >= 0) part.state = kStarted;  // (an empty part: nothing to keep)
+  if (!sparse && part.base < 0) ++dense_ahead_;
   h.label = label_;
   h.version = table.PartitionVersion(p);
   h.generation = table.Generation(p);
@@ -232,11 +234,27 @@ void SnapshotCut::KeepKeys(uint32_t table, const uint64_t* keys, uint64_t n) {
 void SnapshotCut::KeepDense(uint32_t table, uint32_t p) {
   Part& part = parts_[table][p];
   if (part.state != kPending || part.dense) return;
+  --dense_ahead_;
   std::vector<PartitionData> out;
   tables_[table]->ExportPartition(table, p, &out);
   part.dense = std::make_unique<PartitionData>(std::move(out.at(0)));
   ++stats_.kept_rows;
-  stats_.kept_bytes += part.dense->values.size() * sizeof(float);
+  part.held = part.dense->values.size() * sizeof(float);
+  stats_.kept_bytes += part.held;
+  stats_.kept_now += part.held;
+  stats_.peak_held = std::max(stats_.peak_held, stats_.kept_now + writer_.queued_bytes());
+}
+
+void SnapshotCut::CopyDenseAhead(double t0, double budget_ms) {
+  bool copied = false;
+  for (uint32_t t = 0; t < parts_.size() && dense_ahead_ > 0; ++t)
+    for (uint32_t p = 0; p < parts_[t].size() && dense_ahead_ > 0; ++p) {
+      const Part& part = parts_[t][p];
+      if (part.state != kPending || part.dense || tables_[t]->spec().kind != TableKind::kDense) continue;
+      if (copied && NowMs() - t0 >= budget_ms) return;
+      KeepDense(t, p);
+      copied = true;
+    }
 }
 
 void SnapshotCut::KeepSparse(uint32_t table, Part& part, uint64_t id) {
@@ -251,7 +269,10 @@ void SnapshotCut::KeepSparse(uint32_t table, Part& part, uint64_t id) {
   if (tables_[table]->ExportSparseRow(id, &part.kept_rows[off])) {
     part.kept.emplace(id, static_cast<uint32_t>(off));
     ++stats_.kept_rows;
+    part.held += stride * sizeof(float) + 16;
     stats_.kept_bytes += stride * sizeof(float) + 16;
+    stats_.kept_now += stride * sizeof(float) + 16;
+    stats_.peak_held = std::max(stats_.peak_held, stats_.kept_now + writer_.queued_bytes());
   } else {
     part.kept_rows.resize(off);
     part.kept.emplace(id, kAbsent);
@@ -270,6 +291,13 @@ void SnapshotCut::SubmitRows(uint32_t t, uint32_t p, PartitionData rows, bool fi
   piece.rows.table = t;
   piece.rows.partition = p;
   writer_.Submit(std::move(piece));
+  stats_.peak_held = std::max(stats_.peak_held, stats_.kept_now + writer_.queued_bytes());
+}
+
+void SnapshotCut::Done(Part& part) {
+  stats_.kept_now -= part.held;
+  part = Part();
+  part.state = kDone;
 }
 
 bool SnapshotCut::HandOver(uint32_t t, uint32_t p) {
@@ -284,8 +312,7 @@ bool SnapshotCut::HandOver(uint32_t t, uint32_t p) {
       d.admission.clear();
     }
     SubmitRows(t, p, std::move(d), true, true);
-    part = Part();
-    part.state = kDone;
+    Done(part);
     return true;
   }
   const bool first = part.state == kPending;
@@ -328,10 +355,7 @@ bool SnapshotCut::HandOver(uint32_t t, uint32_t p) {
   }
   const bool last = part.next >= part.ids.size();
   SubmitRows(t, p, std::move(d), first, last);
-  if (last) {
-    part = Part();
-    part.state = kDone;
-  }
+  if (last) Done(part);
   return last;
 }
 
@@ -339,6 +363,14 @@ void SnapshotCut::CopySome(double budget_ms) {
   if (!active_) return;
   const double t0 = NowMs();
   const bool all = budget_ms < 0;  // Finish: however far behind the writer is
+  // Dense partitions are copied first, a few between requests, before the
+  // writer starts: while they wait, every request that changes one copies
+  // it, and copies run slowest beside a busy writer.
+  if (!all && dense_ahead_ > 0) {
+    CopyDenseAhead(t0, budget_ms);
+    stats_.max_slice_ms = std::max(stats_.max_slice_ms, NowMs() - t0);
+    return;
+  }
   bool handed = false;             // (at least one slice a call, the writer allowing)
   for (; cursor_t_ < parts_.size(); ++cursor_t_, cursor_p_ = 0)
     for (; cursor_p_ < parts_[cursor_t_].size(); ++cursor_p_) {
@@ -368,7 +400,8 @@ void SnapshotCut::End() {
   LOG_INFO << "snapshot cut at clock " << clock_ << ": " << stats_.full << " full parts, " << stats_.changed
            << " of what changed; " << stats_.rows << " rows and " << stats_.gone << " gone handed over in "
            << (NowMs() - stats_.started_ms) << " ms; kept as at the cut: " << stats_.kept_rows << " rows ("
-           << stats_.kept_bytes << " bytes); longest pause " << stats_.max_slice_ms << " ms";
+           << stats_.kept_bytes << " bytes); held for the cut at most " << stats_.peak_held
+           << " bytes; longest pause " << stats_.max_slice_ms << " ms";
   parts_.clear();
 }
 

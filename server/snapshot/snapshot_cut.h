@@ -160,14 +160,14 @@ class SnapshotCut {
   void CopySome(double budget_ms);
   // Whether CopySome has rows to hand over now (false while the writer
   // catches up, or without a cut).
-  bool busy() const { return active_ && writer_.queued_bytes() < kQueueBytes; }
+  bool busy() const { return active_ && (writer_.queued_bytes() < kQueueBytes || dense_ahead_ > 0); }
   // Hands over what is left (however far behind the writer is).
   void Finish();
   // The cuts written since the last call (CutWriter::TakeDone).
   bool TakeDone(std::deque<CutDone>* out) { return writer_.TakeDone(out); }
 
-  static constexpr uint64_t kQueueBytes = 32ull << 20;  // the writer's lag, at most (and one slice)
-  static constexpr uint64_t kSliceBytes = 4ull << 20;   // rows handed over at once
+  static constexpr uint64_t kQueueBytes = 8ull << 20;  // the writer's lag, at most (and one slice)
+  static constexpr uint64_t kSliceBytes = 1ull << 20;  // rows handed over at once
 
  private:
   enum : uint8_t { kOut, kPending, kStarted, kDone };
@@ -183,6 +183,7 @@ class SnapshotCut {
     std::unordered_map<uint64_t, uint32_t> kept;
     std::vector<float> kept_rows;
     std::unique_ptr<PartitionData> dense;  // a dense partition copied before a write
+    uint64_t held = 0;                     // bytes kept (kept_rows and their index, or dense)
   };
   // Per partition, what this server's previous cut of it wrote.
   struct History {
@@ -197,10 +198,14 @@ class SnapshotCut {
   void KeepRange(uint32_t table, uint64_t begin, uint64_t end);
   void KeepKeys(uint32_t table, const uint64_t* keys, uint64_t n);
   void KeepDense(uint32_t table, uint32_t p);
+  // Before any row goes to the writer: copies the dense partitions for
+  // about `budget_ms` (at least one), so that requests seldom wait for one.
+  void CopyDenseAhead(double t0, double budget_ms);
   void KeepSparse(uint32_t table, Part& part, uint64_t id);
   // Hands over up to kSliceBytes of (t, p); true once the part is done.
   bool HandOver(uint32_t t, uint32_t p);
   void SubmitRows(uint32_t t, uint32_t p, PartitionData rows, bool first, bool last);
+  void Done(Part& part);  // a part handed over: what it kept is freed
   void End();
 
   const std::vector<std::unique_ptr<ServerTable>>& tables_;
@@ -213,9 +218,12 @@ class SnapshotCut {
   std::vector<std::vector<History>> history_;  // [table][partition]
   std::unordered_map<int64_t, snapshot::Manifest> bases_;  // manifests read while planning a cut
   uint32_t cursor_t_ = 0, cursor_p_ = 0;     // the next part to hand over
+  uint32_t dense_ahead_ = 0;                 // pending full dense parts not copied yet
   struct Stats {
     double started_ms = 0, max_slice_ms = 0;
     uint64_t full = 0, changed = 0, rows = 0, gone = 0, kept_rows = 0, kept_bytes = 0;
+    uint64_t kept_now = 0;   // bytes of rows kept and not handed over yet
+    uint64_t peak_held = 0;  // the most bytes held for the cut at once: kept rows and the writer's queue
   } stats_;
   CutWriter writer_;
 };
