@@ -19,7 +19,7 @@ packages=(build-essential pkg-config meson ninja-build cmake
   dataset-fashion-mnist gnuplot-nox libcpp-httplib-dev
   python3 python3-dev python3-pytest python3-prometheus-client pybind11-dev python3-numpy python3-torch
   iproute2 openssh-client openssh-server slurmctld slurmd slurm-client munge prometheus
-  clang libclang-rt-14-dev universal-ctags)
+  clang libclang-rt-14-dev universal-ctags etcd-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

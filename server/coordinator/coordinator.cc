@@ -116,6 +116,7 @@ Status Coordinator::Run(const std::atomic<bool>& stop) {
     }
     unread = false;
     if (Clock::now() >= next_check) {
+      if (Status s = KeepLead(); !s.ok()) return s;  // (no reply, no Shutdown: the job goes on under the next leader)
       CheckTimeouts();
       CheckSnapshotTimers();
       Commit();
@@ -550,8 +551,13 @@ void Coordinator::Commit() {
     store_->Forget();  // the job ended: nothing to resume (cleared before the Shutdown messages leave)
   } else if (store_ && dirty_ && !store_->Save(Durable()) && !shutdown_) {
     // Its replies would promise what a restarted coordinator forgets: they
-    // are dropped, and the job stops, saying why.
+    // are dropped, and the job stops, saying why, unless this coordinator
+    // no longer leads it (etcd): then it stops acting and the job goes on.
     outbox_.clear();
+    if (!store_->Keep().ok()) {
+      dirty_ = false;
+      return;  // (KeepLead ends the loop)
+    }
     fatal_ = Status::Internal("cannot save the coordinator's state in " + opts_.state_dir + ": the job stops");
     ShutdownJob();
     store_->Forget();

@@ -262,6 +262,9 @@ class Coordinator {
   // Durable state. Replies wait in outbox_ until Commit() saved what the
   // message changed (dirty_).
   Status OpenState(bool* resumed);
+  // The store's upkeep (etcd: the leader's lease); an error: this
+  // coordinator no longer leads the job and must stop acting at once.
+  Status KeepLead();
   DurableState Durable() const;
   void Resume(DurableState d);
   void Commit();

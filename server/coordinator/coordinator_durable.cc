@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/base/log.h"
+
 namespace shardps {
 
 Status Coordinator::OpenState(bool* resumed) {
@@ -19,6 +21,16 @@ Status Coordinator::OpenState(bool* resumed) {
   Resume(std::move(d));
   *resumed = true;
   return Status::OK();
+}
+
+Status Coordinator::KeepLead() {
+  if (!store_) return Status::OK();
+  Status s = store_->Keep();
+  if (!s.ok()) {
+    LOG_ERROR << s.message();
+    outbox_.clear();
+  }
+  return s;
 }
 
 DurableState Coordinator::Durable() const {

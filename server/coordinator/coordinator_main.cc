@@ -38,6 +38,7 @@ struct Flags {
                 *staleness = nullptr, *replicas = nullptr, *groups = nullptr;
   } given;
   std::string key_file, access_file;
+  std::string store;  // --store etcd://...
 };
 
 int Fail(const char* what, const std::string& message, int code = 2) {
@@ -67,6 +68,13 @@ int ResolveJob(Flags& fl, JobConfig* job) {
   if (!fl.consistency.empty())
     if (Status s = Parse(fl.consistency, &o.consistency); !s.ok()) return Fail("--consistency: ", s.message());
   if (fl.hb_ms > 0) o.heartbeat_timeout = Millis(fl.hb_ms);
+  if (!fl.store.empty()) {
+    if (fl.store.rfind("etcd://", 0) != 0)
+      return Fail("--store: ", "'" + fl.store + "' is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX (a directory: --state-dir)");
+    if (!o.state_dir.empty() && o.state_dir != fl.store)
+      return Fail("", "--store " + fl.store + " and a state directory (" + o.state_dir + "): the state goes to one of them");
+    o.state_dir = fl.store;
+  }
   if (fl.join_ms > 0) o.join_timeout = Millis(fl.join_ms);
   // Servers on other hosts (and in other folders) must see the same path.
   if (!o.snapshot_dir.empty()) o.snapshot_dir = Absolute(o.snapshot_dir);
@@ -168,6 +176,9 @@ int main(int argc, char** argv) {
   app.add_option("--join-timeout-ms", fl.join_ms, "declare a worker that never joined dead after this long")->check(CLI::Range(1, 86400000));
   app.add_option("--snapshot-dir", o.snapshot_dir, "where snapshots are written (and restored from)");
   app.add_option("--state-dir", o.state_dir, "keep the job's state here (RocksDB); a coordinator started again on it resumes the job");
+  app.add_option("--store", fl.store,
+                 "keep the job's state in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX (this coordinator leads the "
+                 "job; one started again on the same store resumes it, on any machine)");
   app.add_option("--snapshot-every-clocks", o.snapshot_every_clocks, "snapshot every k clocks (0: off)");
   app.add_option("--snapshot-every-sec", o.snapshot_every_sec, "snapshot every t seconds (0: off)");
   app.add_option("--snapshot-full-every", o.snapshots.full_every,

@@ -59,8 +59,9 @@ struct CoordinatorOptions {
   } snapshots;
   bool restore = false;                     // start from a snapshot in snapshot_dir
   int64_t restore_clock = -1;               // -1: the newest good one
-  // Durable state (docs/fault-tolerance.md): "" = none. A coordinator
-  // started on a directory that holds a running job's state resumes it.
+  // Durable state (docs/fault-tolerance.md): "" = none; a directory
+  // (RocksDB) or etcd://HOST:PORT[,...]/PREFIX (--store). A coordinator
+  // started on a store that holds a running job's state resumes it.
   std::string state_dir;
   SecurityOptions security;                 // CURVE + roles (docs/security.md)
 

@@ -408,6 +408,67 @@ def test_killed_coordinator_is_started_again_and_the_job_resumes(run_dir):
     wait_none_left(run_dir)
 
 
+def start_etcd(tmp_path):
+    """A one-member etcd on loopback (Debian's etcd-server): (process,
+    "127.0.0.1:PORT"); skips the test, saying why, where it cannot start."""
+    if not os.access("/usr/bin/etcd", os.X_OK):
+        pytest.skip("no /usr/bin/etcd (Debian's etcd-server)")
+    ports = []
+    for _ in range(2):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        ports.append(s.getsockname()[1])
+        s.close()
+    client, peer = f"127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+    log = open(tmp_path / "etcd.log", "w")
+    proc = subprocess.Popen(["/usr/bin/etcd", "--name", "t", "--data-dir", str(tmp_path / "etcd"),
+                             "--listen-client-urls", "http://" + client, "--advertise-client-urls", "http://" + client,
+                             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                             "--initial-cluster", "t=" + peer, "--log-level", "warn"], stdout=log, stderr=log)
+    deadline = time.time() + 15
+    while True:
+        try:
+            urllib.request.urlopen("http://" + client + "/v3/kv/range", data=b'{"key": "cHJvYmU="}', timeout=1)
+            return proc, client
+        except OSError as e:
+            if time.time() > deadline or proc.poll() is not None:
+                proc.kill()
+                proc.wait()
+                pytest.skip(f"etcd did not start within 15 s: {e}")
+            time.sleep(0.1)
+
+
+def test_killed_coordinator_resumes_from_its_state_in_etcd(run_dir, tmp_path):
+    """[job] state_dir = etcd://...: the coordinator keeps the job's state in
+    etcd (docs/fault-tolerance.md); killed with kill -9, the one started
+    again holds no state directory of its own: it takes the lead once the
+    dead one's lease lapses, loads the state from etcd and the job resumes,
+    every epoch training every example once."""
+    etcd, endpoint = start_etcd(tmp_path)
+    try:
+        launch = Launch(["--servers", "2", "--workers", "2", "--restart-coordinator",
+                         "--set", f'job.state_dir="etcd://{endpoint}/jobs/a"', "--", *full_mlp(3)], run_dir)
+        launch.wait_for_line(r"worker 0 \| epoch 1 done", 120)
+        pid = pid_of(run_dir, "shardps-coordinator")
+        assert pid, launch.output()
+        os.kill(pid, signal.SIGKILL)
+        rc = launch.wait(240)
+        out = launch.output()
+        assert rc == 0, out
+        assert "all 2 workers finished" in out, out
+        for epoch in (1, 2, 3):
+            assert re.search(rf"worker 0 \| epoch {epoch} done \| 60000 of 60000 examples \|", out), out
+        first = open(os.path.join(run_dir, "coordinator.log")).read()
+        assert re.search(rf"leading the job in etcd://{endpoint}/jobs/a as \S+", first), first
+        again = open(os.path.join(run_dir, "coordinator.restart1.log")).read()
+        assert f"resuming the job saved in etcd://{endpoint}/jobs/a" in again, again
+        assert re.search(r"server [01] at \S+ is back", again), again
+        wait_none_left(run_dir)
+    finally:
+        etcd.terminate()
+        etcd.wait(10)
+
+
 @launcher_logic
 def test_killed_server_fails_the_job_with_its_last_lines(run_dir):
     launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)

@@ -1,4 +1,5 @@
 #include "server/coordinator/store/coordinator_state.h"
+#include "server/coordinator/store/etcd_state.h"
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
@@ -255,14 +256,21 @@ Status DecodeState(std::string_view value, const StateShape& job, DurableState* 
   return Status::OK();
 }
 
-StateStore::StateStore() = default;
 StateStore::~StateStore() = default;
 
-Status StateStore::Open(const std::string& dir, std::unique_ptr<StateStore>* out) {
+Status StateStore::Open(const std::string& where, std::unique_ptr<StateStore>* out) {
+  if (where.rfind("etcd://", 0) == 0) return EtcdStateStore::Open(where, out);
+  return LocalStateStore::Open(where, out);
+}
+
+LocalStateStore::LocalStateStore() = default;
+LocalStateStore::~LocalStateStore() = default;
+
+Status LocalStateStore::Open(const std::string& dir, std::unique_ptr<StateStore>* out) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::InvalidArgument("--state-dir '" + dir + "': " + ec.message());
-  std::unique_ptr<StateStore> store(new StateStore);
+  std::unique_ptr<LocalStateStore> store(new LocalStateStore);
   store->path_ = dir + "/coordinator.db";
   rocksdb::Options o;
   o.create_if_missing = true;
@@ -282,7 +290,7 @@ Status StateStore::Open(const std::string& dir, std::unique_ptr<StateStore>* out
   return Status::OK();
 }
 
-Status StateStore::Load(const StateShape& job, DurableState* out, bool* found) {
+Status LocalStateStore::Load(const StateShape& job, DurableState* out, bool* found) {
   *found = false;
   std::string value;
   rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), kStateKey, &value);
@@ -294,7 +302,7 @@ Status StateStore::Load(const StateShape& job, DurableState* out, bool* found) {
   return Status::OK();
 }
 
-bool StateStore::Save(const DurableState& s) {
+bool LocalStateStore::Save(const DurableState& s) {
   const std::string value = EncodeState(s);
   rocksdb::WriteOptions wo;  // the WAL, not fsync: a killed coordinator loses nothing, a crashed machine may lose the last change
   rocksdb::Status rs = db_->Put(wo, kStateKey, value);
@@ -305,7 +313,7 @@ bool StateStore::Save(const DurableState& s) {
   return true;
 }
 
-void StateStore::Forget() {
+void LocalStateStore::Forget() {
   rocksdb::WriteOptions wo;
   wo.sync = true;
   rocksdb::Status rs = db_->Delete(wo, kStateKey);

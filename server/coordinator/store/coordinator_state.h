@@ -1,8 +1,9 @@
 // The coordinator's durable state (docs/fault-tolerance.md, "The
 // coordinator"): membership, tables, work pools, snapshot history, as one
 // plain struct (DurableState); its encoding, one FlatBuffers value
-// (schema/shardps.fbs, CoordinatorState, format 1); and the RocksDB
-// database under --state-dir that holds it (StateStore). The coordinator
+// (schema/shardps.fbs, CoordinatorState, format 1); and the store that
+// holds it (StateStore): a RocksDB database under --state-dir, or etcd
+// (--store etcd://..., etcd_state.h). The coordinator
 // rewrites it after every message that changed it and before its replies
 // leave (Coordinator::Commit); a coordinator started on a directory
 // holding a state resumes that job.
@@ -66,29 +67,48 @@ std::string EncodeState(const DurableState& s);
 // error `*out` is left as it was.
 Status DecodeState(std::string_view value, const StateShape& job, DurableState* out);
 
+// Where the state is kept. Open picks the kind from `where`.
 class StateStore {
  public:
-  // Opens (creating it if missing) the database DIR/coordinator.db;
-  // InvalidArgument when the directory cannot be made or the database not
-  // opened (as when another coordinator holds it).
-  static Status Open(const std::string& dir, std::unique_ptr<StateStore>* out);
-  ~StateStore();
+  // `where`: a directory (the RocksDB database DIR/coordinator.db, made if
+  // missing; InvalidArgument when it cannot be made or opened, as when
+  // another coordinator holds it) or etcd://HOST:PORT[,HOST:PORT...]/PREFIX
+  // (EtcdStateStore: this coordinator becomes the job's leader first).
+  static Status Open(const std::string& where, std::unique_ptr<StateStore>* out);
+  virtual ~StateStore();
 
   // The saved state: *found = false (OK) when there is none; an unreadable
-  // or invalid one is an error naming the database, `*out` unchanged.
-  Status Load(const StateShape& job, DurableState* out, bool* found);
-  // Writes `s` through RocksDB's WAL (not fsync: a killed coordinator loses
-  // nothing, a crashed machine may lose the last change). False, logged,
-  // when it could not.
-  bool Save(const DurableState& s);
-  // The job ended: its state is deleted (synced), nothing to resume.
-  void Forget();
+  // or invalid one is an error naming the store, `*out` unchanged.
+  virtual Status Load(const StateShape& job, DurableState* out, bool* found) = 0;
+  // Writes `s`. False, logged, when it could not (etcd: also when this
+  // coordinator no longer leads the job).
+  virtual bool Save(const DurableState& s) = 0;
+  // The job ended: its state is deleted, nothing to resume.
+  virtual void Forget() = 0;
+  // Called from the coordinator's loop every 100 ms: keeps what the store
+  // needs alive (etcd: the leader's lease). An error: this coordinator
+  // must stop acting for the job at once.
+  virtual Status Keep() { return Status::OK(); }
   const std::string& path() const { return path_; }
 
- private:
-  StateStore();
-  std::unique_ptr<rocksdb::DB> db_;
+ protected:
   std::string path_;
+};
+
+// The RocksDB store under --state-dir. Writes go through RocksDB's WAL (not
+// fsync: a killed coordinator loses nothing, a crashed machine may lose the
+// last change).
+class LocalStateStore : public StateStore {
+ public:
+  static Status Open(const std::string& dir, std::unique_ptr<StateStore>* out);
+  ~LocalStateStore() override;
+  Status Load(const StateShape& job, DurableState* out, bool* found) override;
+  bool Save(const DurableState& s) override;
+  void Forget() override;
+
+ private:
+  LocalStateStore();
+  std::unique_ptr<rocksdb::DB> db_;
 };
 
 }  // namespace shardps

@@ -1,0 +1,166 @@
+#include "server/coordinator/store/etcd_state.h"
+
+#include <unistd.h>
+
+#include <random>
+#include <thread>
+
+#include "common/base/log.h"
+
+namespace shardps {
+
+Status ParseEtcdUrl(const std::string& url, std::vector<std::string>* endpoints, std::string* prefix) {
+  const std::string scheme = "etcd://";
+  if (url.rfind(scheme, 0) != 0) return Status::InvalidArgument("'" + url + "' is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX");
+  const std::string rest = url.substr(scheme.size());
+  const size_t slash = rest.find('/');
+  if (slash == std::string::npos || slash + 1 >= rest.size())
+    return Status::InvalidArgument("'" + url + "' names no prefix (etcd://HOST:PORT/PREFIX: the job's keys go under PREFIX)");
+  *prefix = rest.substr(slash + 1);
+  while (!prefix->empty() && prefix->back() == '/') prefix->pop_back();
+  endpoints->clear();
+  std::string hosts = rest.substr(0, slash);
+  for (size_t b = 0; b <= hosts.size();) {
+    size_t e = hosts.find(',', b);
+    if (e == std::string::npos) e = hosts.size();
+    const std::string h = hosts.substr(b, e - b);
+    const size_t colon = h.rfind(':');
+    if (h.empty() || colon == std::string::npos || colon == 0 || colon + 1 == h.size() ||
+        h.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+      return Status::InvalidArgument("'" + url + "': '" + h + "' is not HOST:PORT");
+    endpoints->push_back(h);
+    b = e + 1;
+  }
+  return Status::OK();
+}
+
+EtcdStateStore::EtcdStateStore(std::vector<std::string> endpoints, std::string prefix)
+    : etcd_(std::move(endpoints), std::chrono::milliseconds(1000)), prefix_(std::move(prefix)) {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::random_device rd;
+  id_ = std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(rd());
+}
+
+Status EtcdStateStore::Open(const std::string& url, std::unique_ptr<StateStore>* out, std::chrono::seconds campaign) {
+  std::vector<std::string> endpoints;
+  std::string prefix;
+  SHARDPS_RETURN_IF_ERROR(ParseEtcdUrl(url, &endpoints, &prefix));
+  std::unique_ptr<EtcdStateStore> s(new EtcdStateStore(std::move(endpoints), prefix));
+  s->path_ = url;
+  SHARDPS_RETURN_IF_ERROR(s->Campaign(campaign));
+  *out = std::move(s);
+  return Status::OK();
+}
+
+Status EtcdStateStore::Campaign(std::chrono::seconds campaign) {
+  SHARDPS_RETURN_IF_ERROR(etcd_.Grant(kLeaseSec, &lease_));
+  renewed_ = Clock::now();
+  lapses_ = renewed_ + std::chrono::seconds(kLeaseSec);
+  const auto deadline = Clock::now() + campaign;
+  EtcdClient::Txn take;
+  take.compare = EtcdClient::Txn::kAbsent;
+  take.key = prefix_ + "/leader";
+  take.puts = {{take.key, id_}};
+  take.lease = lease_;
+  std::string said;
+  for (;;) {
+    bool ok = false;
+    SHARDPS_RETURN_IF_ERROR(etcd_.Commit(take, &ok));
+    if (ok) break;
+    std::string leader;
+    bool found = false;
+    SHARDPS_RETURN_IF_ERROR(etcd_.Get(take.key, &leader, &found));
+    if (Clock::now() >= deadline)
+      return Status::Conflict("another coordinator leads the job in " + path_ + " (" + leader + ") and its lease " +
+                              "did not lapse within " + std::to_string(campaign.count()) + " s");
+    if (found && leader != said) {
+      LOG_INFO << "waiting for the coordinator that leads the job in " << path_ << " (" << leader
+               << ") to give up or lapse (at most " << kLeaseSec << " s after it died)";
+      said = leader;
+    }
+    SHARDPS_RETURN_IF_ERROR(Renew());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  LOG_INFO << "leading the job in " << path_ << " as " << id_ << " (lease " << kLeaseSec << " s)";
+  return Status::OK();
+}
+
+Status EtcdStateStore::Renew() {
+  const auto sent = Clock::now();
+  int64_t ttl = 0;
+  Status s = etcd_.KeepAlive(lease_, &ttl);
+  if (s.ok() && ttl <= 0) s = Status::Unavailable("its lease lapsed");
+  if (!s.ok()) return s;
+  renewed_ = sent;
+  lapses_ = sent + std::chrono::seconds(ttl);
+  return Status::OK();
+}
+
+Status EtcdStateStore::Keep() {
+  if (deposed_) return Status::Conflict("this coordinator no longer leads the job in " + path_);
+  const auto now = Clock::now();
+  if (now - renewed_ < std::chrono::milliseconds(kLeaseSec * 1000 / 4)) return Status::OK();
+  Status s = Renew();
+  if (s.ok()) return s;
+  // Stop acting a second before the lease can have lapsed: another
+  // coordinator may take the lead as soon as it does.
+  if (Clock::now() + std::chrono::seconds(1) >= lapses_) {
+    deposed_ = true;
+    return Status::Unavailable("this coordinator cannot renew its lead of the job in " + path_ + " (" + s.message() +
+                               "): it stops acting before another may take over");
+  }
+  LOG_WARN << "renewing the lead in " << path_ << " failed (" << s.message() << "); trying again";
+  return Status::OK();
+}
+
+Status EtcdStateStore::Load(const StateShape& job, DurableState* out, bool* found) {
+  std::string value;
+  SHARDPS_RETURN_IF_ERROR(etcd_.Get(prefix_ + "/state", &value, found));
+  if (!*found) return Status::OK();
+  Status s = DecodeState(value, job, out);
+  if (!s.ok()) {
+    *found = false;
+    return Status(s.code(), path_ + ": " + s.message());
+  }
+  return Status::OK();
+}
+
+bool EtcdStateStore::Save(const DurableState& d) {
+  if (deposed_) return false;
+  EtcdClient::Txn t;
+  t.key = prefix_ + "/leader";
+  t.value = id_;
+  t.puts = {{prefix_ + "/state", EncodeState(d)}};
+  bool ok = false;
+  Status s = etcd_.Commit(t, &ok);
+  if (!s.ok()) {
+    LOG_ERROR << "cannot save the coordinator's state in " << path_ << ": " << s.message();
+    return false;
+  }
+  if (!ok) {
+    deposed_ = true;
+    LOG_ERROR << "not saved: this coordinator no longer leads the job in " << path_;
+  }
+  return ok;
+}
+
+void EtcdStateStore::Forget() {
+  if (deposed_) return;
+  EtcdClient::Txn t;
+  t.key = prefix_ + "/leader";
+  t.value = id_;
+  t.deletes = {prefix_ + "/state"};
+  bool ok = false;
+  Status s = etcd_.Commit(t, &ok);
+  if (!s.ok() || !ok) LOG_WARN << "cannot clear the finished job's state in " << path_ << ": " << (s.ok() ? "not its leader" : s.message());
+}
+
+EtcdStateStore::~EtcdStateStore() {
+  if (lease_ && !deposed_) {
+    Status s = etcd_.Revoke(lease_);  // the lead goes at once, not when the lease lapses
+    if (!s.ok()) LOG_WARN << "giving up the lead in " << path_ << ": " << s.message();
+  }
+}
+
+}  // namespace shardps

@@ -1,0 +1,64 @@
+// EtcdStateStore: the coordinator's state in etcd (--store
+// etcd://HOST:PORT[,HOST:PORT...]/PREFIX; docs/fault-tolerance.md, "The
+// coordinator's state in etcd"), so that it outlives the coordinator's
+// machine and disk.
+//
+// The coordinator that opens the store becomes the job's leader: it puts
+// PREFIX/leader (its id: host, pid and a random tag) under a lease of
+// kLeaseSec seconds, with a create-if-absent transaction; while another
+// coordinator holds the key it waits for the key to lapse (a killed
+// leader's lease runs out within kLeaseSec), at most kCampaignSec. It
+// renews the lease every kLeaseSec / 4 (Keep) and stops acting once the
+// lease may have lapsed unrenewed. Every write of the state
+// (PREFIX/state, the DurableState encoding) is a transaction fenced on
+// PREFIX/leader holding its id: a deposed leader's writes fail.
+//
+// Thread: the coordinator's loop.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "server/coordinator/store/coordinator_state.h"
+#include "server/coordinator/store/etcd_client.h"
+
+namespace shardps {
+
+class EtcdStateStore : public StateStore {
+ public:
+  static constexpr int64_t kLeaseSec = 5;
+  static constexpr int64_t kCampaignSec = 30;
+
+  // `url`: etcd://HOST:PORT[,HOST:PORT...]/PREFIX. Waits to lead (see
+  // above); an error names the etcd members and what they said, or the
+  // coordinator that still leads.
+  static Status Open(const std::string& url, std::unique_ptr<StateStore>* out,
+                     std::chrono::seconds campaign = std::chrono::seconds(kCampaignSec));
+  ~EtcdStateStore() override;  // gives the lead up (revokes the lease)
+
+  Status Load(const StateShape& job, DurableState* out, bool* found) override;
+  bool Save(const DurableState& s) override;
+  void Forget() override;
+  Status Keep() override;
+
+  const std::string& id() const { return id_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  EtcdStateStore(std::vector<std::string> endpoints, std::string prefix);
+  Status Campaign(std::chrono::seconds campaign);
+  Status Renew();
+
+  EtcdClient etcd_;
+  std::string prefix_, id_;
+  int64_t lease_ = 0;
+  Clock::time_point renewed_{}, lapses_{};  // last renewal; when the lease may lapse without one
+  bool deposed_ = false;
+};
+
+// Splits etcd://HOST:PORT[,HOST:PORT...]/PREFIX; InvalidArgument saying
+// what is wrong.
+Status ParseEtcdUrl(const std::string& url, std::vector<std::string>* endpoints, std::string* prefix);
+
+}  // namespace shardps

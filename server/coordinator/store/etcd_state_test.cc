@@ -1,0 +1,157 @@
+// EtcdStateStore (etcd_state.h) against a real etcd (Debian's etcd-server,
+// started here on loopback; the tests skip, saying why, where it cannot
+// start): the state round trip, one leader at a time, a deposed leader's
+// writes fenced off, and the lead handed on when a leader gives it up.
+#include "server/coordinator/store/etcd_state.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "common/base/process.h"
+
+namespace shardps {
+namespace {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
+    close(fd);
+    return 0;
+  }
+  const int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+class EtcdStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/etcd (Debian's etcd-server)";
+    char tmpl[] = "/tmp/shardps-etcd-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    const int client = FreePort(), peer = FreePort();
+    ASSERT_TRUE(client && peer);
+    endpoint_ = "127.0.0.1:" + std::to_string(client);
+    const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
+    pid_ = SpawnProcess({"/usr/bin/etcd", "--name", "t", "--data-dir", dir_ + "/data", "--listen-client-urls",
+                         "http://" + endpoint_, "--advertise-client-urls", "http://" + endpoint_,
+                         "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                         "--initial-cluster", "t=" + peer_url, "--log-level", "warn"},
+                        dir_ + "/etcd.log");
+    ASSERT_GT(pid_, 0);
+    EtcdClient c({endpoint_}, std::chrono::milliseconds(500));
+    std::string v;
+    bool found = false;
+    Status s;
+    for (int i = 0; i < 150; ++i) {  // up to 15 s for etcd to answer
+      if ((s = c.Get("probe", &v, &found)).ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!s.ok()) GTEST_SKIP() << "etcd did not start within 15 s: " << s.ToString();
+  }
+  void TearDown() override {
+    if (pid_ > 0) ReapSpawned(pid_);
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  std::string Url() const { return "etcd://" + endpoint_ + "/jobs/t1"; }
+  static DurableState State(uint64_t update) {
+    DurableState d;
+    d.num_servers = 2;
+    d.num_workers = 1;
+    d.partitions = 8;
+    d.next_update_id = update;
+    d.servers = {{"tcp://a:1", 100, "ha"}, {"", 0, ""}};
+    d.workers = {{WorkerState::kAlive, "hw", 7}};
+    return d;
+  }
+  static constexpr StateShape kShape{2, 1, 1, 0};
+
+  std::string dir_, endpoint_;
+  pid_t pid_ = -1;
+};
+
+TEST_F(EtcdStateTest, TheLeaderSavesAndANewLeaderLoadsWhatItSaved) {
+  {
+    std::unique_ptr<StateStore> a;
+    ASSERT_TRUE(EtcdStateStore::Open(Url(), &a).ok());
+    DurableState d;
+    bool found = true;
+    ASSERT_TRUE(a->Load(kShape, &d, &found).ok());
+    EXPECT_FALSE(found);
+    ASSERT_TRUE(a->Save(State(41)));
+    ASSERT_TRUE(a->Save(State(42)));
+    EXPECT_TRUE(a->Keep().ok());
+  }  // gives the lead up: the next one takes it at once
+  std::unique_ptr<StateStore> b;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(EtcdStateStore::Open(Url(), &b).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  DurableState d;
+  bool found = false;
+  {
+    Status ls = b->Load(kShape, &d, &found);
+    ASSERT_TRUE(ls.ok()) << ls.ToString();
+  }
+  ASSERT_TRUE(found);
+  EXPECT_EQ(d.next_update_id, 42u);
+  b->Forget();
+  {
+    Status ls = b->Load(kShape, &d, &found);
+    ASSERT_TRUE(ls.ok()) << ls.ToString();
+  }
+  EXPECT_FALSE(found);
+}
+
+TEST_F(EtcdStateTest, OneLeaderAtATimeAndADeposedLeadersWritesAreFenced) {
+  std::unique_ptr<StateStore> a;
+  ASSERT_TRUE(EtcdStateStore::Open(Url(), &a).ok());
+  const std::string a_id = static_cast<EtcdStateStore*>(a.get())->id();
+  std::unique_ptr<StateStore> b;
+  Status s = EtcdStateStore::Open(Url(), &b, std::chrono::seconds(1));
+  EXPECT_EQ(s.code(), Code::kConflict) << s.ToString();
+  EXPECT_NE(s.message().find(a_id), std::string::npos) << s.message();
+  // a's lead lapses (as when it stopped past its lease): the key goes.
+  EtcdClient etcd({endpoint_}, std::chrono::milliseconds(500));
+  EtcdClient::Txn lapse;
+  lapse.key = "jobs/t1/leader";
+  lapse.value = a_id;
+  lapse.deletes = {lapse.key};
+  bool ok = false;
+  ASSERT_TRUE(etcd.Commit(lapse, &ok).ok());
+  ASSERT_TRUE(ok);
+  ASSERT_TRUE(EtcdStateStore::Open(Url(), &b, std::chrono::seconds(5)).ok());
+  ASSERT_TRUE(b->Save(State(7)));
+  EXPECT_FALSE(a->Save(State(99)));  // fenced
+  EXPECT_FALSE(a->Keep().ok());      // and it knows it no longer leads
+  DurableState d;
+  bool found = false;
+  {
+    Status ls = b->Load(kShape, &d, &found);
+    ASSERT_TRUE(ls.ok()) << ls.ToString();
+  }
+  EXPECT_EQ(d.next_update_id, 7u);
+}
+
+TEST_F(EtcdStateTest, BadUrlsAndAnUnreachableEtcdAreNamed) {
+  std::unique_ptr<StateStore> s;
+  Status st = EtcdStateStore::Open("etcd://" + endpoint_, &s);
+  EXPECT_NE(st.message().find("names no prefix"), std::string::npos) << st.message();
+  st = EtcdStateStore::Open("etcd://nohostport/x", &s);
+  EXPECT_NE(st.message().find("is not HOST:PORT"), std::string::npos) << st.message();
+  st = EtcdStateStore::Open("etcd://127.0.0.1:1/x", &s);
+  EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("127.0.0.1:1"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace shardps
