@@ -46,7 +46,7 @@ Status ServerStart::Open(std::unique_ptr<ZapHandler>* zap, std::string* endpoint
     coord_.set(zmq::sockopt::linger, 0);
     static std::atomic<int> monitors{0};
     monitor_ = WatchHandshakes(ctx_, coord_, "inproc://shardps-server-registers-" + std::to_string(monitors++));
-    coord_.connect(opts_.coordinator);
+    ConnectCoordinators(coord_, opts_.coordinator);
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("server cannot bind '" + opts_.bind + "' or reach coordinator '" +
                                    opts_.coordinator + "': " + e.what());

@@ -54,7 +54,12 @@ Coordinator::Coordinator(zmq::context_t& ctx, CoordinatorOptions opts)
 
 Coordinator::~Coordinator() = default;
 
-Status Coordinator::Bind() {
+Status Coordinator::Bind(const std::atomic<bool>* stop) {
+  // The store first: a coordinator that waits to lead (etcd) binds nothing
+  // meanwhile, so that clients given every coordinator's endpoint reach the
+  // leader only.
+  if (!opts_.state_dir.empty())
+    if (Status s = OpenState(&resumed_, stop); !s.ok()) return s;
   try {
     sock_.set(zmq::sockopt::router_mandatory, 1);
     sock_.set(zmq::sockopt::linger, 0);
@@ -72,7 +77,6 @@ Status Coordinator::Bind() {
   }
   if (Status s = AdvertisedEndpoint(sock_, opts_.published.advertise, "", &endpoint_); !s.ok()) return s;
   if (!opts_.state_dir.empty()) {
-    if (Status s = OpenState(&resumed_); !s.ok()) return s;
     if (resumed_) {
       members_.AdoptServers();
       LOG_INFO << "resuming the job saved in " << opts_.state_dir << ": " << tables_.tables().size() << " tables, "

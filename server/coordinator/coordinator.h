@@ -73,7 +73,9 @@ class Coordinator {
   // Binds the socket (and writes the endpoint file); with `state_dir`,
   // opens the durable state and resumes the job saved there; else, with
   // `restore`, picks the snapshot to start from and takes its tables.
-  Status Bind();
+  // With a state store, takes it first (etcd: waits to lead the job, while
+  // `stop` allows, as long as --standby says) and resumes what it holds.
+  Status Bind(const std::atomic<bool>* stop = nullptr);
   const std::string& endpoint() const { return endpoint_; }
   // Serves until a Shutdown request, the end of a Stop, or `stop` becomes
   // true. Returns why the job could not run (OK when it could).
@@ -261,7 +263,7 @@ class Coordinator {
 
   // Durable state. Replies wait in outbox_ until Commit() saved what the
   // message changed (dirty_).
-  Status OpenState(bool* resumed);
+  Status OpenState(bool* resumed, const std::atomic<bool>* stop);
   // The store's upkeep (etcd: the leader's lease); an error: this
   // coordinator no longer leads the job and must stop acting at once.
   Status KeepLead();

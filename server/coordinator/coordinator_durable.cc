@@ -11,9 +11,12 @@
 
 namespace shardps {
 
-Status Coordinator::OpenState(bool* resumed) {
+Status Coordinator::OpenState(bool* resumed, const std::atomic<bool>* stop) {
   *resumed = false;
-  SHARDPS_RETURN_IF_ERROR(StateStore::Open(opts_.state_dir, &store_));
+  StoreWait wait;
+  wait.stop = stop;
+  if (opts_.standby) wait.campaign = std::chrono::seconds(0);  // for ever: a standby
+  SHARDPS_RETURN_IF_ERROR(StateStore::Open(opts_.state_dir, &store_, wait));
   DurableState d;
   bool found = false;
   SHARDPS_RETURN_IF_ERROR(store_->Load({opts_.num_servers, opts_.num_workers, members_.worker_ranks(), opts_.Groups()}, &d, &found));

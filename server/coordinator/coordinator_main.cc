@@ -119,7 +119,7 @@ int ServeJob(JobConfig& job) {
   }
   zmq::context_t ctx(1);
   Coordinator c(ctx, o);
-  if (Status s = c.Bind(); !s.ok()) return Fail("", s.message(), 1);
+  if (Status s = c.Bind(&stop); !s.ok()) return Fail("", s.message(), 1);
   Status s = c.Run(stop);
   return s.ok() ? 0 : 1;
 }
@@ -176,6 +176,9 @@ int main(int argc, char** argv) {
   app.add_option("--join-timeout-ms", fl.join_ms, "declare a worker that never joined dead after this long")->check(CLI::Range(1, 86400000));
   app.add_option("--snapshot-dir", o.snapshot_dir, "where snapshots are written (and restored from)");
   app.add_option("--state-dir", o.state_dir, "keep the job's state here (RocksDB); a coordinator started again on it resumes the job");
+  app.add_flag("--standby", o.standby,
+               "with --store: a standby coordinator: wait for as long as it takes to lead the job, then serve it "
+               "(clients list every coordinator: --coordinator A,B)");
   app.add_option("--store", fl.store,
                  "keep the job's state in etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX (this coordinator leads the "
                  "job; one started again on the same store resumes it, on any machine)");

@@ -28,6 +28,8 @@ Status CoordinatorOptions::Validate() const {
   if (snapshot_dir.empty() && (snapshot_every_clocks || snapshot_every_sec || restore))
     return Status::InvalidArgument("snapshot and restore options need --snapshot-dir");
   if (snapshots.keep == 0) return Status::InvalidArgument("keep_snapshots must be at least 1");
+  if (standby && state_dir.rfind("etcd://", 0) != 0)
+    return Status::InvalidArgument("--standby needs the job's state in etcd (--store etcd://HOST:PORT/PREFIX)");
   if (snapshots.full_every == 0)
     return Status::InvalidArgument("snapshot_full_every must be at least 1 (1: every snapshot writes every row)");
   std::set<std::string> names;

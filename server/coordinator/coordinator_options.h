@@ -63,6 +63,7 @@ struct CoordinatorOptions {
   // (RocksDB) or etcd://HOST:PORT[,...]/PREFIX (--store). A coordinator
   // started on a store that holds a running job's state resumes it.
   std::string state_dir;
+  bool standby = false;                     // --standby: wait to lead (etcd) for as long as it takes
   SecurityOptions security;                 // CURVE + roles (docs/security.md)
 
   Status Validate() const;

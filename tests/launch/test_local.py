@@ -469,6 +469,79 @@ def test_killed_coordinator_resumes_from_its_state_in_etcd(run_dir, tmp_path):
         etcd.wait(10)
 
 
+def wait_for_file_text(path, pattern, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if os.path.exists(path) and re.search(pattern, open(path).read()):
+            return
+        time.sleep(0.1)
+    text = open(path).read() if os.path.exists(path) else "(no file)"
+    raise AssertionError(f"waited {timeout} s for {what} ({pattern!r} in {path}): {text[-3000:]}")
+
+
+def test_a_standby_coordinator_takes_over_from_a_killed_leader(tmp_path):
+    """Two coordinators of one job, its state in etcd: the leader, and a
+    --standby that binds nothing until it leads; servers and workers are
+    given both endpoints. kill -9 of the leader mid-training: the standby
+    takes the lead once the dead one's lease lapses, resumes the job from
+    etcd, and the job finishes (exit 0) with every epoch trained once."""
+    etcd, endpoint = start_etcd(tmp_path)
+    procs = []
+
+    def start(argv, name):
+        log = open(tmp_path / (name + ".log"), "w")
+        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path)))
+        return procs[-1]
+
+    try:
+        ports = []
+        for _ in range(2):
+            sk = socket.socket()
+            sk.bind(("127.0.0.1", 0))
+            ports.append(sk.getsockname()[1])
+            sk.close()
+        a, b = (f"tcp://127.0.0.1:{p}" for p in ports)
+        coords = f"{a},{b}"
+        common = [COORDINATOR, "--servers", "2", "--workers", "2", "--store", f"etcd://{endpoint}/jobs/s",
+                  "--no-metrics", "--heartbeat-timeout-ms", "20000"]
+        leader = start(common + ["--bind", a], "leader")
+        wait_for_file_text(tmp_path / "leader.log", r"leading the job", 30, "the first coordinator to lead")
+        start(common + ["--bind", b, "--standby"], "standby")
+        wait_for_file_text(tmp_path / "standby.log", r"waiting for the coordinator that leads", 30,
+                           "the standby to wait")
+        for r in range(2):
+            start([SERVER, "--coordinator", coords, "--rank", str(r), "--no-metrics"], f"server{r}")
+        workers = [start([x.replace("{coordinator}", coords).replace("{rank}", str(r)) for x in full_mlp(3)],
+                         f"worker{r}") for r in range(2)]
+        wait_for_file_text(tmp_path / "worker0.log", r"epoch 1 done", 120, "worker 0's first epoch")
+        leader.kill()
+        t0 = time.monotonic()
+        wait_for_file_text(tmp_path / "standby.log", r"leading the job", 30, "the standby to lead")
+        took = time.monotonic() - t0
+        for w in workers:
+            assert w.wait(240) == 0, open(tmp_path / "worker0.log").read()[-3000:]
+        standby = open(tmp_path / "standby.log").read()
+        assert f"resuming the job saved in etcd://{endpoint}/jobs/s" in standby, standby
+        out1 = open(tmp_path / "worker1.log").read()
+        assert "worker 1 | finished 3 epochs" in out1, out1
+        out0 = open(tmp_path / "worker0.log").read()
+        for epoch in (1, 2, 3):
+            assert re.search(rf"epoch {epoch} done \| 60000 of 60000 examples", out0), out0
+        print(f"the standby led {took:.1f} s after the leader was killed")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        etcd.terminate()
+        etcd.wait(10)
+
+
 @launcher_logic
 def test_killed_server_fails_the_job_with_its_last_lines(run_dir):
     launch = Launch(["--servers", "2", "--workers", "2", "--", *small_mlp(epochs=500)], run_dir)

@@ -258,8 +258,8 @@ Status DecodeState(std::string_view value, const StateShape& job, DurableState* 
 
 StateStore::~StateStore() = default;
 
-Status StateStore::Open(const std::string& where, std::unique_ptr<StateStore>* out) {
-  if (where.rfind("etcd://", 0) == 0) return EtcdStateStore::Open(where, out);
+Status StateStore::Open(const std::string& where, std::unique_ptr<StateStore>* out, const StoreWait& wait) {
+  if (where.rfind("etcd://", 0) == 0) return EtcdStateStore::Open(where, out, wait);
   return LocalStateStore::Open(where, out);
 }
 

@@ -12,6 +12,8 @@
 // Run() thread owns its store).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,6 +69,13 @@ std::string EncodeState(const DurableState& s);
 // error `*out` is left as it was.
 Status DecodeState(std::string_view value, const StateShape& job, DurableState* out);
 
+// How long Open may wait to lead a job whose state is in etcd: `campaign`
+// (0: for ever), or until *stop turns true.
+struct StoreWait {
+  std::chrono::seconds campaign{30};
+  const std::atomic<bool>* stop = nullptr;
+};
+
 // Where the state is kept. Open picks the kind from `where`.
 class StateStore {
  public:
@@ -74,7 +83,7 @@ class StateStore {
   // missing; InvalidArgument when it cannot be made or opened, as when
   // another coordinator holds it) or etcd://HOST:PORT[,HOST:PORT...]/PREFIX
   // (EtcdStateStore: this coordinator becomes the job's leader first).
-  static Status Open(const std::string& where, std::unique_ptr<StateStore>* out);
+  static Status Open(const std::string& where, std::unique_ptr<StateStore>* out, const StoreWait& wait = {});
   virtual ~StateStore();
 
   // The saved state: *found = false (OK) when there is none; an unreadable

@@ -42,22 +42,22 @@ EtcdStateStore::EtcdStateStore(std::vector<std::string> endpoints, std::string p
   id_ = std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(rd());
 }
 
-Status EtcdStateStore::Open(const std::string& url, std::unique_ptr<StateStore>* out, std::chrono::seconds campaign) {
+Status EtcdStateStore::Open(const std::string& url, std::unique_ptr<StateStore>* out, const StoreWait& wait) {
   std::vector<std::string> endpoints;
   std::string prefix;
   SHARDPS_RETURN_IF_ERROR(ParseEtcdUrl(url, &endpoints, &prefix));
   std::unique_ptr<EtcdStateStore> s(new EtcdStateStore(std::move(endpoints), prefix));
   s->path_ = url;
-  SHARDPS_RETURN_IF_ERROR(s->Campaign(campaign));
+  SHARDPS_RETURN_IF_ERROR(s->Campaign(wait));
   *out = std::move(s);
   return Status::OK();
 }
 
-Status EtcdStateStore::Campaign(std::chrono::seconds campaign) {
+Status EtcdStateStore::Campaign(const StoreWait& wait) {
   SHARDPS_RETURN_IF_ERROR(etcd_.Grant(kLeaseSec, &lease_));
   renewed_ = Clock::now();
   lapses_ = renewed_ + std::chrono::seconds(kLeaseSec);
-  const auto deadline = Clock::now() + campaign;
+  const auto deadline = Clock::now() + wait.campaign;
   EtcdClient::Txn take;
   take.compare = EtcdClient::Txn::kAbsent;
   take.key = prefix_ + "/leader";
@@ -71,16 +71,18 @@ Status EtcdStateStore::Campaign(std::chrono::seconds campaign) {
     std::string leader;
     bool found = false;
     SHARDPS_RETURN_IF_ERROR(etcd_.Get(take.key, &leader, &found));
-    if (Clock::now() >= deadline)
+    if (wait.campaign.count() > 0 && Clock::now() >= deadline)
       return Status::Conflict("another coordinator leads the job in " + path_ + " (" + leader + ") and its lease " +
-                              "did not lapse within " + std::to_string(campaign.count()) + " s");
+                              "did not lapse within " + std::to_string(wait.campaign.count()) + " s");
+    if (wait.stop && wait.stop->load())
+      return Status::Unavailable("stopped while waiting to lead the job in " + path_ + " (led by " + leader + ")");
     if (found && leader != said) {
       LOG_INFO << "waiting for the coordinator that leads the job in " << path_ << " (" << leader
                << ") to give up or lapse (at most " << kLeaseSec << " s after it died)";
       said = leader;
     }
     SHARDPS_RETURN_IF_ERROR(Renew());
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   LOG_INFO << "leading the job in " << path_ << " as " << id_ << " (lease " << kLeaseSec << " s)";
   return Status::OK();
@@ -100,12 +102,12 @@ Status EtcdStateStore::Renew() {
 Status EtcdStateStore::Keep() {
   if (deposed_) return Status::Conflict("this coordinator no longer leads the job in " + path_);
   const auto now = Clock::now();
-  if (now - renewed_ < std::chrono::milliseconds(kLeaseSec * 1000 / 4)) return Status::OK();
+  if (now - renewed_ < std::chrono::milliseconds(500)) return Status::OK();
   Status s = Renew();
   if (s.ok()) return s;
-  // Stop acting a second before the lease can have lapsed: another
-  // coordinator may take the lead as soon as it does.
-  if (Clock::now() + std::chrono::seconds(1) >= lapses_) {
+  // Stop acting before the lease can have lapsed: another coordinator may
+  // take the lead as soon as it does.
+  if (Clock::now() + std::chrono::milliseconds(500) >= lapses_) {
     deposed_ = true;
     return Status::Unavailable("this coordinator cannot renew its lead of the job in " + path_ + " (" + s.message() +
                                "): it stops acting before another may take over");

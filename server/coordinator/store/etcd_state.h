@@ -7,9 +7,10 @@
 // PREFIX/leader (its id: host, pid and a random tag) under a lease of
 // kLeaseSec seconds, with a create-if-absent transaction; while another
 // coordinator holds the key it waits for the key to lapse (a killed
-// leader's lease runs out within kLeaseSec), at most kCampaignSec. It
-// renews the lease every kLeaseSec / 4 (Keep) and stops acting once the
-// lease may have lapsed unrenewed. Every write of the state
+// leader's lease runs out within kLeaseSec), as long as StoreWait says. It
+// renews the lease every 500 ms (Keep) and stops acting 500 ms before the
+// lease may lapse unrenewed. A standby takes over within kLeaseSec of a
+// leader's death. Every write of the state
 // (PREFIX/state, the DurableState encoding) is a transaction fenced on
 // PREFIX/leader holding its id: a deposed leader's writes fail.
 //
@@ -27,14 +28,12 @@ namespace shardps {
 
 class EtcdStateStore : public StateStore {
  public:
-  static constexpr int64_t kLeaseSec = 5;
-  static constexpr int64_t kCampaignSec = 30;
+  static constexpr int64_t kLeaseSec = 2;
 
   // `url`: etcd://HOST:PORT[,HOST:PORT...]/PREFIX. Waits to lead (see
   // above); an error names the etcd members and what they said, or the
   // coordinator that still leads.
-  static Status Open(const std::string& url, std::unique_ptr<StateStore>* out,
-                     std::chrono::seconds campaign = std::chrono::seconds(kCampaignSec));
+  static Status Open(const std::string& url, std::unique_ptr<StateStore>* out, const StoreWait& wait = {});
   ~EtcdStateStore() override;  // gives the lead up (revokes the lease)
 
   Status Load(const StateShape& job, DurableState* out, bool* found) override;
@@ -47,7 +46,7 @@ class EtcdStateStore : public StateStore {
  private:
   using Clock = std::chrono::steady_clock;
   EtcdStateStore(std::vector<std::string> endpoints, std::string prefix);
-  Status Campaign(std::chrono::seconds campaign);
+  Status Campaign(const StoreWait& wait);
   Status Renew();
 
   EtcdClient etcd_;
