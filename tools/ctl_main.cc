@@ -72,7 +72,7 @@ Status Call(const std::string& coordinator, wire::MsgType type, int timeout_sec,
     if (g_key) MakeCurveClient(sock, *g_key);
     static int calls = 0;
     monitor = WatchHandshakes(ctx, sock, "inproc://shardps-ctl-monitor-" + std::to_string(calls++));
-    sock.connect(coordinator);
+    ConnectCoordinators(sock, coordinator);
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("cannot connect to '" + coordinator + "': " + e.what());
   }

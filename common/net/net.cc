@@ -97,7 +97,30 @@ Status ResolveIPv4(const std::string& host, sockaddr_in* out) {
 }
 }  // namespace
 
+std::vector<std::string> CoordinatorEndpoints(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t b = 0; b <= list.size();) {
+    size_t e = list.find(',', b);
+    if (e == std::string::npos) e = list.size();
+    if (e > b) out.push_back(list.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+void ConnectCoordinators(zmq::socket_t& s, const std::string& list) {
+  const std::vector<std::string> all = CoordinatorEndpoints(list);
+  if (all.size() > 1) s.set(zmq::sockopt::immediate, 1);
+  for (const auto& e : all) s.connect(e);
+}
+
 Status CheckConnectEndpoint(const std::string& endpoint) {
+  if (endpoint.find(',') != std::string::npos) {
+    const std::vector<std::string> all = CoordinatorEndpoints(endpoint);
+    if (all.empty()) return Status::InvalidArgument("'" + endpoint + "' names no endpoint");
+    for (const auto& e : all) SHARDPS_RETURN_IF_ERROR(CheckConnectEndpoint(e));
+    return Status::OK();
+  }
   if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return Status::OK();
   std::string host, port;
   if (!SplitTcp(endpoint, &host, &port))
@@ -125,7 +148,8 @@ std::string HostName() {
   return buf;
 }
 
-Status LocalAddressTowards(const std::string& endpoint, std::string* addr) {
+Status LocalAddressTowards(const std::string& endpoints, std::string* addr) {
+  const std::string endpoint = endpoints.substr(0, endpoints.find(','));  // (a list of coordinators: the first)
   std::string host = endpoint, port;
   if (endpoint.rfind("tcp://", 0) == 0 && !SplitTcp(endpoint, &host, &port))
     return Status::InvalidArgument("'" + endpoint + "' is not tcp://HOST:PORT");

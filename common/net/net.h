@@ -45,8 +45,17 @@ std::string HostName();
 // An endpoint to connect to, checked before any wait on it: tcp://HOST:PORT
 // whose HOST resolves (a name, IPv4, or [IPv6]) and whose PORT is a number
 // in 1..65535; ipc:// and inproc:// endpoints pass as they are. Says what
-// is wrong, naming the host that does not resolve.
+// is wrong, naming the host that does not resolve. A list of coordinators
+// (A,B,C) is checked endpoint by endpoint.
 Status CheckConnectEndpoint(const std::string& endpoint);
+
+// A job's coordinators, "A" or "A,B,C" (a leader and its standbys, which
+// bind nothing until they lead: docs/fault-tolerance.md): each endpoint.
+std::vector<std::string> CoordinatorEndpoints(const std::string& list);
+// Connects `s` (a DEALER) to every coordinator of `list`; with more than
+// one, a message goes only to a connection made (ZMQ_IMMEDIATE): to the
+// one that leads. Throws zmq::error_t as connect does.
+void ConnectCoordinators(zmq::socket_t& s, const std::string& list);
 
 // Lets the process keep large freed blocks for reuse instead of returning
 // them to the kernel, so a 16 MB message buffer does not page-fault anew on
