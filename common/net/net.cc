@@ -110,7 +110,15 @@ std::vector<std::string> CoordinatorEndpoints(const std::string& list) {
 
 void ConnectCoordinators(zmq::socket_t& s, const std::string& list) {
   const std::vector<std::string> all = CoordinatorEndpoints(list);
-  if (all.size() > 1) s.set(zmq::sockopt::immediate, 1);
+  if (all.size() > 1) {
+    s.set(zmq::sockopt::immediate, 1);
+    // A leader that stops answering (stopped, cut off) loses its
+    // connection within 1.5 s: what is sent meanwhile waits for a
+    // connection, and the new leader's handshake has the unanswered
+    // requests sent again.
+    s.set(zmq::sockopt::heartbeat_ivl, 500);
+    s.set(zmq::sockopt::heartbeat_timeout, 1500);
+  }
   for (const auto& e : all) s.connect(e);
 }
 

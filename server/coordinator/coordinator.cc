@@ -114,13 +114,15 @@ Status Coordinator::Run(const std::atomic<bool>& stop) {
       const auto left = std::chrono::duration_cast<Millis>(next_check - Clock::now()).count();
       ::poll(&pfd, 1, static_cast<int>(std::clamp<int64_t>(left, 0, 100)));  // (EINTR: the loop comes back)
     }
+    // Before anything is handled: a coordinator that was stopped past its
+    // lease (etcd) learns it no longer leads, and answers nothing.
+    if (Status s = KeepLead(); !s.ok()) return s;
     while (RecvMultipart(sock_, &frames)) {
       Handle(frames);
       Commit();
     }
     unread = false;
     if (Clock::now() >= next_check) {
-      if (Status s = KeepLead(); !s.ok()) return s;  // (no reply, no Shutdown: the job goes on under the next leader)
       CheckTimeouts();
       CheckSnapshotTimers();
       Commit();

@@ -479,12 +479,15 @@ def wait_for_file_text(path, pattern, timeout, what):
     raise AssertionError(f"waited {timeout} s for {what} ({pattern!r} in {path}): {text[-3000:]}")
 
 
-def test_a_standby_coordinator_takes_over_from_a_killed_leader(tmp_path):
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_standby_coordinator_takes_over_from_a_killed_leader(tmp_path, fault):
     """Two coordinators of one job, its state in etcd: the leader, and a
     --standby that binds nothing until it leads; servers and workers are
-    given both endpoints. kill -9 of the leader mid-training: the standby
-    takes the lead once the dead one's lease lapses, resumes the job from
-    etcd, and the job finishes (exit 0) with every epoch trained once."""
+    given both endpoints. kill -9 of the leader mid-training (or SIGSTOP
+    past its lease, then SIGCONT): the standby takes the lead once the
+    leader's lease lapses, resumes the job from etcd, and the job finishes
+    (exit 0) with every epoch trained once; a stopped leader, continued,
+    finds it no longer leads and exits without ending the job."""
     etcd, endpoint = start_etcd(tmp_path)
     procs = []
 
@@ -514,10 +517,19 @@ def test_a_standby_coordinator_takes_over_from_a_killed_leader(tmp_path):
         workers = [start([x.replace("{coordinator}", coords).replace("{rank}", str(r)) for x in full_mlp(3)],
                          f"worker{r}") for r in range(2)]
         wait_for_file_text(tmp_path / "worker0.log", r"epoch 1 done", 120, "worker 0's first epoch")
-        leader.kill()
         t0 = time.monotonic()
+        if fault == "kill":
+            leader.kill()
+        else:
+            leader.send_signal(signal.SIGSTOP)
         wait_for_file_text(tmp_path / "standby.log", r"leading the job", 30, "the standby to lead")
         took = time.monotonic() - t0
+        if fault == "stop":
+            leader.send_signal(signal.SIGCONT)
+            assert leader.wait(30) == 1
+            old = open(tmp_path / "leader.log").read()
+            assert re.search(r"cannot renew its lead of the job in etcd://\S+ \(.*\): it stops acting", old), old
+            assert "telling every server to exit" not in old, old
         for w in workers:
             assert w.wait(240) == 0, open(tmp_path / "worker0.log").read()[-3000:]
         standby = open(tmp_path / "standby.log").read()
@@ -527,7 +539,7 @@ def test_a_standby_coordinator_takes_over_from_a_killed_leader(tmp_path):
         out0 = open(tmp_path / "worker0.log").read()
         for epoch in (1, 2, 3):
             assert re.search(rf"epoch {epoch} done \| 60000 of 60000 examples", out0), out0
-        print(f"the standby led {took:.1f} s after the leader was killed")
+        print(f"the standby led {took:.1f} s after the leader was {'killed' if fault == 'kill' else 'stopped'}")
     finally:
         for p in procs:
             if p.poll() is None:
