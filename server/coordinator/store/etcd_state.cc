@@ -53,36 +53,54 @@ Status EtcdStateStore::Open(const std::string& url, std::unique_ptr<StateStore>*
   return Status::OK();
 }
 
-Status EtcdStateStore::Campaign(const StoreWait& wait) {
-  SHARDPS_RETURN_IF_ERROR(etcd_.Grant(kLeaseSec, &lease_));
-  renewed_ = Clock::now();
-  lapses_ = renewed_ + std::chrono::seconds(kLeaseSec);
-  const auto deadline = Clock::now() + wait.campaign;
+Status EtcdStateStore::TryLead(std::string* leader, bool* led) {
+  *led = false;
+  // A lease first (again when the last lapsed, as while etcd was down).
+  if (lease_ == 0 || (Clock::now() - renewed_ >= std::chrono::milliseconds(500) && !Renew().ok())) {
+    SHARDPS_RETURN_IF_ERROR(etcd_.Grant(kLeaseSec, &lease_));
+    renewed_ = Clock::now();
+    lapses_ = renewed_ + std::chrono::seconds(kLeaseSec);
+  }
   EtcdClient::Txn take;
   take.compare = EtcdClient::Txn::kAbsent;
   take.key = prefix_ + "/leader";
   take.puts = {{take.key, id_}};
   take.lease = lease_;
-  std::string said;
-  for (;;) {
-    bool ok = false;
-    SHARDPS_RETURN_IF_ERROR(etcd_.Commit(take, &ok));
-    if (ok) break;
+  SHARDPS_RETURN_IF_ERROR(etcd_.Commit(take, led));
+  if (*led) return Status::OK();
+  bool found = false;
+  return etcd_.Get(take.key, leader, &found);
+}
+
+Status EtcdStateStore::Campaign(const StoreWait& wait) {
+  // A standby (no time limit) waits out etcd too; a coordinator started
+  // alone says at once that etcd cannot be reached.
+  const bool patient = wait.campaign.count() == 0;
+  const auto deadline = Clock::now() + wait.campaign;
+  std::string said, down;
+  for (;; std::this_thread::sleep_for(std::chrono::milliseconds(100))) {
     std::string leader;
-    bool found = false;
-    SHARDPS_RETURN_IF_ERROR(etcd_.Get(take.key, &leader, &found));
-    if (wait.campaign.count() > 0 && Clock::now() >= deadline)
+    bool led = false;
+    Status s = TryLead(&leader, &led);
+    if (wait.stop && wait.stop->load())
+      return Status::Unavailable("stopped while waiting to lead the job in " + path_);
+    if (!s.ok()) {
+      if (!patient) return s;
+      if (down.empty()) LOG_WARN << "waiting for etcd to lead the job in " << path_ << ": " << s.message();
+      down = s.message();
+      continue;
+    }
+    if (!down.empty()) LOG_INFO << "etcd answers again (" << path_ << ")";
+    down.clear();
+    if (led) break;
+    if (!patient && Clock::now() >= deadline)
       return Status::Conflict("another coordinator leads the job in " + path_ + " (" + leader + ") and its lease " +
                               "did not lapse within " + std::to_string(wait.campaign.count()) + " s");
-    if (wait.stop && wait.stop->load())
-      return Status::Unavailable("stopped while waiting to lead the job in " + path_ + " (led by " + leader + ")");
-    if (found && leader != said) {
+    if (leader != said) {
       LOG_INFO << "waiting for the coordinator that leads the job in " << path_ << " (" << leader
                << ") to give up or lapse (at most " << kLeaseSec << " s after it died)";
       said = leader;
     }
-    SHARDPS_RETURN_IF_ERROR(Renew());
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   LOG_INFO << "leading the job in " << path_ << " as " << id_ << " (lease " << kLeaseSec << " s)";
   return Status::OK();
@@ -137,7 +155,11 @@ bool EtcdStateStore::Save(const DurableState& d) {
   bool ok = false;
   Status s = etcd_.Commit(t, &ok);
   if (!s.ok()) {
-    LOG_ERROR << "cannot save the coordinator's state in " << path_ << ": " << s.message();
+    // Its replies would promise what is not saved: it steps down, and the
+    // job waits (data keeps flowing) for a coordinator that can save.
+    deposed_ = true;
+    LOG_ERROR << "cannot save the coordinator's state in " << path_ << " (" << s.message()
+              << "): this coordinator steps down; a standby, or one started again, leads once etcd answers";
     return false;
   }
   if (!ok) {

@@ -9,6 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -151,6 +154,41 @@ TEST_F(EtcdStateTest, BadUrlsAndAnUnreachableEtcdAreNamed) {
   st = EtcdStateStore::Open("etcd://127.0.0.1:1/x", &s);
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("127.0.0.1:1"), std::string::npos) << st.message();
+}
+
+// etcd lost (stopped): the leader's write fails and it steps down rather
+// than promise what is not saved; a standby waits for etcd and leads once
+// it answers again, with the state saved before the loss.
+TEST_F(EtcdStateTest, WithEtcdDownTheLeaderStepsDownAndAStandbyLeadsOnceItIsBack) {
+  std::unique_ptr<StateStore> a;
+  ASSERT_TRUE(EtcdStateStore::Open(Url(), &a).ok());
+  ASSERT_TRUE(a->Save(State(5)));
+  ASSERT_EQ(kill(pid_, SIGSTOP), 0);
+  std::atomic<bool> stop{false}, led{false};
+  std::unique_ptr<StateStore> b;
+  Status bs;
+  std::thread standby([&] {
+    bs = EtcdStateStore::Open(Url(), &b, {std::chrono::seconds(0), &stop});
+    led = true;
+  });
+  EXPECT_FALSE(a->Save(State(6)));
+  EXPECT_FALSE(a->Keep().ok());  // stepped down
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // (etcd stays down past a's lease)
+  EXPECT_FALSE(led.load());
+  ASSERT_EQ(kill(pid_, SIGCONT), 0);
+  for (int i = 0; i < 300 && !led; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // 15 s at most
+  stop = true;
+  standby.join();
+  ASSERT_TRUE(bs.ok()) << bs.ToString();
+  DurableState d;
+  bool found = false;
+  Status ls = b->Load(kShape, &d, &found);
+  ASSERT_TRUE(ls.ok()) << ls.ToString();
+  ASSERT_TRUE(found);
+  EXPECT_EQ(d.next_update_id, 5u);
+  a.reset();  // (its lead is gone: it does not take b's)
+  EXPECT_TRUE(b->Keep().ok());
+  EXPECT_TRUE(b->Save(State(8)));
 }
 
 // What a state write costs in etcd beside RocksDB (printed, not asserted:
