@@ -384,30 +384,6 @@ def test_killed_server_without_snapshots_stops_the_job_saying_why(run_dir):
     wait_none_left(run_dir)
 
 
-def test_killed_coordinator_is_started_again_and_the_job_resumes(run_dir):
-    """--restart-coordinator: kill -9 of the coordinator mid-training; a new
-    one on the same endpoint resumes from the saved state (the servers are
-    taken back, the workers' claims are sent again), and every epoch still
-    trains every example once."""
-    launch = Launch(["--servers", "2", "--workers", "2", "--restart-coordinator", "--", *full_mlp(3)], run_dir)
-    launch.wait_for_line(r"worker 0 \| epoch 1 done", 120)
-    pid = pid_of(run_dir, "shardps-coordinator")
-    assert pid, launch.output()
-    os.kill(pid, signal.SIGKILL)
-    rc = launch.wait(240)
-    out = launch.output()
-    assert rc == 0, out
-    assert re.search(r"the coordinator on localhost killed by signal SIGKILL at [\d.]+ s: starting it again on "
-                     r"tcp://\S+ with its saved state", out), out
-    assert "all 2 workers finished" in out, out
-    for epoch in (1, 2, 3):
-        assert re.search(rf"worker 0 \| epoch {epoch} done \| 60000 of 60000 examples \|", out), out
-    again = open(os.path.join(run_dir, "coordinator.restart1.log")).read()
-    assert "resuming the job saved in" in again, again
-    assert re.search(r"server [01] at \S+ is back", again), again
-    wait_none_left(run_dir)
-
-
 def start_etcd(tmp_path):
     """A one-member etcd on loopback (Debian's etcd-server): (process,
     "127.0.0.1:PORT"); skips the test, saying why, where it cannot start."""
@@ -438,16 +414,23 @@ def start_etcd(tmp_path):
             time.sleep(0.1)
 
 
-def test_killed_coordinator_resumes_from_its_state_in_etcd(run_dir, tmp_path):
-    """[job] state_dir = etcd://...: the coordinator keeps the job's state in
-    etcd (docs/fault-tolerance.md); killed with kill -9, the one started
-    again holds no state directory of its own: it takes the lead once the
-    dead one's lease lapses, loads the state from etcd and the job resumes,
-    every epoch training every example once."""
-    etcd, endpoint = start_etcd(tmp_path)
+@pytest.mark.parametrize("store", ["dir", "etcd"])
+def test_killed_coordinator_is_started_again_and_the_job_resumes(run_dir, tmp_path, store):
+    """--restart-coordinator: kill -9 of the coordinator mid-training; a new
+    one on the same endpoint resumes from the saved state (the servers are
+    taken back, the workers' claims are sent again), and every epoch still
+    trains every example once. The state in a directory (RocksDB), or in
+    etcd ([job] state_dir = etcd://...): then the one started again holds
+    nothing of its own, takes the lead once the dead one's lease lapses and
+    loads the state from etcd."""
+    etcd, sets = None, []
+    if store == "etcd":
+        etcd, endpoint = start_etcd(tmp_path)
+        url = f"etcd://{endpoint}/jobs/a"
+        sets = ["--set", f'job.state_dir="{url}"']
     try:
-        launch = Launch(["--servers", "2", "--workers", "2", "--restart-coordinator",
-                         "--set", f'job.state_dir="etcd://{endpoint}/jobs/a"', "--", *full_mlp(3)], run_dir)
+        launch = Launch(["--servers", "2", "--workers", "2", "--restart-coordinator", *sets, "--", *full_mlp(3)],
+                        run_dir)
         launch.wait_for_line(r"worker 0 \| epoch 1 done", 120)
         pid = pid_of(run_dir, "shardps-coordinator")
         assert pid, launch.output()
@@ -455,18 +438,23 @@ def test_killed_coordinator_resumes_from_its_state_in_etcd(run_dir, tmp_path):
         rc = launch.wait(240)
         out = launch.output()
         assert rc == 0, out
+        assert re.search(r"the coordinator on localhost killed by signal SIGKILL at [\d.]+ s: starting it again on "
+                         r"tcp://\S+ with its saved state", out), out
         assert "all 2 workers finished" in out, out
         for epoch in (1, 2, 3):
             assert re.search(rf"worker 0 \| epoch {epoch} done \| 60000 of 60000 examples \|", out), out
-        first = open(os.path.join(run_dir, "coordinator.log")).read()
-        assert re.search(rf"leading the job in etcd://{endpoint}/jobs/a as \S+", first), first
         again = open(os.path.join(run_dir, "coordinator.restart1.log")).read()
-        assert f"resuming the job saved in etcd://{endpoint}/jobs/a" in again, again
+        assert "resuming the job saved in" in again, again
         assert re.search(r"server [01] at \S+ is back", again), again
+        if etcd:
+            first = open(os.path.join(run_dir, "coordinator.log")).read()
+            assert re.search(rf"leading the job in {url} as \S+", first), first
+            assert f"resuming the job saved in {url}" in again, again
         wait_none_left(run_dir)
     finally:
-        etcd.terminate()
-        etcd.wait(10)
+        if etcd:
+            etcd.terminate()
+            etcd.wait(10)
 
 
 def wait_for_file_text(path, pattern, timeout, what):

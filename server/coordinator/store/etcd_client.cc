@@ -92,11 +92,17 @@ Status EtcdClient::Post(const std::string& path, const std::string& body, std::s
   return Status::Unavailable("etcd " + path + ": no member answered (" + tried + ")");
 }
 
-Status EtcdClient::Get(const std::string& key, std::string* value, bool* found) {
+Status EtcdClient::Call(const std::string& path, const std::string& body, JsonValue* v) {
   std::string reply;
-  SHARDPS_RETURN_IF_ERROR(Post("/v3/kv/range", "{\"key\": " + Quote(Base64(key)) + "}", &reply));
+  SHARDPS_RETURN_IF_ERROR(Post(path, body, &reply));
+  Status s = ParseJson(reply, v);
+  if (!s.ok()) return Status::BadMessage("etcd " + path + " answered what is not JSON: " + s.message());
+  return Status::OK();
+}
+
+Status EtcdClient::Get(const std::string& key, std::string* value, bool* found) {
   JsonValue v;
-  SHARDPS_RETURN_IF_ERROR(ParseJson(reply, &v));
+  SHARDPS_RETURN_IF_ERROR(Call("/v3/kv/range", "{\"key\": " + Quote(Base64(key)) + "}", &v));
   *found = false;
   const JsonValue* kvs = v.Find("kvs");
   if (!kvs || kvs->array.empty()) return Status::OK();
@@ -119,30 +125,24 @@ Status EtcdClient::Commit(const Txn& t, bool* ok) {
            "}}";
   for (const auto& k : t.deletes)
     ops += std::string(ops.empty() ? "" : ", ") + "{\"request_delete_range\": {\"key\": " + Quote(Base64(k)) + "}}";
-  std::string reply;
-  SHARDPS_RETURN_IF_ERROR(Post("/v3/kv/txn", "{\"compare\": [" + cmp + "], \"success\": [" + ops + "]}", &reply));
   JsonValue v;
-  SHARDPS_RETURN_IF_ERROR(ParseJson(reply, &v));
+  SHARDPS_RETURN_IF_ERROR(Call("/v3/kv/txn", "{\"compare\": [" + cmp + "], \"success\": [" + ops + "]}", &v));
   const JsonValue* s = v.Find("succeeded");
   *ok = s && s->kind == JsonValue::Kind::kBool && s->boolean;  // (absent: false)
   return Status::OK();
 }
 
 Status EtcdClient::Grant(int64_t ttl_sec, int64_t* lease) {
-  std::string reply;
-  SHARDPS_RETURN_IF_ERROR(Post("/v3/lease/grant", "{\"TTL\": \"" + std::to_string(ttl_sec) + "\"}", &reply));
   JsonValue v;
-  SHARDPS_RETURN_IF_ERROR(ParseJson(reply, &v));
+  SHARDPS_RETURN_IF_ERROR(Call("/v3/lease/grant", "{\"TTL\": \"" + std::to_string(ttl_sec) + "\"}", &v));
   *lease = IntAt(v, "ID");
-  if (*lease == 0) return Status::Unavailable("etcd granted no lease: " + reply.substr(0, 200));
+  if (*lease == 0) return Status::Unavailable("etcd granted no lease (" + v.StringAt("error") + ")");
   return Status::OK();
 }
 
 Status EtcdClient::KeepAlive(int64_t lease, int64_t* ttl) {
-  std::string reply;
-  SHARDPS_RETURN_IF_ERROR(Post("/v3/lease/keepalive", "{\"ID\": \"" + std::to_string(lease) + "\"}", &reply));
   JsonValue v;
-  SHARDPS_RETURN_IF_ERROR(ParseJson(reply, &v));
+  SHARDPS_RETURN_IF_ERROR(Call("/v3/lease/keepalive", "{\"ID\": \"" + std::to_string(lease) + "\"}", &v));
   const JsonValue* r = v.Find("result");
   *ttl = r ? IntAt(*r, "TTL") : 0;
   return Status::OK();

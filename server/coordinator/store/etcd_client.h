@@ -16,6 +16,10 @@
 #include "shardps/status.h"
 
 namespace shardps {
+struct JsonValue;
+}
+
+namespace shardps {
 
 class EtcdClient {
  public:
@@ -49,6 +53,8 @@ class EtcdClient {
  private:
   // POSTs `body` to `path` on a member; *reply is the response's body.
   Status Post(const std::string& path, const std::string& body, std::string* reply);
+  // Post, and the reply parsed.
+  Status Call(const std::string& path, const std::string& body, JsonValue* v);
 
   std::vector<std::string> endpoints_;
   std::chrono::milliseconds timeout_;
