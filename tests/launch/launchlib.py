@@ -29,6 +29,14 @@ launcher_logic = pytest.mark.skipif(
     os.environ.get("SHARDPS_SANITIZER", "a sanitizer"))
 
 
+# A variant of a recovery whose C++ paths another test runs under the
+# sanitizers too (CI's 70 minutes): in the plain suite only.
+plain_only = pytest.mark.skipif(
+    bool(os.environ.get("SHARDPS_SANITIZER")),
+    reason="its C++ paths run under " + os.environ.get("SHARDPS_SANITIZER", "a sanitizer") +
+    " in another test: this variant in the plain suite only")
+
+
 def small_mlp(epochs=2, extra=()):
     """A worker command that trains the MLP on a subset (seconds, not minutes)."""
     return [WORKER, "--coordinator", "{coordinator}", "--rank", "{rank}", "--model", "mlp", "--hidden", "64",
