@@ -37,6 +37,13 @@ plain_only = pytest.mark.skipif(
     " in another test: this variant in the plain suite only")
 
 
+# A case whose threads are those of other cases (CI's 70 minutes): left out
+# under ThreadSanitizer, run plain and under ASan.
+not_under_tsan = pytest.mark.skipif(
+    os.environ.get("SHARDPS_SANITIZER") == "thread",
+    reason="no thread of its own: run plain and under ASan, not again under TSan")
+
+
 def small_mlp(epochs=2, extra=()):
     """A worker command that trains the MLP on a subset (seconds, not minutes)."""
     return [WORKER, "--coordinator", "{coordinator}", "--rank", "{rank}", "--model", "mlp", "--hidden", "64",

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from launchlib import (BUILD, COORDINATOR, CTL, LAUNCH, ROOT, SERVER, WORKER, Launch, ctl, launcher_logic, make_keys,
-                       pid_of, plain_only, read_json, small_mlp, wait_json, wait_none_left)
+                       not_under_tsan, pid_of, plain_only, read_json, small_mlp, wait_json, wait_none_left)
 
 
 @pytest.fixture
@@ -467,7 +467,7 @@ def wait_for_file_text(path, pattern, timeout, what):
     raise AssertionError(f"waited {timeout} s for {what} ({pattern!r} in {path}): {text[-3000:]}")
 
 
-@pytest.mark.parametrize("fault", ["kill", pytest.param("stop", marks=plain_only)])
+@pytest.mark.parametrize("fault", [pytest.param("kill", marks=not_under_tsan), pytest.param("stop", marks=plain_only)])
 def test_a_standby_coordinator_takes_over_from_a_killed_leader(tmp_path, fault):
     """Two coordinators of one job, its state in etcd: the leader, and a
     --standby that binds nothing until it leads; servers and workers are
