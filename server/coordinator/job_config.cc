@@ -308,6 +308,27 @@ Status ApplySet(const std::string& set, toml::table* root) {
   return Status::OK();
 }
 
+// [coordinator]: where the job's state is kept (store = "etcd://..."; a
+// directory is [job] state_dir). After [job]: both given is an error.
+Status ParseCoordinator(const toml::table& root, std::string_view src, CoordinatorOptions* out) {
+  const toml::node* n = root.get("coordinator");
+  if (!n) return Status::OK();
+  const toml::table* t = n->as_table();
+  if (!t) return Status::InvalidArgument(Where(src, n) + ": 'coordinator' must be a table ([coordinator])");
+  SHARDPS_RETURN_IF_ERROR(CheckKeys(*t, src, "coordinator", {"store"}));
+  std::string store;
+  SHARDPS_RETURN_IF_ERROR(GetString(*t, "store", src, &store));
+  if (store.empty()) return Status::OK();
+  if (store.rfind("etcd://", 0) != 0)
+    return Status::InvalidArgument(Where(src, t->get("store")) + ": [coordinator] store '" + store +
+                                   "' is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX (a directory: [job] state_dir)");
+  if (!out->state_dir.empty() && out->state_dir != store)
+    return Status::InvalidArgument(Where(src, t->get("store")) + ": [coordinator] store and [job] state_dir (" +
+                                   out->state_dir + ") both given: the state goes to one of them");
+  out->state_dir = store;
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ParseJobConfig(std::string_view text, std::string_view src, const std::vector<std::string>& sets,
@@ -321,7 +342,8 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
                                    ": " + std::string(e.description()));
   }
   for (const auto& set : sets) SHARDPS_RETURN_IF_ERROR(ApplySet(set, &root));
-  SHARDPS_RETURN_IF_ERROR(CheckKeys(root, src, "top level", {"job", "table", "launch", "metrics", "security"}));
+  SHARDPS_RETURN_IF_ERROR(
+      CheckKeys(root, src, "top level", {"job", "table", "launch", "metrics", "security", "coordinator"}));
   if (const toml::node* n = root.get("launch")) {
     const toml::table* t = n->as_table();
     if (!t) return Status::InvalidArgument(Where(src, n) + ": 'launch' must be a table ([launch])");
@@ -378,7 +400,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
       out->tables.push_back(std::move(spec));
     }
   }
-  return Status::OK();
+  return ParseCoordinator(root, src, out);
 }
 
 Status LoadJobConfig(const std::string& path, const std::vector<std::string>& sets, JobConfig* out) {

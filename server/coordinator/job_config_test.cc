@@ -149,6 +149,21 @@ TEST(JobConfig, ValidateRejectsDuplicateTablesAndBadShapes) {
 // [security] enabled: unset (the launcher decides by where the job runs),
 // true or false; --set overrides the job file, and the launcher reads it
 // back from --print-config.
+TEST(JobConfig, TheCoordinatorsStoreIsEtcdAndOneOfTwoPlaces) {
+  CoordinatorOptions o;
+  Status s = ParseJobConfig("[coordinator]\nstore = \"etcd://10.0.0.1:2379,10.0.0.2:2379/jobs/a\"\n", "job.toml", &o);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(o.state_dir, "etcd://10.0.0.1:2379,10.0.0.2:2379/jobs/a");
+  CoordinatorOptions bad;
+  s = ParseJobConfig("[coordinator]\nstore = \"/var/state\"\n", "job.toml", &bad);
+  EXPECT_NE(s.message().find("job.toml:2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("is not etcd://"), std::string::npos) << s.message();
+  s = ParseJobConfig("[job]\nstate_dir = \"/var/state\"\n[coordinator]\nstore = \"etcd://h:1/p\"\n", "job.toml", &bad);
+  EXPECT_NE(s.message().find("both given"), std::string::npos) << s.message();
+  s = ParseJobConfig("[coordinator]\nstandbys = 2\n", "job.toml", &bad);
+  EXPECT_NE(s.message().find("standbys"), std::string::npos) << s.message();
+}
+
 TEST(JobConfig, SecurityEnabledIsUnsetTrueOrFalse) {
   JobConfig c;
   ASSERT_TRUE(ParseJobConfig("[security]\nkeys = \"/k\"\n", "job.toml", {}, &c).ok());
