@@ -157,8 +157,9 @@ TEST_F(EtcdStateTest, BadUrlsAndAnUnreachableEtcdAreNamed) {
 }
 
 // etcd lost (stopped): the leader's write fails and it steps down rather
-// than promise what is not saved; a standby waits for etcd and leads once
-// it answers again, with the state saved before the loss.
+// than promise what may not be saved; a standby waits for etcd and leads
+// once it answers again, with the state saved before the loss (or the
+// write that timed out, if etcd took it after all).
 TEST_F(EtcdStateTest, WithEtcdDownTheLeaderStepsDownAndAStandbyLeadsOnceItIsBack) {
   std::unique_ptr<StateStore> a;
   ASSERT_TRUE(EtcdStateStore::Open(Url(), &a).ok());
@@ -185,7 +186,10 @@ TEST_F(EtcdStateTest, WithEtcdDownTheLeaderStepsDownAndAStandbyLeadsOnceItIsBack
   Status ls = b->Load(kShape, &d, &found);
   ASSERT_TRUE(ls.ok()) << ls.ToString();
   ASSERT_TRUE(found);
-  EXPECT_EQ(d.next_update_id, 5u);
+  // The write that timed out may have landed once etcd went on (it was in
+  // etcd's socket): its replies were never sent, as when a coordinator dies
+  // between its save and its replies (clients send again, ids kept).
+  EXPECT_TRUE(d.next_update_id == 5u || d.next_update_id == 6u) << d.next_update_id;
   a.reset();  // (its lead is gone: it does not take b's)
   EXPECT_TRUE(b->Keep().ok());
   EXPECT_TRUE(b->Save(State(8)));
