@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   f.reg_ms = o.register_timeout.count();
   f.coord_timeout_sec = static_cast<double>(o.coordinator_timeout.count()) / 1000.0;
   f.max_hold_sec = o.max_hold.count() / 1000;
-  app.add_option("--coordinator", o.coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555")->required();
+  app.add_option("--coordinator", o.coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555; a leader and its standbys: tcp://A:P,tcp://B:Q")->required();
   app.add_option("--bind", o.bind, "data endpoint to listen on; port 0 picks a free port")->capture_default_str();
   app.add_option("--advertise", o.advertise,
                  "host or address clients dial (default for a wildcard --bind: this host's address on the route to the coordinator)");

@@ -562,7 +562,7 @@ int main(int argc, char** argv) {
                  "a job shardps-launch started: its run directory (or its job.json) gives the coordinator and, with "
                  "security on, the key (admin.key or observer.key, as the command needs); COORDINATOR may then be left out");
   auto* status = app.add_subcommand("status", "every process, worker clocks, rates per server, who waits on whom");
-  status->add_option("COORDINATOR", coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555 (or --run-dir)");
+  status->add_option("COORDINATOR", coordinator, "coordinator endpoint, e.g. tcp://10.0.0.1:5555, or every coordinator of a job with standbys: A,B (or --run-dir)");
   status->add_flag("--json", json, "one JSON object");
   status->add_option("--timeout-sec", timeout_sec)->check(CLI::Range(1, 3600))->capture_default_str();
   double interval = 1.0;

@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
   using namespace shardps::worker;
   CLI::App app{"shardps training worker"};
   WorkerFlags f;
-  app.add_option("--coordinator", f.connect.coordinator, "coordinator endpoint")->required();
+  app.add_option("--coordinator", f.connect.coordinator, "coordinator endpoint (a leader and its standbys: tcp://A:P,tcp://B:Q)")->required();
   app.add_option("--key", f.connect.key_file, "security on: the job's worker key (shardps-keygen DIR makes DIR/worker.key)")->envname("SHARDPS_KEY");
   app.add_option("--rank", f.connect.rank, "worker rank (default: assigned)")->check(CLI::Range(-1, 65535));
   app.add_option("--metrics-port", f.connect.metrics_port, "serve Prometheus /metrics on this port (0: a free port)")->check(CLI::Range(0, 65535))->capture_default_str();
