@@ -384,17 +384,22 @@ def test_killed_server_without_snapshots_stops_the_job_saying_why(run_dir):
     wait_none_left(run_dir)
 
 
+def free_ports(n):
+    """n free TCP ports on loopback (each bound, read, closed)."""
+    ports = []
+    for _ in range(n):
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            ports.append(sk.getsockname()[1])
+    return ports
+
+
 def start_etcd(tmp_path):
     """A one-member etcd on loopback (Debian's etcd-server): (process,
     "127.0.0.1:PORT"); skips the test, saying why, where it cannot start."""
     if not os.access("/usr/bin/etcd", os.X_OK):
         pytest.skip("no /usr/bin/etcd (Debian's etcd-server)")
-    ports = []
-    for _ in range(2):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        ports.append(s.getsockname()[1])
-        s.close()
+    ports = free_ports(2)
     client, peer = f"127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
     log = open(tmp_path / "etcd.log", "w")
     proc = subprocess.Popen(["/usr/bin/etcd", "--name", "t", "--data-dir", str(tmp_path / "etcd"),
@@ -485,13 +490,7 @@ def test_a_standby_coordinator_takes_over_from_a_killed_leader(tmp_path, fault):
         return procs[-1]
 
     try:
-        ports = []
-        for _ in range(2):
-            sk = socket.socket()
-            sk.bind(("127.0.0.1", 0))
-            ports.append(sk.getsockname()[1])
-            sk.close()
-        a, b = (f"tcp://127.0.0.1:{p}" for p in ports)
+        a, b = (f"tcp://127.0.0.1:{p}" for p in free_ports(2))
         coords = f"{a},{b}"
         common = [COORDINATOR, "--servers", "2", "--workers", "2", "--store", f"etcd://{endpoint}/jobs/s",
                   "--no-metrics", "--heartbeat-timeout-ms", "20000"]
