@@ -404,6 +404,22 @@ int CmdVerify(const std::string& dir, bool json) {
   return s.ok() ? 0 : 1;
 }
 
+int CmdFlatten(const std::string& dir, const std::string& out) {
+  Manifest m;
+  snapshot::Chain chain;
+  Status s = Open(dir, &m);
+  if (s.ok()) s = chain.Open(dir, m);
+  if (s.ok()) s = snapshot::VerifyChain(chain);
+  if (s.ok()) s = snapshot::Flatten(chain, out);
+  Manifest written;
+  if (s.ok()) s = snapshot::ReadManifest(out, &written);
+  if (s.ok()) s = snapshot::Verify(out, written);
+  if (!s.ok()) return Fail(s.message());
+  std::printf("wrote %s: the model of %s (%zu snapshots read) as one full snapshot, %llu bytes\n", out.c_str(),
+              dir.c_str(), chain.snaps().size(), static_cast<unsigned long long>(written.bytes()));
+  return 0;
+}
+
 }  // namespace
 }  // namespace shardps
 
@@ -436,6 +452,9 @@ int main(int argc, char** argv) {
   exp->add_option("TABLE", table)->required();
   exp->add_option("--format", format, "npy | csv")->required()->check(CLI::IsMember({"npy", "csv"}));
   exp->add_option("OUT", out, "output file")->required();
+  auto* flat = app.add_subcommand("flatten", "write a snapshot and the snapshots it reads as one full snapshot in OUT");
+  flat->add_option("SNAP", dir)->required();
+  flat->add_option("OUT", out, "a new snapshot directory (snap-<clock> to restore from it)")->required();
   auto* verify = app.add_subcommand("verify", "recompute every checksum; exit 0 only if all hold");
   verify->add_option("SNAP", dir)->required();
   verify->add_flag("--json", json, "JSON output");
@@ -447,5 +466,6 @@ int main(int argc, char** argv) {
   if (*diff) return CmdDiff(dir, dir_b, json);
   if (*exp) return CmdExport(dir, table, format, out);
   if (*verify) return CmdVerify(dir, json);
+  if (*flat) return CmdFlatten(dir, out);
   return 2;
 }

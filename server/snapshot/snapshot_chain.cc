@@ -1,5 +1,7 @@
 #include "server/snapshot/snapshot_chain.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <deque>
 #include <set>
@@ -104,6 +106,50 @@ Status ForEachChainRow(const Chain& c, uint32_t table, uint32_t partition,
   }
   for (const auto& [row, v] : rows) fn(row, v.data(), stride);
   return Status::OK();
+}
+
+Status Flatten(const Chain& c, const std::string& out_dir) {
+  const Chain::Snap& head = c.head();
+  Manifest m = head.m;
+  Manifest existing;
+  if (ReadManifest(out_dir, &existing).ok()) return Status::Conflict(out_dir + " holds a snapshot already: not overwritten");
+  mkdir(out_dir.c_str(), 0755);
+  m.files.clear();
+  m.parts.clear();
+  // One file per server file of the head, its partitions in key order.
+  std::vector<PartEntry> parts = head.m.parts;
+  std::sort(parts.begin(), parts.end(), [](const PartEntry& a, const PartEntry& b) {
+    return a.server != b.server ? a.server < b.server
+                                : (a.table != b.table ? a.table < b.table : a.partition < b.partition);
+  });
+  for (size_t i = 0; i < parts.size();) {
+    const uint32_t server = parts[i].server;
+    size_t j = i;
+    while (j < parts.size() && parts[j].server == server) ++j;
+    ServerFileWriter w;
+    FileEntry f{server, ServerFileName(server), 0, 0};
+    SHARDPS_RETURN_IF_ERROR(w.Open(out_dir + "/" + f.name, server));
+    for (size_t k = i; k < j; ++k) {
+      std::string sketch;
+      SHARDPS_RETURN_IF_ERROR(ReadAdmission(head.dir, head.m, parts[k].table, parts[k].partition, &sketch));
+      if (!sketch.empty()) SHARDPS_RETURN_IF_ERROR(w.PutAdmission(parts[k].table, parts[k].partition, sketch));
+    }
+    for (size_t k = i; k < j; ++k) {
+      PartitionData d;
+      SHARDPS_RETURN_IF_ERROR(ForEachChainRow(c, parts[k].table, parts[k].partition, [&](uint64_t row, const float* v, uint32_t n) {
+        d.stride = n;
+        d.rows.push_back(row);
+        d.values.insert(d.values.end(), v, v + n);
+      }));
+      w.BeginPart(parts[k].table, parts[k].partition, -1);
+      SHARDPS_RETURN_IF_ERROR(w.Add(d));
+      w.EndPart();
+    }
+    SHARDPS_RETURN_IF_ERROR(w.Finish(&m.parts, &f.bytes, &f.checksum));
+    m.files.push_back(f);
+    i = j;
+  }
+  return WriteManifest(out_dir, m);
 }
 
 }  // namespace shardps::snapshot

@@ -57,6 +57,13 @@ Status VerifyChain(const Chain& c);
 Status ForEachChainRow(const Chain& c, uint32_t table, uint32_t partition,
                        const std::function<void(uint64_t row, const float* values, uint32_t stride)>& fn);
 
+// Writes the model `c` reads as one full snapshot in `out_dir` (made; it
+// must not hold a snapshot already): every partition's rows as its chain
+// makes them, in the head's server files, with the head's manifest but
+// full parts. A snapshot to copy elsewhere alone, or to keep when its
+// chain goes.
+Status Flatten(const Chain& c, const std::string& out_dir);
+
 // The root a snapshot directory lies in ("." for a bare name).
 std::string RootOf(const std::string& snap_dir);
 
