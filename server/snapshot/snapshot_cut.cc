@@ -143,7 +143,6 @@ void SnapshotCut::Take(int64_t clock, uint32_t server, std::string root, std::st
   parts_.clear();
   parts_.resize(tables_.size());
   if (history_.size() < tables_.size()) history_.resize(tables_.size());
-  bases_.clear();
   for (size_t id = 0; id < tables_.size(); ++id) {
     if (!tables_[id]) continue;
     const uint32_t P = tables_[id]->partitions();
