@@ -76,6 +76,8 @@ class Coordinator {
   // With a state store, takes it first (etcd: waits to lead the job, while
   // `stop` allows, as long as --standby says) and resumes what it holds.
   Status Bind(const std::atomic<bool>* stop = nullptr);
+  // Bind failed because this standby led a job that had already ended.
+  bool ended_before() const { return ended_before_; }
   const std::string& endpoint() const { return endpoint_; }
   // Serves until a Shutdown request, the end of a Stop, or `stop` becomes
   // true. Returns why the job could not run (OK when it could).
@@ -330,6 +332,7 @@ class Coordinator {
   std::unique_ptr<StateStore> store_;  // null: no --state-dir
   bool dirty_ = false;
   bool resumed_ = false;
+  bool ended_before_ = false;  // a standby that led a job already ended (Bind failed)
   std::vector<std::vector<zmq::message_t>> outbox_;
 };
 

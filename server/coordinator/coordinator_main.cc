@@ -119,7 +119,11 @@ int ServeJob(JobConfig& job) {
   }
   zmq::context_t ctx(1);
   Coordinator c(ctx, o);
-  if (Status s = c.Bind(&stop); !s.ok()) return Fail("", s.message(), 1);
+  if (Status s = c.Bind(&stop); !s.ok()) {
+    if (!c.ended_before()) return Fail("", s.message(), 1);
+    LOG_INFO << s.message() << ": this standby exits";  // the job's end, not a failure
+    return 0;
+  }
   Status s = c.Run(stop);
   return s.ok() ? 0 : 1;
 }

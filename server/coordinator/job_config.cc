@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "common/base/json.h"
+#include "server/coordinator/store/etcd_state.h"
 
 namespace shardps {
 namespace {
@@ -179,7 +180,7 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
   SHARDPS_RETURN_IF_ERROR(CheckKeys(t, src, "launch",
                             {"mode", "hosts", "interface", "advertise", "coordinator_port", "server_ports",
                              "worker_command", "env", "server_cpus", "bin_dir", "run_dir", "timeout_sec",
-                             "ssh_options", "srun_options", "restart_workers", "restart_servers", "restart_coordinator", "max_restarts"}));
+                             "ssh_options", "srun_options", "restart_workers", "restart_servers", "restart_coordinator", "max_restarts", "etcd"}));
   SHARDPS_RETURN_IF_ERROR(GetString(t, "mode", src, &l->mode));
   if (l->mode != "local" && l->mode != "ssh" && l->mode != "slurm")
     return Status::InvalidArgument(Where(src, t.get("mode")) + ": 'mode' must be \"local\", \"ssh\" or \"slurm\", got '" +
@@ -240,6 +241,7 @@ Status ParseLaunch(const toml::table& t, std::string_view src, LaunchOptions* l)
   SHARDPS_RETURN_IF_ERROR(GetBool(t, "restart_workers", src, &l->restart_workers));
   SHARDPS_RETURN_IF_ERROR(GetBool(t, "restart_servers", src, &l->restart_servers));
   SHARDPS_RETURN_IF_ERROR(GetBool(t, "restart_coordinator", src, &l->restart_coordinator));
+  SHARDPS_RETURN_IF_ERROR(GetString(t, "etcd", src, &l->etcd));
   SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "max_restarts", src, 0, 1000000, &l->max_restarts));
   SHARDPS_RETURN_IF_ERROR(GetStrings(t, "ssh_options", src, false, &l->ssh_options));
   SHARDPS_RETURN_IF_ERROR(GetStrings(t, "srun_options", src, false, &l->srun_options));
@@ -280,9 +282,10 @@ Status ApplySet(const std::string& set, toml::table* root) {
     return Status::InvalidArgument("--set '" + set + "': only SECTION.KEY is supported, not deeper keys");
   if (section == "table")
     return Status::InvalidArgument("--set '" + set + "': tables are defined in the job file ([[table]])");
-  if (section != "job" && section != "launch" && section != "metrics" && section != "security")
+  if (section != "job" && section != "launch" && section != "metrics" && section != "security" &&
+      section != "coordinator")
     return Status::InvalidArgument("--set '" + set + "': unknown section '" + section +
-                                   "' (known sections: job, launch, metrics, security)");
+                                   "' (known sections: job, coordinator, launch, metrics, security)");
   // The value is TOML (3, true, "x", [1, 2], { A = "b" }); a bare word is a string.
   const std::string name = "--set " + set;
   toml::table parsed;
@@ -308,17 +311,42 @@ Status ApplySet(const std::string& set, toml::table* root) {
   return Status::OK();
 }
 
+// [launch] etcd: "local" or HOST:PORT[,HOST:PORT...].
+Status CheckEtcd(const toml::table& root, std::string_view src, const std::string& etcd) {
+  if (etcd.empty() || etcd == "local") return Status::OK();
+  std::vector<std::string> endpoints;
+  std::string prefix;
+  if (ParseEtcdUrl("etcd://" + etcd + "/p", &endpoints, &prefix).ok()) return Status::OK();
+  return Status::InvalidArgument(Where(src, root["launch"]["etcd"].node()) + ": [launch] etcd '" + etcd +
+                                 "' is not \"local\" or HOST:PORT[,HOST:PORT...]");
+}
+
 // [coordinator]: where the job's state is kept (store = "etcd://..."; a
-// directory is [job] state_dir). After [job]: both given is an error.
-Status ParseCoordinator(const toml::table& root, std::string_view src, CoordinatorOptions* out) {
+// directory is [job] state_dir) and how many standby coordinators the
+// launcher starts (standbys, which need etcd: store, or [launch] etcd).
+// After [job] and [launch]: the state in two places is an error.
+Status ParseCoordinator(const toml::table& root, std::string_view src, JobConfig* cfg) {
+  CoordinatorOptions* out = &cfg->job;
+  const std::string& etcd = cfg->launch.etcd;
+  SHARDPS_RETURN_IF_ERROR(CheckEtcd(root, src, etcd));
+  if (!etcd.empty() && !out->state_dir.empty() && out->state_dir.rfind("etcd://", 0) != 0)
+    return Status::InvalidArgument(Where(src, root["launch"]["etcd"].node()) + ": [launch] etcd and [job] state_dir (" +
+                                   out->state_dir + ") both given: the state goes to one of them");
   const toml::node* n = root.get("coordinator");
   if (!n) return Status::OK();
   const toml::table* t = n->as_table();
   if (!t) return Status::InvalidArgument(Where(src, n) + ": 'coordinator' must be a table ([coordinator])");
-  SHARDPS_RETURN_IF_ERROR(CheckKeys(*t, src, "coordinator", {"store"}));
+  SHARDPS_RETURN_IF_ERROR(CheckKeys(*t, src, "coordinator", {"store", "standbys"}));
+  SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(*t, "standbys", src, 0, 8, &cfg->coordinator.standbys));
   std::string store;
   SHARDPS_RETURN_IF_ERROR(GetString(*t, "store", src, &store));
-  if (store.empty()) return Status::OK();
+  if (store.empty()) {
+    if (cfg->coordinator.standbys > 0 && etcd.empty() && out->state_dir.rfind("etcd://", 0) != 0)
+      return Status::InvalidArgument(Where(src, t->get("standbys")) + ": [coordinator] standbys need the job's state "
+                                     "in etcd: [coordinator] store = \"etcd://HOST:PORT/PREFIX\" or [launch] etcd "
+                                     "(\"local\": the launcher starts one)");
+    return Status::OK();
+  }
   if (store.rfind("etcd://", 0) != 0)
     return Status::InvalidArgument(Where(src, t->get("store")) + ": [coordinator] store '" + store +
                                    "' is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX (a directory: [job] state_dir)");
@@ -400,7 +428,7 @@ Status ParseJobConfig(std::string_view text, std::string_view src, const std::ve
       out->tables.push_back(std::move(spec));
     }
   }
-  return ParseCoordinator(root, src, out);
+  return ParseCoordinator(root, src, cfg);
 }
 
 Status LoadJobConfig(const std::string& path, const std::vector<std::string>& sets, JobConfig* out) {
@@ -478,8 +506,10 @@ std::string JobConfigJson(const JobConfig& c) {
   o += "}, \"server_cpus\": " + JsonStrings(l.server_cpus) + ", \"bin_dir\": " + JsonString(l.bin_dir) +
        ", \"run_dir\": " + JsonString(l.run_dir) + ", \"timeout_sec\": " + std::to_string(l.timeout_sec) +
        ", \"restart_workers\": " + JsonBool(l.restart_workers) + ", \"restart_servers\": " + JsonBool(l.restart_servers) + ", \"restart_coordinator\": " + JsonBool(l.restart_coordinator) + ", \"max_restarts\": " + std::to_string(l.max_restarts) +
-       ", \"ssh_options\": " + JsonStrings(l.ssh_options) + ", \"srun_options\": " + JsonStrings(l.srun_options) +
-       "}, \"metrics\": {\"enabled\": " + JsonBool(c.metrics.enabled) + ", \"port\": " +
+       ", \"etcd\": " + JsonString(l.etcd) + ", \"ssh_options\": " + JsonStrings(l.ssh_options) + ", \"srun_options\": " + JsonStrings(l.srun_options) +
+       "}, \"coordinator\": {\"store\": " +
+       JsonString(j.state_dir.rfind("etcd://", 0) == 0 ? j.state_dir : "") +
+       ", \"standbys\": " + std::to_string(c.coordinator.standbys) + "}, \"metrics\": {\"enabled\": " + JsonBool(c.metrics.enabled) + ", \"port\": " +
        std::to_string(c.metrics.port) + ", \"address\": " + JsonString(c.metrics.address) +
        "}, \"security\": {\"keys\": " + JsonString(c.security.keys) + ", \"enabled\": " +
        (c.security.enabled ? JsonBool(*c.security.enabled) : std::string("null")) + "}}";

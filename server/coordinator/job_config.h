@@ -68,6 +68,7 @@ struct LaunchOptions {
   bool restart_servers = false;             // a dead server: the job rolls back to its newest snapshot
   bool restart_coordinator = false;         // a dead coordinator is started again on its saved state
   uint32_t max_restarts = 3;                // per worker rank, and rollbacks
+  std::string etcd;                         // "local" (the launcher starts 3 members) or HOST:PORT,...
   std::vector<std::string> ssh_options;
   std::vector<std::string> srun_options;
 };
@@ -89,8 +90,14 @@ struct SecurityConfig {
   std::optional<bool> enabled;
 };
 
+// [coordinator]: its store is CoordinatorOptions::state_dir (etcd://...).
+struct CoordinatorSection {
+  uint32_t standbys = 0;  // standby coordinators the launcher starts (etcd)
+};
+
 struct JobConfig {
   CoordinatorOptions job;
+  CoordinatorSection coordinator;
   LaunchOptions launch;
   MetricsOptions metrics;
   SecurityConfig security;

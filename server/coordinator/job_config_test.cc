@@ -161,6 +161,33 @@ TEST(JobConfig, TheCoordinatorsStoreIsEtcdAndOneOfTwoPlaces) {
   s = ParseJobConfig("[job]\nstate_dir = \"/var/state\"\n[coordinator]\nstore = \"etcd://h:1/p\"\n", "job.toml", &bad);
   EXPECT_NE(s.message().find("both given"), std::string::npos) << s.message();
   s = ParseJobConfig("[coordinator]\nstandbys = 2\n", "job.toml", &bad);
+  EXPECT_NE(s.message().find("standbys need the job's state in etcd"), std::string::npos) << s.message();
+}
+
+// Standbys: with [coordinator] store or [launch] etcd (the launcher's
+// cluster, "local", or one given as HOST:PORT,...); the launcher reads
+// both back from --print-config.
+TEST(JobConfig, StandbysNeedEtcdAndTheLauncherReadsThemBack) {
+  JobConfig c;
+  Status s = ParseJobConfig("[coordinator]\nstandbys = 2\n[launch]\netcd = \"local\"\n", "job.toml", {}, &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.coordinator.standbys, 2u);
+  EXPECT_EQ(c.launch.etcd, "local");
+  const std::string json = JobConfigJson(c);
+  EXPECT_NE(json.find("\"coordinator\": {\"store\": \"\", \"standbys\": 2}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"etcd\": \"local\""), std::string::npos) << json;
+  JobConfig given;
+  ASSERT_TRUE(ParseJobConfig("", "job.toml", {"launch.etcd=10.0.0.1:2379,10.0.0.2:2379", "coordinator.standbys=1"},
+                             &given).ok());
+  EXPECT_EQ(given.coordinator.standbys, 1u);
+  JobConfig bad;
+  s = ParseJobConfig("[launch]\netcd = \"10.0.0.1\"\n", "job.toml", {}, &bad);
+  EXPECT_NE(s.message().find("job.toml:2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("is not \"local\" or HOST:PORT"), std::string::npos) << s.message();
+  s = ParseJobConfig("[job]\nstate_dir = \"/var/s\"\n[launch]\netcd = \"local\"\n", "job.toml", {}, &bad);
+  EXPECT_NE(s.message().find("both given"), std::string::npos) << s.message();
+  JobConfig many;
+  s = ParseJobConfig("[coordinator]\nstandbys = 9\n[launch]\netcd = \"local\"\n", "job.toml", {}, &many);
   EXPECT_NE(s.message().find("standbys"), std::string::npos) << s.message();
 }
 

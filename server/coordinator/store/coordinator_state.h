@@ -74,6 +74,11 @@ Status DecodeState(std::string_view value, const StateShape& job, DurableState* 
 struct StoreWait {
   std::chrono::seconds campaign{30};
   const std::atomic<bool>* stop = nullptr;
+  // A standby (etcd) that wins the lead of a job that already ended (its
+  // leader cleared the state: Forget) gives the lead back, sets *ended and
+  // fails Open: there is nothing to take over. A coordinator started
+  // without --standby starts the job afresh instead.
+  bool* ended = nullptr;
 };
 
 // Where the state is kept. Open picks the kind from `where`.
@@ -92,7 +97,8 @@ class StateStore {
   // Writes `s`. False, logged, when it could not (etcd: also when this
   // coordinator no longer leads the job).
   virtual bool Save(const DurableState& s) = 0;
-  // The job ended: its state is deleted, nothing to resume.
+  // The job ended: its state is deleted, nothing to resume (etcd: the
+  // job is marked ended, for its standbys: StoreWait::ended).
   virtual void Forget() = 0;
   // Called from the coordinator's loop every 100 ms: keeps what the store
   // needs alive (etcd: the leader's lease). An error: this coordinator

@@ -2,12 +2,25 @@
 
 #include <unistd.h>
 
+#include <ctime>
 #include <random>
 #include <thread>
 
 #include "common/base/log.h"
 
 namespace shardps {
+namespace {
+
+std::string NowUtc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
 
 Status ParseEtcdUrl(const std::string& url, std::vector<std::string>* endpoints, std::string* prefix) {
   const std::string scheme = "etcd://";
@@ -102,7 +115,31 @@ Status EtcdStateStore::Campaign(const StoreWait& wait) {
       said = leader;
     }
   }
+  SHARDPS_RETURN_IF_ERROR(AfterTheEnd(patient, wait.ended));
   LOG_INFO << "leading the job in " << path_ << " as " << id_ << " (lease " << kLeaseSec << " s)";
+  return Status::OK();
+}
+
+Status EtcdStateStore::AfterTheEnd(bool standby, bool* ended) {
+  std::string when;
+  bool found = false;
+  SHARDPS_RETURN_IF_ERROR(etcd_.Get(prefix_ + "/ended", &when, &found));
+  if (!found) return Status::OK();
+  if (standby) {
+    if (Status s = etcd_.Revoke(lease_); !s.ok()) LOG_WARN << "giving up the lead in " << path_ << ": " << s.message();
+    deposed_ = true;
+    if (ended) *ended = true;
+    return Status::Unavailable("the job in " + path_ + " ended (" + when + "): there is nothing to take over");
+  }
+  // A new job under the same prefix: the old one's end no longer applies.
+  EtcdClient::Txn t;
+  t.key = prefix_ + "/leader";
+  t.value = id_;
+  t.deletes = {prefix_ + "/ended"};
+  bool ok = false;
+  SHARDPS_RETURN_IF_ERROR(etcd_.Commit(t, &ok));
+  if (!ok) return Status::Conflict("lost the lead of the job in " + path_ + " as it began");
+  LOG_INFO << "the job in " << path_ << " ended before (" << when << "): starting it afresh";
   return Status::OK();
 }
 
@@ -175,6 +212,8 @@ void EtcdStateStore::Forget() {
   t.key = prefix_ + "/leader";
   t.value = id_;
   t.deletes = {prefix_ + "/state"};
+  // (No lease: the mark outlives this leader, for the standbys to read.)
+  t.puts = {{prefix_ + "/ended", NowUtc() + " by " + id_}};
   bool ok = false;
   Status s = etcd_.Commit(t, &ok);
   if (!s.ok() || !ok) LOG_WARN << "cannot clear the finished job's state in " << path_ << ": " << (s.ok() ? "not its leader" : s.message());

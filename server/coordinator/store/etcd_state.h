@@ -47,6 +47,8 @@ class EtcdStateStore : public StateStore {
   using Clock = std::chrono::steady_clock;
   EtcdStateStore(std::vector<std::string> endpoints, std::string prefix);
   Status Campaign(const StoreWait& wait);
+  // Just led: the job may have ended before (its `ended` mark).
+  Status AfterTheEnd(bool standby, bool* ended);
   // One try: a lease if needed, then the leader key (*led), else who holds it.
   Status TryLead(std::string* leader, bool* led);
   Status Renew();

@@ -113,6 +113,22 @@ TEST_F(EtcdStateTest, TheLeaderSavesAndANewLeaderLoadsWhatItSaved) {
     ASSERT_TRUE(ls.ok()) << ls.ToString();
   }
   EXPECT_FALSE(found);
+  b.reset();
+  // The job ended: a standby that leads next has nothing to take over and
+  // gives the lead back; a coordinator started without --standby begins a
+  // new job (and the mark goes: the next standby leads it).
+  bool ended = false;
+  std::unique_ptr<StateStore> c;
+  Status cs = EtcdStateStore::Open(Url(), &c, {std::chrono::seconds(0), nullptr, &ended});
+  EXPECT_FALSE(cs.ok());
+  EXPECT_TRUE(ended);
+  EXPECT_NE(cs.message().find("ended"), std::string::npos) << cs.ToString();
+  ASSERT_TRUE(EtcdStateStore::Open(Url(), &c, {std::chrono::seconds(5)}).ok());
+  c.reset();
+  ended = false;
+  cs = EtcdStateStore::Open(Url(), &c, {std::chrono::seconds(0), nullptr, &ended});
+  EXPECT_TRUE(cs.ok()) << cs.ToString();
+  EXPECT_FALSE(ended);
 }
 
 TEST_F(EtcdStateTest, OneLeaderAtATimeAndADeposedLeadersWritesAreFenced) {
