@@ -24,7 +24,9 @@ bool IoLoop::HoldForCoordinator(std::vector<zmq::message_t>& frames) {
   // only on a connection made: none yet (the leader not up, or just lost).
   // The request waits for one, its deadline running.
   if (CoordinatorEndpoints(opts.coordinator).size() < 2 || (coord.get(zmq::sockopt::events) & ZMQ_POLLOUT)) return false;
-  if (coord_waiting.empty()) LOG_INFO << "no coordinator of " << opts.coordinator << " leads yet: requests wait for one";
+  // (Not said of the first request: its connection is still being made.)
+  if (coord_waiting.empty() && sends > 1)
+    LOG_INFO << "no coordinator of " << opts.coordinator << " leads yet: requests wait for one";
   coord_waiting.push_back(std::move(frames));
   return true;
 }

@@ -266,7 +266,7 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
                     ", \"processes\": [";
     o += "{\"role\": \"coordinator\", \"rank\": 0, \"host\": " + JsonString(Str(js->host())) +
          ", \"pid\": " + std::to_string(js->pid()) + ", \"alive\": true, \"state\": \"alive\", \"endpoint\": " +
-         JsonString(coordinator) + ", \"metrics_url\": " + JsonString(Str(js->metrics_url())) + "}";
+         JsonString(js->endpoint() ? Str(js->endpoint()) : coordinator) + ", \"metrics_url\": " + JsonString(Str(js->metrics_url())) + "}";
     if (js->processes())
       for (const auto* p : *js->processes()) {
         o += ", {\"role\": " + JsonString(RoleName(p->role())) + ", \"rank\": " + std::to_string(p->rank()) +

@@ -571,7 +571,12 @@ void Coordinator::Commit() {
   dirty_ = false;
   for (auto& frames : outbox_) {
     Status s = SendMultipart(sock_, frames);
-    if (!s.ok()) LOG_WARN << "reply dropped: " << s.ToString();
+    if (s.ok()) continue;
+    // (At the job's end a server stopped with it may be gone already.)
+    if (shutdown_)
+      LOG_INFO << "message dropped at the job's end: " << s.ToString();
+    else
+      LOG_WARN << "reply dropped: " << s.ToString();
   }
   outbox_.clear();
 }

@@ -120,8 +120,10 @@ int ServeJob(JobConfig& job) {
   zmq::context_t ctx(1);
   Coordinator c(ctx, o);
   if (Status s = c.Bind(&stop); !s.ok()) {
-    if (!c.ended_before()) return Fail("", s.message(), 1);
-    LOG_INFO << s.message() << ": this standby exits";  // the job's end, not a failure
+    // A standby asked to stop while it waited, or that found the job
+    // ended: its end, not a failure.
+    if (!c.ended_before() && !(o.standby && stop.load())) return Fail("", s.message(), 1);
+    LOG_INFO << s.message() << ": this standby exits";
     return 0;
   }
   Status s = c.Run(stop);

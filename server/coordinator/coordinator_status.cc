@@ -164,7 +164,8 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
     lv = fbb_.CreateVector(leaving);
   }
   auto host = fbb_.CreateString(HostName()), url = fbb_.CreateString(opts_.metrics.url),
-       snapdir = fbb_.CreateString(opts_.snapshot_dir), latest = fbb_.CreateString(snaps.latest_dir);
+       snapdir = fbb_.CreateString(opts_.snapshot_dir), latest = fbb_.CreateString(snaps.latest_dir),
+       self = fbb_.CreateString(endpoint_);
   wire::JobStatusBuilder b(fbb_);
   b.add_consistency(static_cast<wire::Consistency>(opts_.consistency));
   b.add_staleness(opts_.staleness);
@@ -174,6 +175,7 @@ void Coordinator::HandleStatus(const std::string& from, const wire::Header& h) {
   b.add_host(host);
   b.add_pid(static_cast<uint32_t>(::getpid()));
   b.add_metrics_url(url);
+  b.add_endpoint(self);
   b.add_uptime_ms(std::chrono::duration_cast<Millis>(now - start_).count());
   b.add_ready(tables_.ready());
   b.add_stopping(stop_.stopping);

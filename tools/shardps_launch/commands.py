@@ -132,11 +132,16 @@ class JobCommands:
     def bind_host(self, address):
         return "127.0.0.1" if self.mode == "local" and address.startswith("127.") else "0.0.0.0"
 
-    def coordinator(self, host, address, job_file):
-        """The coordinator's argv on `host`, advertising `address`; it reads
-        `job_file` (its path there) and the launcher's overrides."""
+    def coordinator(self, host, address, job_file, port=None, standby=False):
+        """The coordinator's argv on `host`, advertising `address`, on
+        `port` (else [launch] coordinator_port); it reads `job_file` (its
+        path there) and the launcher's overrides. `standby`: it waits to
+        lead the job (its state in etcd)."""
+        port = self.launch['coordinator_port'] if port is None else port
         argv = [self.binaries("shardps-coordinator"), "--bind",
-                f"tcp://{self.bind_host(address)}:{self.launch['coordinator_port']}", "--advertise", address]
+                f"tcp://{self.bind_host(address)}:{port}", "--advertise", address]
+        if standby:
+            argv.append("--standby")
         if job_file:
             argv += ["--config", job_file]
         for s in self.cfg["_sets"]:

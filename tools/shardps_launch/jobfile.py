@@ -59,6 +59,11 @@ def parse_args(argv):
     ap.add_argument("--restart-coordinator", dest="restart_coordinator", action="store_true", default=None,
                     help="start a dead coordinator again on the same endpoint; it resumes the job from its saved "
                          "state ([launch] restart_coordinator; the state goes to [job] state_dir, default RUN_DIR)")
+    ap.add_argument("--etcd", help="keep the coordinator's state in etcd ([launch] etcd): 'local' starts a 3-member "
+                    "cluster for the job (Debian's etcd; its data in the run directory), HOST:PORT,... uses a "
+                    "running one")
+    ap.add_argument("--standbys", type=int, help="standby coordinators ([coordinator] standbys; needs --etcd): one "
+                    "takes over within seconds when the leader dies, on another host where there is one")
     ap.add_argument("--max-restarts", dest="max_restarts", type=int,
                     help="at most this many restarts per worker rank, and rollbacks ([launch] max_restarts; default 3)")
     ap.add_argument("--dry-run", action="store_true", help="print where each process would run and its command line")
@@ -72,7 +77,7 @@ def parse_args(argv):
     if args.hosts and not args.mode:
         args.mode = "ssh"
     for name in ("servers", "workers", "staleness", "snapshot_every_clocks", "snapshot_every_sec", "timeout",
-                 "max_restarts", "replicas"):
+                 "max_restarts", "replicas", "standbys"):
         least = 1 if name in ("servers", "timeout", "replicas") else 0
         v = getattr(args, name)
         if v is not None and v < least:
@@ -86,7 +91,7 @@ LEGACY_FLAGS = [("servers", "job.servers"), ("workers", "job.workers"), ("consis
                 ("snapshot_every_clocks", "job.snapshot_every_clocks"),
                 ("snapshot_every_sec", "job.snapshot_every_sec"), ("run_dir", "launch.run_dir"),
                 ("bin_dir", "launch.bin_dir"), ("timeout", "launch.timeout_sec"), ("mode", "launch.mode"),
-                ("max_restarts", "launch.max_restarts"),
+                ("max_restarts", "launch.max_restarts"), ("etcd", "launch.etcd"), ("standbys", "coordinator.standbys"),
                 ("interface", "launch.interface"), ("advertise", "launch.advertise"), ("keys", "security.keys")]
 
 

@@ -12,6 +12,7 @@ import time
 
 from .binaries import check_worker_command
 from .commands import JobCommands, endpoint_in, json_set, local_paths, worker_path
+from .coordinators import Etcd, coordinator_hosts, pick_ports
 from .errors import JobFailed, LaunchError
 from .hostcheck import HostChecks, Remote, run_parallel
 from .output import say
@@ -54,7 +55,10 @@ class Launcher:
         if self.security == "make":
             self.keys = (os.path.join(self.run_dir, security.MADE_DIR) if args.dry_run
                          else security.make_keys(binaries.path("shardps-keygen"), self.run_dir))
-        if self.launch["restart_coordinator"] and not self.job.get("state_dir"):
+        self.standbys = cfg["coordinator"]["standbys"]
+        self.etcd = Etcd(self.launch["etcd"], self.run_dir, os.path.basename(self.run_dir.rstrip("/"))) \
+            if self.launch["etcd"] else None
+        if self.launch["restart_coordinator"] and not self.job.get("state_dir") and not self.etcd:
             # A coordinator started again resumes from its saved state; this
             # job's (a reused run directory may hold an old one).
             self.job["state_dir"] = os.path.join(self.run_dir, "coordinator-state")
@@ -98,7 +102,7 @@ class Launcher:
             have.add(n)
         return {n: os.path.join(remote_dir, n) for n in names}
 
-    def hand_out_keys(self, placement):
+    def hand_out_keys(self, placement, coords):
         """Over ssh and Slurm, before anything starts: each host's keys
         (server.key and access where the coordinator or a server runs,
         worker.key where a worker runs) copied there in one command, every
@@ -106,7 +110,7 @@ class Launcher:
         if self.mode == "local" or not self.keys or self.args.dry_run:
             return
         need = {}
-        for h in [placement.coordinator, *placement.servers]:
+        for h in [*coords, *placement.servers]:
             need.setdefault(h["name"], set()).update(("server.key", "access"))
         for h in placement.workers:
             need.setdefault(h["name"], set()).add("worker.key")
@@ -136,15 +140,18 @@ class Launcher:
         job = self.job
         hosts = job_hosts(self.mode, self.args.hosts, self.launch["hosts"], os.environ)
         placement = place(hosts, job["servers"], job["workers"])
+        coords = coordinator_hosts(hosts, placement.coordinator, 1 + self.standbys)
         used = used_hosts(placement)
+        used += [h for h in coords if h not in used]
         if not self.keys and self.mode != "local":
             say(security.exposed_warning([h["name"] for h in used]), err=True)
         addr = self.addresses(placement, used)
-        self.hand_out_keys(placement)
+        self.hand_out_keys(placement, coords)
         line = security.start_line(self.security, self.keys, self.mode, self.run_dir, self.args.dry_run)
         if line:
             say(line)
-        coordinator = self.start_coordinator(placement.coordinator, addr)
+        self.start_etcd(coords, addr)
+        coordinator = self.start_coordinators(coords, addr)
         for i, h in enumerate(placement.servers):
             argv = self.commands.server(i, h["name"], addr[h["name"]], coordinator)
             self.processes.start("server", i, h["name"], argv, {})
@@ -155,7 +162,7 @@ class Launcher:
             return 0
         self.files.update("running")
         return Supervisor(self.launch, job, self.processes, self.binaries, self.keys, self.coordinator,
-                          self.stop_requested, self.t0, self.files, self.stopped_by_launcher).run()
+                          self.stop_requested, self.t0, self.files, self.stopped_by_launcher, self.standbys).run()
 
     def addresses(self, placement, used):
         """{host name: the address the others dial there}; over ssh and
@@ -170,6 +177,8 @@ class Launcher:
         worker = self.commands.worker_cmd[0]
         if "/" in worker:
             needed.append(worker)
+        if self.etcd and self.etcd.local:
+            needed.append(self.etcd_binary())
         self.checks.preflight(used, needed)
         addr = self.checks.addresses(placement.coordinator, used)
         self.checks.reachability(used, addr, path("shardps-ctl"))
@@ -194,12 +203,65 @@ class Launcher:
             raise LaunchError(f"host {host}: cannot copy the job file: {out}")
         return remote_job
 
-    def start_coordinator(self, host, addr):
+    def etcd_binary(self):
+        """Debian's etcd (etcd-server), here; the same path on other hosts."""
+        path = shutil.which("etcd") or "/usr/bin/etcd"
+        if self.mode == "local" and not os.access(path, os.X_OK):
+            raise LaunchError("--etcd local starts etcd, which is not installed here (Debian: apt-get install "
+                              "etcd-server)")
+        return path
+
+    def start_etcd(self, coords, addr):
+        """[launch] etcd: starts the job's cluster (local) or checks the one
+        given; then the coordinators keep the job's state there (a prefix of
+        the job's own: `coordinator.store`)."""
+        if not self.etcd:
+            return
+        if self.etcd.local:
+            self.etcd.plan(coords, addr, self.remote, self.mode)
+            self.etcd.start(self.processes, self.etcd_binary(), self.args.dry_run)
+        elif not self.args.dry_run:
+            self.etcd.check(self.remote, self.mode, coords)
+        self.cfg["_sets"].append(json_set("coordinator.store", self.etcd.url()))
+        if self.files:
+            self.files.etcd = self.etcd.describe()
+
+    def start_coordinators(self, coords, addr):
+        """The coordinator; with its state in etcd, on a fixed endpoint, and
+        its standbys (--standby) on theirs: each waits to lead, binding
+        nothing meanwhile. Returns every endpoint, the leader's first, as one
+        comma-separated list (what servers, workers and tools are given)."""
+        if not self.etcd and not self.standbys:
+            return self.start_coordinator(coords[0], addr)
+        fixed = self.launch["coordinator_port"]
+        ports = []
+        for i, h in enumerate(coords):
+            if fixed:
+                ports.append(fixed + i)
+            else:
+                ports += pick_ports(self.remote, h["name"], 1, self.mode == "local") if not self.args.dry_run \
+                    else ["<port>"]
+        endpoints = [f"tcp://{addr[h['name']]}:{ports[i]}" for i, h in enumerate(coords)]
+        listed = ",".join(endpoints)
+        self.start_coordinator(coords[0], addr, port=ports[0], all_endpoints=listed)
+        for i, h in enumerate(coords[1:], 1):
+            argv = self.commands.coordinator(h["name"], addr[h["name"]], self.job_file_for(h["name"]),
+                                             port=ports[i], standby=True)
+            p = self.processes.start("coordinator", i, h["name"], argv, {},
+                                     watchers=[stop_watcher(self.stop_requested)])
+            if p:
+                p.endpoint = endpoints[i]
+        if self.standbys:
+            where = [f"{e} on {h['name']}" for e, h in zip(endpoints[1:], coords[1:])]
+            say(f"standby coordinators: {', '.join(where)}")
+        return listed
+
+    def start_coordinator(self, host, addr, port=None, all_endpoints=None):
         """Starts the coordinator and waits until it reports its endpoint
         (at most ENDPOINT_WAIT_SEC); returns the endpoint."""
         name = host["name"]
         c_addr = addr[name]
-        argv = self.commands.coordinator(name, c_addr, self.job_file_for(name))
+        argv = self.commands.coordinator(name, c_addr, self.job_file_for(name), port=port)
         # Written by the coordinator's reader thread before it sets `ready`;
         # read by this thread after `ready` is set.
         endpoint_box = []
@@ -213,7 +275,7 @@ class Launcher:
         # Its watchers are in place before it starts: none misses a line.
         coord = self.processes.start("coordinator", 0, name, argv, {}, watchers=[watch, stop_watcher(self.stop_requested)])
         if self.args.dry_run:
-            return f"tcp://{c_addr}:<port>"
+            return all_endpoints or f"tcp://{c_addr}:<port>"
         deadline = time.monotonic() + ENDPOINT_WAIT_SEC
         noted = False
         while not ready.wait(0.1):
@@ -225,7 +287,8 @@ class Launcher:
                 raise JobFailed(coord, "the coordinator exited before it listened")
             if time.monotonic() > deadline:
                 raise JobFailed(coord, f"the coordinator did not report its endpoint within {ENDPOINT_WAIT_SEC} s")
-        self.coordinator = endpoint_box[0]
+        coord.endpoint = endpoint_box[0]
+        self.coordinator = all_endpoints or endpoint_box[0]
         observer = ["--key", os.path.join(self.keys, "observer.key")] if self.keys else []
         self.files.set_coordinator(self.coordinator, self.binaries.optional("shardps-ctl"), observer)
         job = self.job

@@ -92,7 +92,8 @@ class Proc:
         self.incarnation = incarnation  # 0: first start; k: its k-th restart
         self.handled = False  # main thread: its failure was dealt with (restarted, or its work left to the others)
         self.failed_over = False  # main thread: a dead server whose groups went to their backups (replicas)
-        self.name = f"{role} {rank}" if role != "coordinator" else "coordinator"
+        self.name = "coordinator" if (role, rank) == ("coordinator", 0) else f"{role} {rank}"
+        self.endpoint = None  # a coordinator's own, when the launcher fixed it (standbys)
         self.prefix = f"[{self.name} @{host}] "
         self.echo = echo
         self.watchers = tuple(watchers)  # callables(line) -> None, called by the reader thread; never change
@@ -242,7 +243,7 @@ class ProcessSet:
             emit(f"  {role} {rank} on {host}: {shlex.join(full)}")
             return None
         again = f".restart{incarnation}" if incarnation else ""
-        log = os.path.join(self.run_dir, f"{role}{'' if role == 'coordinator' else rank}{again}.log")
+        log = os.path.join(self.run_dir, f"{role}{'' if (role, rank) == ('coordinator', 0) else rank}{again}.log")
         with signals_blocked():
             proc = Proc(role, rank, host, full, full_env, self.mode, log, self.echo_all or role == "worker",
                         (argv, env), incarnation, watchers)
@@ -270,16 +271,21 @@ class ProcessSet:
         return list(newest.values())
 
     def stop_all(self):
-        """Stops everything: probes, then workers, servers, the coordinator
-        (SIGTERM, a grace period, SIGKILL); waits for their last lines."""
+        """Stops everything: probes, then workers, servers, the coordinators,
+        then the job's etcd (SIGTERM, a grace period, SIGKILL); waits for
+        their last lines."""
         if self.stopping:
             return
         self.stopping = True
+        # etcd last: the coordinators clear the job's state there as they end.
         order = ([p for p in self.procs if p.role == "worker"] + [p for p in self.procs if p.role == "server"] +
                  [p for p in self.procs if p.role == "coordinator"])
+        etcd = [p for p in self.procs if p.role == "etcd"]
         for p in self.probes:
             if p.poll() is None:
                 stop_popen(p, self.mode == "slurm")
         terminate(order, GRACE_SEC + (2 if self.mode != "local" else 0))
-        for p in order:
+        for p in etcd:  # one at a time: together, each waits out the others' loss (7 s), alone 0.1 s
+            terminate([p], GRACE_SEC + (2 if self.mode != "local" else 0))
+        for p in order + etcd:
             p.reader.join(timeout=2)

@@ -2,7 +2,9 @@
 directory"): what scripts and Prometheus read instead of the launcher's
 terminal output.
 
-  RUN_DIR/job.json                  the coordinator's endpoint, security
+  RUN_DIR/job.json                  the coordinator's endpoint (with
+                                    standbys: every coordinator's, and the
+                                    etcd the job's state is in), security
                                     (on or off, the key directory), every
                                     process (role, rank, host, pid, state,
                                     metrics URL, endpoint, log), restarts and
@@ -111,7 +113,8 @@ class RunDirFiles:
         self.processes = processes  # ProcessSet
         self.job_path = os.path.join(run_dir, "job.json")
         self.targets_path = os.path.join(run_dir, "prometheus-targets.json")
-        self.coordinator = None
+        self.coordinator = None  # every coordinator's endpoint, comma-separated (standbys), the first to lead first
+        self.etcd = None  # [launch] etcd: {"endpoints", "prefix", "started_by_launcher"}
         self.state = "starting"
         self.started_at = time.time()
         self.poller = None
@@ -146,6 +149,7 @@ class RunDirFiles:
         procs = [self.process_entry(p, known) for p in self.processes.procs]
         doc = {
             "format": FORMAT, "name": self.name, "state": self.state, "coordinator": self.coordinator,
+            "coordinators": self.coordinator.split(",") if self.coordinator else [], "etcd": self.etcd,
             "run_dir": self.run_dir, "consistency": self.job.get("consistency"),
             "servers": self.job.get("servers"), "workers": self.job.get("workers"), "security": self.security,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at)),
@@ -174,6 +178,10 @@ class RunDirFiles:
         info = known.get((p.role, p.rank)) if is_newest and rc is None else None
         if info and any(self._pids.get((p.role, p.rank, k)) == info.get("pid") for k in range(p.incarnation)):
             info = None  # the coordinator's word on the process before this one
+        if p.role == "coordinator" and p.endpoint:  # standbys: the one that answered leads
+            info = known.get(("coordinator", 0)) if rc is None else None
+            info = info if info and info.get("endpoint") == p.endpoint else None
+            entry["endpoint"], entry["leading"] = p.endpoint, bool(info)
         if info:
             self._pids[(p.role, p.rank, p.incarnation)] = info.get("pid")
             entry["pid"] = info.get("pid")

@@ -46,6 +46,13 @@ def finish_stopped(workers, failures):
     return 0
 
 
+def watched(procs):
+    """The coordinators and servers being watched: not workers, not etcd
+    members (supervised apart: one lost is not the job's end), not the ones
+    whose end was dealt with."""
+    return [q for q in procs if q.role not in ("worker", "etcd") and not q.handled]
+
+
 def final_snapshot(sup, timeout):
     """A job with a snapshot directory that ended on its own (Supervisor
     `sup`, every worker exited): the trained model is written before the
@@ -55,7 +62,7 @@ def final_snapshot(sup, timeout):
     to take)."""
     coords = [p for p in sup.processes.procs if p.role == "coordinator"]
     if (not sup.job.get("snapshot_dir") or sup.stop_requested.is_set() or not sup.coordinator or
-            not coords or coords[-1].poll() is not None or not sup.binaries.optional("shardps-ctl")):
+            all(c.poll() is not None for c in coords) or not sup.binaries.optional("shardps-ctl")):
         return ""
     say("every worker finished: taking the final snapshot")
     sup.stopped_by_launcher.set()  # (the job completed: this stop is not a user's)
@@ -71,18 +78,21 @@ class Supervisor:
     """Watches a started job until it ends. Main thread only (the
     stop_requested event is set by the coordinator's reader thread)."""
 
-    def __init__(self, launch, job, processes, binaries, keys, coordinator, stop_requested, t0, files, stopped_by_launcher):
+    def __init__(self, launch, job, processes, binaries, keys, coordinator, stop_requested, t0, files, stopped_by_launcher,
+                 standbys=0):
         self.launch, self.job = launch, job
         self.processes = processes  # ProcessSet
         self.binaries = binaries  # Binaries: shardps-ctl
         self.keys = keys  # the job's key directory, "" without security
-        self.coordinator = coordinator  # its endpoint
+        self.coordinator = coordinator  # its endpoint (with standbys: every coordinator's, comma-separated)
+        self.standbys = standbys  # [coordinator] standbys: a dead coordinator is not the job's end
         self.stop_requested, self.stopped_by_launcher = stop_requested, stopped_by_launcher  # Events: a stop; ours
         self.t0 = t0
         self.files = files  # RunDirFiles: job.json and the Prometheus targets, kept current
         procs = processes.procs
         self.workers = {p.rank: p for p in procs if p.role == "worker"}  # rank -> its newest process
-        self.others = [p for p in procs if p.role != "worker"]  # the coordinator and servers being watched
+        self.others = watched(procs)  # the coordinators and servers being watched
+        self.etcd = [p for p in procs if p.role == "etcd"]  # --etcd local: its members
         self.quiet_since = None  # a server or the coordinator ended cleanly (shardps-ctl stop)
         self.failures = []  # what failed and what was done about it, for the end
         self.rollbacks = 0
@@ -104,6 +114,7 @@ class Supervisor:
             # Servers and the coordinator first: a worker that fails because
             # a server died must not take the blame.
             self.check_others()
+            self.check_etcd()
             self.check_workers()
             if all(p.poll() is not None for p in self.workers.values()):
                 return self.finish(deadline, timeout)
@@ -129,6 +140,9 @@ class Supervisor:
                     continue
             if p.rc == 0 and p.role == "server" and not self.stop_requested.is_set() and self.drained(p):
                 continue
+            if p.rc != 0 and p.role == "coordinator" and self.standbys and not self.stop_requested.is_set():
+                self.coordinator_lost(p)
+                return
             if (p.rc != 0 and p.role == "coordinator" and self.launch["restart_coordinator"] and not p.handled
                     and not self.stop_requested.is_set()):
                 self.restart_coordinator(p)
@@ -141,7 +155,7 @@ class Supervisor:
                 self.rollbacks += 1
                 snap = self.roll_back(p, what, self.rollbacks)
                 procs = self.processes.procs
-                self.others = [q for q in procs if q.role != "worker" and not q.handled]
+                self.others = watched(procs)
                 self.workers = {q.rank: q for q in procs if q.role == "worker" and not q.handled}
                 self.failures.append(f"{what}: rolled back to {snap}, every server and worker started again")
                 self.files.note(self.failures[-1], rollback=True)
@@ -200,12 +214,56 @@ class Supervisor:
                                f"{p.incarnation} restarts, the most --max-restarts allows)")
         p.handled = True
         report(p, f"{what}: starting it again on {self.coordinator} with its saved state "
-                  f"({self.job['state_dir']}); the job goes on")
+                  f"({self.job['state_dir'] or 'in etcd'}); the job goes on")
         self.processes.start_again(p, on_endpoint(p.spec[0], self.coordinator),
                                    watchers=[stop_watcher(self.stop_requested)])
-        self.others = [q for q in self.processes.procs if q.role != "worker" and not q.handled]
+        self.others = watched(self.processes.procs)
         self.failures.append(f"{what}: started again, the job resumed")
         self.files.note(self.failures[-1])
+
+    def coordinator_lost(self, p):
+        """A coordinator of a job with standbys died: if it led, a standby
+        takes the lead once its lease lapses (the job's state is in etcd) and
+        the job goes on. It is started again as a standby (at most
+        --max-restarts times), so that the job keeps its standbys; with no
+        coordinator left and none started again, the job fails."""
+        p.handled = True
+        p.reader.join(timeout=2)
+        what = f"{p.name} on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
+        left = [q for q in self.others if q.role == "coordinator" and q is not p and q.poll() is None]
+        if p.incarnation < self.launch["max_restarts"]:
+            argv = p.spec[0] if "--standby" in p.spec[0] else p.spec[0] + ["--standby"]
+            report(p, f"{what}: {'a standby leads if it led' if left else 'no coordinator left'}; starting it "
+                      f"again as a standby (restart {p.incarnation + 1} of at most {self.launch['max_restarts']})")
+            q = self.processes.start_again(p, argv, watchers=[stop_watcher(self.stop_requested)])
+            q.endpoint = p.endpoint
+            self.failures.append(f"{what}: a standby took over if it led; started again as a standby")
+        elif left:
+            report(p, f"{what}: a standby leads if it led; not started again (--max-restarts "
+                      f"{self.launch['max_restarts']} reached)")
+            self.failures.append(f"{what}: a standby took over if it led")
+        else:
+            raise JobFailed(p, f"{what}, and no coordinator is left (after {p.incarnation} restarts, the most "
+                               f"--max-restarts allows)")
+        self.others = watched(self.processes.procs)
+        self.files.note(self.failures[-1])
+
+    def check_etcd(self):
+        """--etcd local: a member that ended is said once; the cluster goes
+        on with a majority (the coordinators say what they wait for if it
+        has none)."""
+        for p in self.etcd:
+            if p.handled or p.poll() is None:
+                continue
+            p.handled = True
+            p.reader.join(timeout=2)
+            up = sum(1 for q in self.etcd if q.poll() is None)
+            what = f"{p.name} on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
+            report(p, f"{what}: {up} of {len(self.etcd)} etcd members left" +
+                      ("; the cluster goes on" if 2 * up > len(self.etcd) else
+                       "; no majority: the coordinators wait for etcd (data keeps flowing)"))
+            self.failures.append(f"{what}: {up} of {len(self.etcd)} etcd members left")
+            self.files.note(self.failures[-1])
 
     def check_workers(self):
         """A worker that failed is started again (--restart-workers), or,
@@ -308,7 +366,7 @@ class Supervisor:
         shardps-ctl here, only the log line tells."""
         coords = [p for p in self.processes.procs if p.role == "coordinator"]
         ctl = self.binaries.optional("shardps-ctl")
-        if not self.coordinator or not coords or coords[-1].poll() is not None or not ctl:
+        if not self.coordinator or all(c.poll() is not None for c in coords) or not ctl:
             return False
         try:
             p = subprocess.run([ctl, *self.key("observer.key"), "status", self.coordinator, "--json", "--timeout-sec",

@@ -1,0 +1,181 @@
+"""A job's coordinators when its state lives in etcd: the leader and its
+standbys ([coordinator] standbys, --standbys), each on a fixed endpoint
+that every server, worker and tool is given up front; and the etcd they
+keep the state in ([launch] etcd, --etcd): "local" starts a 3-member
+cluster for the job (Debian's etcd, its data in the run directory),
+HOST:PORT,... uses one that runs already (checked before anything
+starts). See docs/fault-tolerance.md, "Standby coordinators"."""
+
+import os
+import random
+import secrets
+import shlex
+import socket
+import threading
+import time
+import urllib.request
+
+from .errors import LaunchError
+from .output import say
+
+ETCD_READY_SEC = 30  # for a started cluster to elect a leader and serve
+ETCD_MEMBERS = 3  # --etcd local: a majority survives one member lost
+# Fixed ports come from below Linux's ephemeral range (32768-60999), so that
+# no outgoing connection holds one when its process binds it.
+PORT_RANGE = (20000, 32767)
+
+
+def ports_in_use(text):
+    """The local ports of every socket in /proc/net/tcp{,6} text."""
+    used = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 2 and ":" in fields[1] and fields[0].rstrip(":").isdigit():
+            try:
+                used.add(int(fields[1].rsplit(":", 1)[1], 16))
+            except ValueError:
+                pass
+    return used
+
+
+def pick_ports(remote, host, n, local):
+    """`n` distinct TCP ports no socket on `host` uses now (read from its
+    /proc/net/tcp and tcp6: here, or through `remote`)."""
+    if local:
+        text = ""
+        for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(name) as f:
+                    text += f.read()
+            except OSError:
+                pass
+    else:
+        rc, text = remote.run_on(host, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", timeout=20)
+        if rc != 0 and not text:
+            raise LaunchError(f"host {host}: cannot read its ports in use (/proc/net/tcp): exit {rc}")
+    used = ports_in_use(text)
+    free = [p for p in range(PORT_RANGE[0], PORT_RANGE[1] + 1) if p not in used]
+    if len(free) < n:
+        raise LaunchError(f"host {host}: fewer than {n} free ports in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
+    return random.SystemRandom().sample(free, n)
+
+
+def coordinator_hosts(hosts, leader, n):
+    """The hosts of `n` coordinators: the leader's first, then the standbys
+    on other hosts than the leader's while there are any (round-robin), on
+    the leader's own only when it is the only host."""
+    others = [h for h in hosts if h is not leader] or [leader]
+    return [leader] + [others[i % len(others)] for i in range(n - 1)]
+
+
+def endpoint_reachable(endpoint, seconds=3):
+    """'' when etcd answers at HOST:PORT (its /version), else why not."""
+    try:
+        with urllib.request.urlopen(f"http://{endpoint}/version", timeout=seconds) as r:
+            body = r.read(4096).decode(errors="replace")
+        return "" if "etcdserver" in body else f"{endpoint} answers, but not as etcd ({body[:80]!r})"
+    except OSError as e:
+        return f"{endpoint}: {getattr(e, 'reason', None) or e}"
+
+
+class Etcd:
+    """The etcd cluster of one launch: the one given, or the members this
+    launch starts (`local`). Main thread only (the members' reader threads
+    only set events)."""
+
+    def __init__(self, spec, run_dir, name):
+        self.local = spec == "local"
+        self.endpoints = [] if self.local else [e.strip() for e in spec.split(",") if e.strip()]
+        # The job's keys go under a prefix of its own: jobs sharing a cluster
+        # never see each other's state.
+        self.prefix = f"shardps/{name}-{secrets.token_hex(4)}"
+        self.run_dir = run_dir
+        self.members = []  # (name, host, address, client port, peer port)
+
+    def url(self):
+        return "etcd://" + ",".join(self.endpoints) + "/" + self.prefix
+
+    def describe(self):
+        return {"endpoints": self.endpoints, "prefix": self.prefix, "started_by_launcher": self.local}
+
+    def plan(self, hosts, addr, remote, mode):
+        """Where the members of `--etcd local` go: one on each of the
+        coordinators' hosts in turn (`hosts`), each with a client and a peer
+        port free there; loopback for a local job."""
+        per_host = {}
+        for i in range(ETCD_MEMBERS):
+            h = hosts[i % len(hosts)]["name"]
+            per_host.setdefault(h, []).append(i)
+        ports = {h: pick_ports(remote, h, 2 * len(idx), mode == "local") for h, idx in per_host.items()}
+        for i in range(ETCD_MEMBERS):
+            h = hosts[i % len(hosts)]["name"]
+            k = per_host[h].index(i)
+            client, peer = ports[h][2 * k], ports[h][2 * k + 1]
+            self.members.append((f"m{i}", h, addr[h], client, peer))
+        self.endpoints = [f"{a}:{c}" for _, _, a, c, _ in self.members]
+
+    def member_argv(self, i, etcd_bin):
+        name, _, address, client, peer = self.members[i]
+        cluster = ",".join(f"{n}=http://{a}:{p}" for n, _, a, _, p in self.members)
+        return [etcd_bin, "--name", name, "--data-dir", os.path.join(self.run_dir, "etcd", name),
+                "--listen-client-urls", f"http://{address}:{client}", "--advertise-client-urls",
+                f"http://{address}:{client}", "--listen-peer-urls", f"http://{address}:{peer}",
+                "--initial-advertise-peer-urls", f"http://{address}:{peer}", "--initial-cluster", cluster,
+                "--initial-cluster-state", "new", "--initial-cluster-token", self.prefix]
+
+    def start(self, processes, etcd_bin, dry_run):
+        """Starts the members and waits (at most ETCD_READY_SEC) until each
+        serves: its 'ready to serve client requests' line, which etcd prints
+        once the cluster has elected a leader. Raises LaunchError naming a
+        member that exited or did not get there."""
+        ready = [threading.Event() for _ in self.members]
+        procs = []
+        for i, (name, host, _, _, _) in enumerate(self.members):
+            def watch(line, ev=ready[i]):
+                if "ready to serve client requests" in line:
+                    ev.set()
+            procs.append(processes.start("etcd", i, host, self.member_argv(i, etcd_bin), {}, watchers=[watch]))
+        if dry_run:
+            return
+        t0 = time.monotonic()
+        while not all(ev.is_set() for ev in ready):
+            for i, p in enumerate(procs):
+                if p.poll() is not None:
+                    p.reader.join(timeout=2)
+                    last = (p.last_lines() or ["(no output)"])[-1]
+                    raise LaunchError(f"etcd member {self.members[i][0]} on {self.members[i][1]} "
+                                      f"{p.describe_exit()} before it served: {last} (log: {p.log.name})")
+            if time.monotonic() - t0 > ETCD_READY_SEC:
+                slow = [self.members[i][0] for i, ev in enumerate(ready) if not ev.is_set()]
+                raise LaunchError(f"etcd members {', '.join(slow)} did not serve within {ETCD_READY_SEC} s "
+                                  f"(logs: {os.path.join(processes.run_dir, 'etcd*.log')})")
+            time.sleep(0.05)
+        say(f"etcd: {len(self.members)} members serving ({', '.join(self.endpoints)}) in "
+            f"{time.monotonic() - t0:.1f} s; the job's state under {self.prefix}")
+
+    def check(self, remote, mode, hosts):
+        """Pre-flight of a given cluster, from each coordinator host (here
+        for a local job): a member that does not answer is named; none
+        answering from a host fails the launch."""
+        if mode == "local":
+            problems = [w for w in (endpoint_reachable(e) for e in self.endpoints) if w]
+            if len(problems) == len(self.endpoints):
+                raise LaunchError("etcd cannot be reached: " + "; ".join(problems))
+            for w in problems:
+                say(f"etcd: a member does not answer ({w}); the job goes on with the others", err=True)
+            return
+        for h in {h["name"]: h for h in hosts}:
+            probes = []
+            for e in self.endpoints:
+                host, port = e.rsplit(":", 1)
+                probe = shlex.quote(f"exec 3<>/dev/tcp/{host}/{port}")
+                probes.append(f"timeout 5 bash -c {probe} 2>/dev/null || echo unreachable {shlex.quote(e)}")
+            script = "; ".join(probes)
+            rc, out = remote.run_on(h, script, timeout=30)
+            bad = [l.split(" ", 1)[1] for l in out.splitlines() if l.startswith("unreachable ")]
+            if rc != 0 and not bad:
+                raise LaunchError(f"host {h}: cannot check etcd from there: {out or 'exit ' + str(rc)}")
+            if len(bad) == len(self.endpoints):
+                raise LaunchError(f"host {h}: etcd cannot be reached from there ({', '.join(bad)})")
+            for e in bad:
+                say(f"etcd: member {e} does not answer from {h}; the job goes on with the others", err=True)
