@@ -10,7 +10,6 @@ import os
 import random
 import secrets
 import shlex
-import socket
 import threading
 import time
 import urllib.request
@@ -98,15 +97,16 @@ class Etcd:
     def describe(self):
         return {"endpoints": self.endpoints, "prefix": self.prefix, "started_by_launcher": self.local}
 
-    def plan(self, hosts, addr, remote, mode):
+    def plan(self, hosts, addr, remote, mode, dry_run=False):
         """Where the members of `--etcd local` go: one on each of the
         coordinators' hosts in turn (`hosts`), each with a client and a peer
-        port free there; loopback for a local job."""
+        port free there (--dry-run: placeholders); loopback for a local job."""
         per_host = {}
         for i in range(ETCD_MEMBERS):
             h = hosts[i % len(hosts)]["name"]
             per_host.setdefault(h, []).append(i)
-        ports = {h: pick_ports(remote, h, 2 * len(idx), mode == "local") for h, idx in per_host.items()}
+        ports = {h: (pick_ports(remote, h, 2 * len(idx), mode == "local") if not dry_run else
+                     [f"<port {j}>" for j in range(2 * len(idx))]) for h, idx in per_host.items()}
         for i in range(ETCD_MEMBERS):
             h = hosts[i % len(hosts)]["name"]
             k = per_host[h].index(i)

@@ -218,7 +218,7 @@ class Launcher:
         if not self.etcd:
             return
         if self.etcd.local:
-            self.etcd.plan(coords, addr, self.remote, self.mode)
+            self.etcd.plan(coords, addr, self.remote, self.mode, self.args.dry_run)
             self.etcd.start(self.processes, self.etcd_binary(), self.args.dry_run)
         elif not self.args.dry_run:
             self.etcd.check(self.remote, self.mode, coords)

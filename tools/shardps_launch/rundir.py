@@ -176,11 +176,12 @@ class RunDirFiles:
                  "launcher_pid": p.p.pid, "state": "running" if rc is None else p.describe_exit(),
                  "exit_status": rc, "log": p.log.name, "pid": None, "metrics_url": None}
         info = known.get((p.role, p.rank)) if is_newest and rc is None else None
+        if p.role == "coordinator" and p.endpoint:  # standbys: the one that answered leads
+            info = known.get(("coordinator", 0)) if is_newest and rc is None else None
+            info = info if info and info.get("endpoint") == p.endpoint else None
         if info and any(self._pids.get((p.role, p.rank, k)) == info.get("pid") for k in range(p.incarnation)):
             info = None  # the coordinator's word on the process before this one
-        if p.role == "coordinator" and p.endpoint:  # standbys: the one that answered leads
-            info = known.get(("coordinator", 0)) if rc is None else None
-            info = info if info and info.get("endpoint") == p.endpoint else None
+        if p.role == "coordinator" and p.endpoint:
             entry["endpoint"], entry["leading"] = p.endpoint, bool(info)
         if info:
             self._pids[(p.role, p.rank, p.incarnation)] = info.get("pid")
