@@ -1,6 +1,7 @@
 #include "tests/cluster.h"
 
 #include "common/base/process.h"
+#include "tests/etcd_process.h"
 
 #include <gtest/gtest.h>
 
@@ -72,6 +73,17 @@ Status LocalCluster::Start(const ClusterOptions& o) {
     cargs.push_back("--config");
     cargs.push_back(dir_ + "/job.toml");
   }
+  std::vector<std::string> standby;  // with etcd: the standby's argv (on its own fixed endpoint)
+  if (!o.etcd.empty()) {
+    const std::string url = "etcd://" + o.etcd + "/tests/" + dir_.substr(dir_.rfind('/') + 1);
+    const int leader_port = FreeLoopbackPort(), standby_port = FreeLoopbackPort();
+    if (!leader_port || !standby_port) return Status::Internal("no free port on loopback");
+    cargs.insert(cargs.end(), {"--store", url});
+    standby = cargs;
+    standby[2] = dir_ + "/standby.endpoint";  // (--endpoint-file: written once it leads)
+    cargs.insert(cargs.end(), {"--bind", "tcp://127.0.0.1:" + std::to_string(leader_port)});
+    standby.insert(standby.end(), {"--bind", "tcp://127.0.0.1:" + std::to_string(standby_port), "--standby"});
+  }
   if (Spawn("coordinator", cargs) < 0) return Status::Internal("cannot start the coordinator");
   const std::string ep_file = dir_ + "/coordinator.endpoint";
   if (!WaitFor([&] { return access(ep_file.c_str(), R_OK) == 0; }, std::chrono::seconds(30))) {
@@ -80,6 +92,12 @@ Status LocalCluster::Start(const ClusterOptions& o) {
   }
   coordinator_ = ReadFile(ep_file);
   while (!coordinator_.empty() && coordinator_.back() == '\n') coordinator_.pop_back();
+  if (!standby.empty()) {
+    standby_ = SpawnProcess(standby, dir_ + "/standby.log");
+    if (standby_ <= 0) return Status::Internal("cannot start the standby coordinator");
+    logs_.push_back(dir_ + "/standby.log");
+    coordinator_ += "," + standby[standby.size() - 2];
+  }
   server_args_ = o.server_args;
   server_starts_.assign(o.servers, 1);
   for (int i = 0; i < o.servers; ++i) {
@@ -162,6 +180,14 @@ void LocalCluster::KillServer(int rank, int sig) {
   waitpid(p, &st, 0);
 }
 
+void LocalCluster::KillCoordinator(int sig) {
+  if (pids_.empty() || pids_[0] <= 0) return;
+  kill(pids_[0], sig);
+  int st;
+  waitpid(pids_[0], &st, 0);
+  pids_[0] = -1;  // (reaped: never signalled again)
+}
+
 void LocalCluster::DumpLogs() const {
   for (const auto& l : logs_) {
     std::string text = ReadFile(l);
@@ -171,6 +197,8 @@ void LocalCluster::DumpLogs() const {
 }
 
 LocalCluster::~LocalCluster() {
+  if (standby_ > 0) pids_.push_back(standby_);
+  std::erase_if(pids_, [](pid_t p) { return p <= 0; });
   for (pid_t p : pids_) kill(p, SIGTERM);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (pid_t p : pids_) {

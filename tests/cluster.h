@@ -25,6 +25,10 @@ struct ClusterOptions {
   std::vector<std::string> server_args;  // extra flags for every server
   std::vector<std::string> coordinator_args;  // extra flags for the coordinator
   std::string dir;                       // use this directory (default: a new temp dir)
+  // An etcd (HOST:PORT, e.g. EtcdProcess::endpoint()): the job's state goes
+  // there (under a prefix of this cluster's own) and a standby coordinator
+  // starts beside the leader; coordinator() lists both endpoints.
+  std::string etcd;
 };
 
 class LocalCluster {
@@ -48,6 +52,8 @@ class LocalCluster {
   const std::vector<pid_t>& pids() const { return pids_; }
   // Sends `sig` to server `rank` (e.g. SIGKILL) and reaps it.
   void KillServer(int rank, int sig);
+  // Sends `sig` to the coordinator that leads first (SIGKILL) and reaps it.
+  void KillCoordinator(int sig);
   // Starts another server process with rank `rank`: a replacement for a
   // dead one (its log "serverR.K", K = 2, 3, ...), or — rank = the servers
   // started so far — one for a rank opened by add-server (its log
@@ -63,6 +69,7 @@ class LocalCluster {
   std::string dir_;
   std::string coordinator_;
   std::vector<pid_t> pids_;
+  pid_t standby_ = -1;  // with ClusterOptions::etcd
   std::vector<std::string> logs_;
   std::vector<std::string> server_args_;
   std::vector<int> server_starts_;  // by rank: processes started

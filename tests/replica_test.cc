@@ -23,6 +23,7 @@
 #include "server/snapshot/snapshot.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
+#include "tests/etcd_process.h"
 #include "tests/table_spec.h"
 
 namespace shardps {
@@ -94,21 +95,35 @@ void Train(const LocalCluster& c, int rank, std::atomic<int>* clock_seen, std::v
   ASSERT_TRUE(ps->Close().ok());
 }
 
+constexpr int kTheCoordinator = -2;
+
 // Runs the job; kills server `kill` (SIGKILL) once worker 0 is past half
-// way (-1: no kill). The final dense and sparse values.
+// way (-1: no kill; kTheCoordinator: the leading coordinator, the job's
+// state in `etcd` with a standby). The final dense and sparse values.
 void RunSync(LocalCluster& c, int kill, std::vector<float>* w, std::vector<float>* e,
-             std::vector<std::string> coordinator_args = {}) {
+             std::vector<std::string> coordinator_args = {}, const std::string& etcd = "") {
   ClusterOptions o = Replicated("sync");
+  o.etcd = etcd;
   o.coordinator_args.insert(o.coordinator_args.end(), coordinator_args.begin(), coordinator_args.end());
   ASSERT_TRUE(c.Start(o).ok());
   std::atomic<int> clocks[kWorkers] = {};
+  // (A coordinator killed: the workers wait at 3/4 for the standby to lead,
+  // so that the rest of the job runs with it.)
+  std::atomic<int> hold{kill == kTheCoordinator ? kClocks * 3 / 4 : kClocks};
   std::vector<std::thread> workers;
   for (int r = 0; r < kWorkers; ++r)
-    workers.emplace_back([&, r] { Train(c, r, &clocks[r], r == 0 ? w : nullptr, r == 0 ? e : nullptr); });
-  if (kill >= 0) {
+    workers.emplace_back([&, r] { Train(c, r, &clocks[r], r == 0 ? w : nullptr, r == 0 ? e : nullptr, &hold); });
+  if (kill != -1) {
     ASSERT_TRUE(testing::WaitFor([&] { return clocks[0].load() >= kClocks / 2; }, 120s))
         << "worker 0 did not reach clock " << kClocks / 2;
-    c.KillServer(kill, SIGKILL);
+    if (kill == kTheCoordinator) {
+      c.KillCoordinator(SIGKILL);
+      const std::string led = c.dir() + "/standby.endpoint";
+      EXPECT_TRUE(testing::WaitFor([&] { return access(led.c_str(), R_OK) == 0; }, 60s)) << "the standby did not lead";
+      hold = kClocks;
+    } else {
+      c.KillServer(kill, SIGKILL);
+    }
     // Mid-training: under sync no worker can finish without the groups of the dead server.
     EXPECT_LT(clocks[0].load(), kClocks);
   }
@@ -622,6 +637,66 @@ TEST_F(ReplicaTest, BoundedEveryAcknowledgedPushIsAppliedExactlyOnceAcrossADrain
   for (auto& t : workers) t.join();
   ASSERT_FALSE(HasFailure());
   ExpectCounted(a_, acked.load());
+}
+
+}  // namespace
+}  // namespace shardps
+
+namespace shardps {
+namespace {
+
+// The coordinator's state in etcd, a standby beside the leader
+// (docs/fault-tolerance.md, "Standby coordinators"): the leader killed with
+// SIGKILL mid-training — its machine lost: it kept nothing of its own — and
+// the standby leads on what etcd holds.
+class StandbyTest : public ReplicaTest {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/standby-etcd-" + std::to_string(::getpid());
+    ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0) << dir_;
+    if (std::string why = etcd_.Start(dir_); !why.empty()) GTEST_SKIP() << why;
+  }
+  void TearDown() override {
+    ReplicaTest::TearDown();
+    etcd_.Stop();
+    std::system(("rm -rf '" + dir_ + "'").c_str());
+  }
+  void ExpectTakenOver(const LocalCluster& c) {
+    const std::string standby = c.Log("standby");
+    EXPECT_NE(standby.find("resuming the job saved in etcd://"), std::string::npos) << standby;
+  }
+  std::string dir_;
+  testing::EtcdProcess etcd_;
+};
+
+// Under sync, replicas 2: nothing rolled back or restarted, the model bit
+// for bit that of the job without the kill.
+TEST_F(StandbyTest, SyncKillOfTheLeaderEndsWithTheModelOfTheJobWithoutIt) {
+  std::vector<float> w0, e0, w1, e1;
+  RunSync(a_, -1, &w0, &e0);
+  ASSERT_FALSE(HasFailure());
+  RunSync(b_, kTheCoordinator, &w1, &e1, {}, etcd_.endpoint());
+  ASSERT_FALSE(HasFailure());
+  ExpectSameModel(w0, e0, w1, e1);
+  ExpectTakenOver(b_);
+}
+
+// Under bounded staleness: every acknowledged push applied exactly once.
+TEST_F(StandbyTest, BoundedEveryAcknowledgedPushIsAppliedExactlyOnceAcrossTheLeadersKill) {
+  ClusterOptions o = Replicated("bounded");
+  o.etcd = etcd_.endpoint();
+  ASSERT_TRUE(a_.Start(o).ok());
+  std::atomic<int> pushed[kWorkers] = {};
+  std::atomic<int> acked{0};
+  std::vector<std::thread> workers;
+  StartCounting(a_, pushed, &acked, &workers);
+  ASSERT_TRUE(testing::WaitFor([&] { return pushed[0].load() >= kPushes / 3; }, 120s));
+  a_.KillCoordinator(SIGKILL);
+  EXPECT_LT(pushed[0].load(), kPushes);
+  for (auto& t : workers) t.join();
+  ASSERT_FALSE(HasFailure());
+  ExpectCounted(a_, acked.load());
+  ExpectTakenOver(a_);
 }
 
 }  // namespace

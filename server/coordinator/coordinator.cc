@@ -59,7 +59,7 @@ Status Coordinator::Bind(const std::atomic<bool>* stop) {
   // meanwhile, so that clients given every coordinator's endpoint reach the
   // leader only.
   if (!opts_.state_dir.empty())
-    if (Status s = OpenState(&resumed_, stop); !s.ok()) return s;
+    if (Status s = OpenState(&opened_.resumed, stop); !s.ok()) return s;
   try {
     sock_.set(zmq::sockopt::router_mandatory, 1);
     sock_.set(zmq::sockopt::linger, 0);
@@ -77,13 +77,13 @@ Status Coordinator::Bind(const std::atomic<bool>* stop) {
   }
   if (Status s = AdvertisedEndpoint(sock_, opts_.published.advertise, "", &endpoint_); !s.ok()) return s;
   if (!opts_.state_dir.empty()) {
-    if (resumed_) {
+    if (opened_.resumed) {
       members_.AdoptServers();
       LOG_INFO << "resuming the job saved in " << opts_.state_dir << ": " << tables_.tables().size() << " tables, "
                << work_.size() << " work pools; servers and workers are taken back as they call";
     }
   }
-  if (opts_.restore && !resumed_) {
+  if (opts_.restore && !opened_.resumed) {
     Status s = PrepareRestore();
     if (!s.ok()) return s;
   }
@@ -361,7 +361,7 @@ void Coordinator::MaybeCompleteMap() {
   BroadcastUpdate(update);
   // A resumed coordinator knows of no move under way: a copy the previous
   // one told to leave a group takes its requests again.
-  if (resumed_)
+  if (opened_.resumed)
     for (uint32_t r : registered) SendResume(r, -1);
   // A resumed job whose groups are short of copies (a fail-over, a fill
   // the previous coordinator did not see end): filled again.
@@ -444,7 +444,7 @@ void Coordinator::HandleCreateTable(const std::string& from, const wire::Header&
   if (s.ok()) s = CheckReplicable(spec, opts_.replicas);
   if (!s.ok()) return ReplyError(from, h.request_id(), Status::InvalidArgument(s.message()));
   const Waiter asker{from, h.request_id()};
-  const TableDirectory::Lookup found = tables_.Find(spec, asker, resumed_);
+  const TableDirectory::Lookup found = tables_.Find(spec, asker, opened_.resumed);
   switch (found.kind) {
     case TableDirectory::Lookup::kRefused:
       return ReplyError(from, h.request_id(), found.error);

@@ -77,7 +77,7 @@ class Coordinator {
   // `stop` allows, as long as --standby says) and resumes what it holds.
   Status Bind(const std::atomic<bool>* stop = nullptr);
   // Bind failed because this standby led a job that had already ended.
-  bool ended_before() const { return ended_before_; }
+  bool ended_before() const { return opened_.ended_before; }
   const std::string& endpoint() const { return endpoint_; }
   // Serves until a Shutdown request, the end of a Stop, or `stop` becomes
   // true. Returns why the job could not run (OK when it could).
@@ -331,8 +331,12 @@ class Coordinator {
 
   std::unique_ptr<StateStore> store_;  // null: no --state-dir
   bool dirty_ = false;
-  bool resumed_ = false;
-  bool ended_before_ = false;  // a standby that led a job already ended (Bind failed)
+  // What opening the state store found: a job to resume; a job that had
+  // ended (a standby that led it: Bind failed).
+  struct {
+    bool resumed = false;
+    bool ended_before = false;
+  } opened_;
   std::vector<std::vector<zmq::message_t>> outbox_;
 };
 

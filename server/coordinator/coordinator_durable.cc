@@ -16,7 +16,7 @@ Status Coordinator::OpenState(bool* resumed, const std::atomic<bool>* stop) {
   StoreWait wait;
   wait.stop = stop;
   if (opts_.standby) wait.campaign = std::chrono::seconds(0);  // for ever: a standby
-  wait.ended = &ended_before_;
+  wait.ended = &opened_.ended_before;
   SHARDPS_RETURN_IF_ERROR(StateStore::Open(opts_.state_dir, &store_, wait));
   DurableState d;
   bool found = false;

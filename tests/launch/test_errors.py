@@ -87,6 +87,11 @@ CASES = [
     ("too few server ports", lambda t: ["--servers", "2", "--set", 'launch.server_ports="7000-7000"', *W], 2,
      r"server_ports 7000-7000 has no port left for server 1"),
     ("missing keys", lambda t: ["--keys", str(t / "nokeys"), *W], 2, r"security: cannot read '.*nokeys/server\.key'"),
+    ("standbys without etcd", lambda t: ["--standbys", "1", *W], 2,
+     r"\[coordinator\] standbys need the job's state in etcd"),
+    ("bad --etcd", lambda t: ["--etcd", "somewhere", *W], 2, r"\[launch\] etcd 'somewhere' is not \"local\" or HOST:PORT"),
+    ("etcd that does not answer", lambda t: ["--etcd", "127.0.0.1:1", "--standbys", "1", *W], 2,
+     r"etcd cannot be reached: 127\.0\.0\.1:1: .*Connection refused"),
     ("run directory cannot be made", lambda t: ["--run-dir", not_executable(t) + "/run", *W], 2,
      r"cannot create the run directory .*data\.txt/run: Not a directory"),
 ]

@@ -201,3 +201,40 @@ def test_expand_hostlist(spec, expected):
 def test_expand_hostlist_errors(spec, expected):
     with pytest.raises(ValueError, match=expected):
         expand_hostlist(spec)
+
+
+# ------------------------------------------------ standbys and their etcd
+
+def test_standbys_go_on_other_hosts_than_the_leader():
+    from shardps_launch.coordinators import coordinator_hosts
+    a, b, c = host("a"), host("b", coordinator=True), host("c")
+    assert names(coordinator_hosts([a, b, c], b, 1)) == ["b"]
+    assert names(coordinator_hosts([a, b, c], b, 3)) == ["b", "a", "c"]
+    assert names(coordinator_hosts([a, b, c], b, 4)) == ["b", "a", "c", "a"]
+    assert names(coordinator_hosts([b], b, 3)) == ["b", "b", "b"]  # one host: all there
+
+
+def test_ports_in_use_read_from_proc_net_tcp():
+    from shardps_launch.coordinators import ports_in_use
+    text = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+            "   0: 0100007F:4E21 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n"
+            "   1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1\n"
+            "   0: 00000000000000000000000001000000:7531 00000000000000000000000000000000:0000 0A 0\n")
+    assert ports_in_use(text) == {0x4E21, 22, 0x7531}
+
+
+def test_etcd_local_members_on_the_coordinators_hosts_under_a_prefix_of_the_job(tmp_path):
+    from shardps_launch.coordinators import Etcd, PORT_RANGE
+    e = Etcd("local", str(tmp_path), "run")
+    e.plan([host("localhost")], {"localhost": "127.0.0.1"}, None, "local")
+    assert len(e.endpoints) == 3 and all(ep.startswith("127.0.0.1:") for ep in e.endpoints)
+    ports = [int(ep.rsplit(":", 1)[1]) for ep in e.endpoints] + [m[4] for m in e.members]
+    assert len(set(ports)) == 6 and all(PORT_RANGE[0] <= p <= PORT_RANGE[1] for p in ports)
+    assert e.url().startswith("etcd://" + ",".join(e.endpoints) + "/shardps/run-")
+    argv = e.member_argv(1, "/usr/bin/etcd")
+    assert argv[:3] == ["/usr/bin/etcd", "--name", "m1"]
+    assert argv[argv.index("--data-dir") + 1] == str(tmp_path / "etcd" / "m1")
+    assert argv[argv.index("--initial-cluster") + 1].count("=http://127.0.0.1:") == 3
+    assert Etcd("local", str(tmp_path), "run").prefix != e.prefix  # each launch its own
+    given = Etcd("10.0.0.1:2379, 10.0.0.2:2379", str(tmp_path), "job")
+    assert given.url().startswith("etcd://10.0.0.1:2379,10.0.0.2:2379/shardps/job-")

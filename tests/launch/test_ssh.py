@@ -39,15 +39,25 @@ def three_host_lines(env):
 
 
 def test_job_across_three_hosts(hosts, tmp_path):
+    """With --etcd local and a standby coordinator: the standby goes on
+    another host than the leader, etcd's members on both of theirs."""
     env = hosts
     run_dir = str(tmp_path / "run")
-    launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2")
+    launch = launch_in_h1(env, run_dir, three_host_lines(env), "--servers", "2", "--workers", "2",
+                          "--etcd", "local", "--standbys", "1")
     coordinator = launch.coordinator(120)
-    # The coordinator advertises its host's address, not loopback.
-    assert coordinator.startswith(f"tcp://{env.address('h1')}:"), coordinator
+    # The coordinator advertises its host's address, not loopback; servers
+    # and workers are given the standby's endpoint too.
+    assert re.fullmatch(rf"tcp://{re.escape(env.address('h1'))}:\d+,tcp://{re.escape(env.address('h2'))}:\d+",
+                        coordinator), coordinator
     rc = launch.wait(300)
     out = launch.output()
     assert rc == 0, out
+    assert re.search(rf"standby coordinators: tcp://{re.escape(env.address('h2'))}:\d+ on {re.escape(name(env, 'h2'))}",
+                     out), out
+    members = re.search(r"etcd: 3 members serving \((.*)\)", out)
+    assert members and [m.rsplit(":", 1)[0] for m in members.group(1).split(", ")] == [
+        env.address("h1"), env.address("h2"), env.address("h1")], out
     assert "hosts checked: " in out, out
     h2, h3 = name(env, "h2"), name(env, "h3")
     assert re.search(rf"^\[worker 0 @{re.escape(h2)}\] worker 0 \| epoch 2 done .* test accuracy", out, re.M), out

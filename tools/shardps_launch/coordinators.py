@@ -10,12 +10,15 @@ import os
 import random
 import secrets
 import shlex
+import shutil
 import threading
 import time
 import urllib.request
 
+from .commands import json_set
 from .errors import LaunchError
 from .output import say
+from .supervise import stop_watcher
 
 ETCD_READY_SEC = 30  # for a started cluster to elect a leader and serve
 ETCD_MEMBERS = 3  # --etcd local: a majority survives one member lost
@@ -179,3 +182,61 @@ class Etcd:
                 raise LaunchError(f"host {h}: etcd cannot be reached from there ({', '.join(bad)})")
             for e in bad:
                 say(f"etcd: member {e} does not answer from {h}; the job goes on with the others", err=True)
+
+
+def etcd_binary(mode):
+    """Debian's etcd (etcd-server), here; the same path on other hosts."""
+    path = shutil.which("etcd") or "/usr/bin/etcd"
+    if mode == "local" and not os.access(path, os.X_OK):
+        raise LaunchError("--etcd local starts etcd, which is not installed here (Debian: apt-get install "
+                          "etcd-server)")
+    return path
+
+
+def start_etcd(launcher, coords, addr):
+    """[launch] etcd of `launcher` (a Launcher): starts the job's cluster
+    (local) on the coordinators' hosts `coords`, or checks the one given;
+    then the coordinators keep the job's state there (under a prefix of the
+    job's own: `coordinator.store`)."""
+    etcd, dry_run = launcher.etcd, launcher.args.dry_run
+    if not etcd:
+        return
+    if etcd.local:
+        etcd.plan(coords, addr, launcher.remote, launcher.mode, dry_run)
+        etcd.start(launcher.processes, etcd_binary(launcher.mode), dry_run)
+    elif not dry_run:
+        etcd.check(launcher.remote, launcher.mode, coords)
+    launcher.cfg["_sets"].append(json_set("coordinator.store", etcd.url()))
+    if launcher.files:
+        launcher.files.etcd = etcd.describe()
+
+
+def start_coordinators(launcher, coords, addr):
+    """The coordinator on `coords[0]`; with its state in etcd, on a fixed
+    endpoint, and its standbys (--standby) on the other hosts of `coords`,
+    on theirs: each waits to lead, binding nothing meanwhile. Returns every
+    endpoint, the leader's first, as one comma-separated list (what
+    servers, workers and tools are given)."""
+    if not launcher.etcd and not launcher.standbys:
+        return launcher.start_coordinator(coords[0], addr)
+    fixed, local = launcher.launch["coordinator_port"], launcher.mode == "local"
+    ports = []
+    for i, h in enumerate(coords):
+        if fixed:
+            ports.append(fixed + i)
+        else:
+            ports += ["<port>"] if launcher.args.dry_run else pick_ports(launcher.remote, h["name"], 1, local)
+    endpoints = [f"tcp://{addr[h['name']]}:{ports[i]}" for i, h in enumerate(coords)]
+    listed = ",".join(endpoints)
+    launcher.start_coordinator(coords[0], addr, port=ports[0], all_endpoints=listed)
+    for i, h in enumerate(coords[1:], 1):
+        argv = launcher.commands.coordinator(h["name"], addr[h["name"]], launcher.job_file_for(h["name"]),
+                                             port=ports[i], standby=True)
+        p = launcher.processes.start("coordinator", i, h["name"], argv, {},
+                                     watchers=[stop_watcher(launcher.stop_requested)])
+        if p:
+            p.endpoint = endpoints[i]
+    if launcher.standbys:
+        where = [f"{e} on {h['name']}" for e, h in zip(endpoints[1:], coords[1:])]
+        say(f"standby coordinators: {', '.join(where)}")
+    return listed

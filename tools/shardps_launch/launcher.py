@@ -12,7 +12,7 @@ import time
 
 from .binaries import check_worker_command
 from .commands import JobCommands, endpoint_in, json_set, local_paths, worker_path
-from .coordinators import Etcd, coordinator_hosts, pick_ports
+from .coordinators import Etcd, coordinator_hosts, etcd_binary, start_coordinators, start_etcd
 from .errors import JobFailed, LaunchError
 from .hostcheck import HostChecks, Remote, run_parallel
 from .output import say
@@ -150,8 +150,8 @@ class Launcher:
         line = security.start_line(self.security, self.keys, self.mode, self.run_dir, self.args.dry_run)
         if line:
             say(line)
-        self.start_etcd(coords, addr)
-        coordinator = self.start_coordinators(coords, addr)
+        start_etcd(self, coords, addr)  # ([launch] etcd; coordinators.py)
+        coordinator = start_coordinators(self, coords, addr)
         for i, h in enumerate(placement.servers):
             argv = self.commands.server(i, h["name"], addr[h["name"]], coordinator)
             self.processes.start("server", i, h["name"], argv, {})
@@ -178,7 +178,7 @@ class Launcher:
         if "/" in worker:
             needed.append(worker)
         if self.etcd and self.etcd.local:
-            needed.append(self.etcd_binary())
+            needed.append(etcd_binary(self.mode))
         self.checks.preflight(used, needed)
         addr = self.checks.addresses(placement.coordinator, used)
         self.checks.reachability(used, addr, path("shardps-ctl"))
@@ -202,59 +202,6 @@ class Launcher:
         if rc != 0:
             raise LaunchError(f"host {host}: cannot copy the job file: {out}")
         return remote_job
-
-    def etcd_binary(self):
-        """Debian's etcd (etcd-server), here; the same path on other hosts."""
-        path = shutil.which("etcd") or "/usr/bin/etcd"
-        if self.mode == "local" and not os.access(path, os.X_OK):
-            raise LaunchError("--etcd local starts etcd, which is not installed here (Debian: apt-get install "
-                              "etcd-server)")
-        return path
-
-    def start_etcd(self, coords, addr):
-        """[launch] etcd: starts the job's cluster (local) or checks the one
-        given; then the coordinators keep the job's state there (a prefix of
-        the job's own: `coordinator.store`)."""
-        if not self.etcd:
-            return
-        if self.etcd.local:
-            self.etcd.plan(coords, addr, self.remote, self.mode, self.args.dry_run)
-            self.etcd.start(self.processes, self.etcd_binary(), self.args.dry_run)
-        elif not self.args.dry_run:
-            self.etcd.check(self.remote, self.mode, coords)
-        self.cfg["_sets"].append(json_set("coordinator.store", self.etcd.url()))
-        if self.files:
-            self.files.etcd = self.etcd.describe()
-
-    def start_coordinators(self, coords, addr):
-        """The coordinator; with its state in etcd, on a fixed endpoint, and
-        its standbys (--standby) on theirs: each waits to lead, binding
-        nothing meanwhile. Returns every endpoint, the leader's first, as one
-        comma-separated list (what servers, workers and tools are given)."""
-        if not self.etcd and not self.standbys:
-            return self.start_coordinator(coords[0], addr)
-        fixed = self.launch["coordinator_port"]
-        ports = []
-        for i, h in enumerate(coords):
-            if fixed:
-                ports.append(fixed + i)
-            else:
-                ports += pick_ports(self.remote, h["name"], 1, self.mode == "local") if not self.args.dry_run \
-                    else ["<port>"]
-        endpoints = [f"tcp://{addr[h['name']]}:{ports[i]}" for i, h in enumerate(coords)]
-        listed = ",".join(endpoints)
-        self.start_coordinator(coords[0], addr, port=ports[0], all_endpoints=listed)
-        for i, h in enumerate(coords[1:], 1):
-            argv = self.commands.coordinator(h["name"], addr[h["name"]], self.job_file_for(h["name"]),
-                                             port=ports[i], standby=True)
-            p = self.processes.start("coordinator", i, h["name"], argv, {},
-                                     watchers=[stop_watcher(self.stop_requested)])
-            if p:
-                p.endpoint = endpoints[i]
-        if self.standbys:
-            where = [f"{e} on {h['name']}" for e, h in zip(endpoints[1:], coords[1:])]
-            say(f"standby coordinators: {', '.join(where)}")
-        return listed
 
     def start_coordinator(self, host, addr, port=None, all_endpoints=None):
         """Starts the coordinator and waits until it reports its endpoint

@@ -74,6 +74,66 @@ def final_snapshot(sup, timeout):
     return f"its final snapshot {m.group(1)}" if m else "its final snapshot"
 
 
+def coordinator_lost(sup, p):
+    """Supervisor `sup`: a coordinator of a job with standbys died: if it led, a standby
+    takes the lead once its lease lapses (the job's state is in etcd) and
+    the job goes on. It is started again as a standby (at most
+    --max-restarts times), so that the job keeps its standbys; with no
+    coordinator left and none started again, the job fails."""
+    p.handled = True
+    p.reader.join(timeout=2)
+    what = f"{p.name} on {p.host} {p.describe_exit()} at {sup.elapsed():.1f} s"
+    left = [q for q in sup.others if q.role == "coordinator" and q is not p and q.poll() is None]
+    if p.incarnation < sup.launch["max_restarts"]:
+        argv = p.spec[0] if "--standby" in p.spec[0] else p.spec[0] + ["--standby"]
+        report(p, f"{what}: {'a standby leads if it led' if left else 'no coordinator left'}; starting it "
+                  f"again as a standby (restart {p.incarnation + 1} of at most {sup.launch['max_restarts']})")
+        q = sup.processes.start_again(p, argv, watchers=[stop_watcher(sup.stop_requested)])
+        q.endpoint = p.endpoint
+        sup.failures.append(f"{what}: a standby took over if it led; started again as a standby")
+    elif left:
+        report(p, f"{what}: a standby leads if it led; not started again (--max-restarts "
+                  f"{sup.launch['max_restarts']} reached)")
+        sup.failures.append(f"{what}: a standby took over if it led")
+    else:
+        raise JobFailed(p, f"{what}, and no coordinator is left (after {p.incarnation} restarts, the most "
+                           f"--max-restarts allows)")
+    sup.others = watched(sup.processes.procs)
+    sup.files.note(sup.failures[-1])
+
+def check_etcd(sup):
+    """Supervisor `sup`, --etcd local: a member that ended is said once; the cluster goes
+    on with a majority (the coordinators say what they wait for if it
+    has none)."""
+    for p in sup.etcd:
+        if p.handled or p.poll() is None:
+            continue
+        p.handled = True
+        p.reader.join(timeout=2)
+        up = sum(1 for q in sup.etcd if q.poll() is None)
+        what = f"{p.name} on {p.host} {p.describe_exit()} at {sup.elapsed():.1f} s"
+        report(p, f"{what}: {up} of {len(sup.etcd)} etcd members left" +
+                  ("; the cluster goes on" if 2 * up > len(sup.etcd) else
+                   "; no majority: the coordinators wait for etcd (data keeps flowing)"))
+        sup.failures.append(f"{what}: {up} of {len(sup.etcd)} etcd members left")
+        sup.files.note(sup.failures[-1])
+
+
+def drained(sup, p):
+    """Supervisor `sup`: a server that exited 0 while the job runs because it was drained
+    (shardps-ctl drain-server): its groups are held by other servers;
+    the job goes on."""
+    p.reader.join(timeout=2)
+    if not any("drained" in line for line in p.last_lines()):
+        return False
+    p.failed_over = True
+    report(p, f"{p.name} on {p.host} was drained (its groups are held by other servers) and exited 0 at "
+              f"{sup.elapsed():.1f} s; the job goes on")
+    sup.failures.append(f"{p.name} drained at {sup.elapsed():.1f} s")
+    sup.files.note(sup.failures[-1])
+    return True
+
+
 class Supervisor:
     """Watches a started job until it ends. Main thread only (the
     stop_requested event is set by the coordinator's reader thread)."""
@@ -114,7 +174,7 @@ class Supervisor:
             # Servers and the coordinator first: a worker that fails because
             # a server died must not take the blame.
             self.check_others()
-            self.check_etcd()
+            check_etcd(self)
             self.check_workers()
             if all(p.poll() is not None for p in self.workers.values()):
                 return self.finish(deadline, timeout)
@@ -138,10 +198,10 @@ class Supervisor:
             if p.rc != 0 and p.role == "server" and self.job.get("replicas", 1) > 1 and not self.stop_requested.is_set():
                 if self.fail_over(p):
                     continue
-            if p.rc == 0 and p.role == "server" and not self.stop_requested.is_set() and self.drained(p):
+            if p.rc == 0 and p.role == "server" and not self.stop_requested.is_set() and drained(self, p):
                 continue
             if p.rc != 0 and p.role == "coordinator" and self.standbys and not self.stop_requested.is_set():
-                self.coordinator_lost(p)
+                coordinator_lost(self, p)
                 return
             if (p.rc != 0 and p.role == "coordinator" and self.launch["restart_coordinator"] and not p.handled
                     and not self.stop_requested.is_set()):
@@ -193,20 +253,6 @@ class Supervisor:
         self.files.note(self.failures[-1])
         return True
 
-    def drained(self, p):
-        """A server that exited 0 while the job runs because it was drained
-        (shardps-ctl drain-server): its groups are held by other servers;
-        the job goes on."""
-        p.reader.join(timeout=2)
-        if not any("drained" in line for line in p.last_lines()):
-            return False
-        p.failed_over = True
-        report(p, f"{p.name} on {p.host} was drained (its groups are held by other servers) and exited 0 at "
-                  f"{self.elapsed():.1f} s; the job goes on")
-        self.failures.append(f"{p.name} drained at {self.elapsed():.1f} s")
-        self.files.note(self.failures[-1])
-        return True
-
     def restart_coordinator(self, p):
         what = f"the coordinator on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
         if p.incarnation >= self.launch["max_restarts"]:
@@ -220,50 +266,6 @@ class Supervisor:
         self.others = watched(self.processes.procs)
         self.failures.append(f"{what}: started again, the job resumed")
         self.files.note(self.failures[-1])
-
-    def coordinator_lost(self, p):
-        """A coordinator of a job with standbys died: if it led, a standby
-        takes the lead once its lease lapses (the job's state is in etcd) and
-        the job goes on. It is started again as a standby (at most
-        --max-restarts times), so that the job keeps its standbys; with no
-        coordinator left and none started again, the job fails."""
-        p.handled = True
-        p.reader.join(timeout=2)
-        what = f"{p.name} on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
-        left = [q for q in self.others if q.role == "coordinator" and q is not p and q.poll() is None]
-        if p.incarnation < self.launch["max_restarts"]:
-            argv = p.spec[0] if "--standby" in p.spec[0] else p.spec[0] + ["--standby"]
-            report(p, f"{what}: {'a standby leads if it led' if left else 'no coordinator left'}; starting it "
-                      f"again as a standby (restart {p.incarnation + 1} of at most {self.launch['max_restarts']})")
-            q = self.processes.start_again(p, argv, watchers=[stop_watcher(self.stop_requested)])
-            q.endpoint = p.endpoint
-            self.failures.append(f"{what}: a standby took over if it led; started again as a standby")
-        elif left:
-            report(p, f"{what}: a standby leads if it led; not started again (--max-restarts "
-                      f"{self.launch['max_restarts']} reached)")
-            self.failures.append(f"{what}: a standby took over if it led")
-        else:
-            raise JobFailed(p, f"{what}, and no coordinator is left (after {p.incarnation} restarts, the most "
-                               f"--max-restarts allows)")
-        self.others = watched(self.processes.procs)
-        self.files.note(self.failures[-1])
-
-    def check_etcd(self):
-        """--etcd local: a member that ended is said once; the cluster goes
-        on with a majority (the coordinators say what they wait for if it
-        has none)."""
-        for p in self.etcd:
-            if p.handled or p.poll() is None:
-                continue
-            p.handled = True
-            p.reader.join(timeout=2)
-            up = sum(1 for q in self.etcd if q.poll() is None)
-            what = f"{p.name} on {p.host} {p.describe_exit()} at {self.elapsed():.1f} s"
-            report(p, f"{what}: {up} of {len(self.etcd)} etcd members left" +
-                      ("; the cluster goes on" if 2 * up > len(self.etcd) else
-                       "; no majority: the coordinators wait for etcd (data keeps flowing)"))
-            self.failures.append(f"{what}: {up} of {len(self.etcd)} etcd members left")
-            self.files.note(self.failures[-1])
 
     def check_workers(self):
         """A worker that failed is started again (--restart-workers), or,

@@ -16,54 +16,22 @@
 #include <thread>
 
 #include "common/base/process.h"
+#include "tests/etcd_process.h"
 
 namespace shardps {
 namespace {
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
-    close(fd);
-    return 0;
-  }
-  const int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 class EtcdStateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/etcd (Debian's etcd-server)";
     char tmpl[] = "/tmp/shardps-etcd-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    const int client = FreePort(), peer = FreePort();
-    ASSERT_TRUE(client && peer);
-    endpoint_ = "127.0.0.1:" + std::to_string(client);
-    const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
-    pid_ = SpawnProcess({"/usr/bin/etcd", "--name", "t", "--data-dir", dir_ + "/data", "--listen-client-urls",
-                         "http://" + endpoint_, "--advertise-client-urls", "http://" + endpoint_,
-                         "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                         "--initial-cluster", "t=" + peer_url, "--log-level", "warn"},
-                        dir_ + "/etcd.log");
-    ASSERT_GT(pid_, 0);
-    EtcdClient c({endpoint_}, std::chrono::milliseconds(500));
-    std::string v;
-    bool found = false;
-    Status s;
-    for (int i = 0; i < 150; ++i) {  // up to 15 s for etcd to answer
-      if ((s = c.Get("probe", &v, &found)).ok()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    if (!s.ok()) GTEST_SKIP() << "etcd did not start within 15 s: " << s.ToString();
+    if (std::string why = etcd_.Start(dir_); !why.empty()) GTEST_SKIP() << why;
+    endpoint_ = etcd_.endpoint();
   }
   void TearDown() override {
-    if (pid_ > 0) ReapSpawned(pid_);
+    etcd_.Stop();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   std::string Url() const { return "etcd://" + endpoint_ + "/jobs/t1"; }
@@ -80,7 +48,7 @@ class EtcdStateTest : public ::testing::Test {
   static constexpr StateShape kShape{2, 1, 1, 0};
 
   std::string dir_, endpoint_;
-  pid_t pid_ = -1;
+  testing::EtcdProcess etcd_;
 };
 
 TEST_F(EtcdStateTest, TheLeaderSavesAndANewLeaderLoadsWhatItSaved) {
@@ -129,6 +97,25 @@ TEST_F(EtcdStateTest, TheLeaderSavesAndANewLeaderLoadsWhatItSaved) {
   cs = EtcdStateStore::Open(Url(), &c, {std::chrono::seconds(0), nullptr, &ended});
   EXPECT_TRUE(cs.ok()) << cs.ToString();
   EXPECT_FALSE(ended);
+}
+
+// Two jobs on one etcd, each under its own prefix: both lead at once, and
+// neither loads, overwrites or ends the other's state.
+TEST_F(EtcdStateTest, TwoJobsUnderDifferentPrefixesDoNotSeeEachOther) {
+  std::unique_ptr<StateStore> a, b;
+  ASSERT_TRUE(EtcdStateStore::Open(Url(), &a, {std::chrono::seconds(2)}).ok());
+  ASSERT_TRUE(EtcdStateStore::Open("etcd://" + endpoint_ + "/jobs/t2", &b, {std::chrono::seconds(2)}).ok());
+  ASSERT_TRUE(a->Save(State(7)));
+  DurableState d;
+  bool found = true;
+  ASSERT_TRUE(b->Load(kShape, &d, &found).ok());
+  EXPECT_FALSE(found);
+  ASSERT_TRUE(b->Save(State(8)));
+  b->Forget();  // the second job ends
+  ASSERT_TRUE(a->Load(kShape, &d, &found).ok());
+  ASSERT_TRUE(found);
+  EXPECT_EQ(d.next_update_id, 7u);
+  EXPECT_TRUE(a->Keep().ok());
 }
 
 TEST_F(EtcdStateTest, OneLeaderAtATimeAndADeposedLeadersWritesAreFenced) {
@@ -180,7 +167,7 @@ TEST_F(EtcdStateTest, WithEtcdDownTheLeaderStepsDownAndAStandbyLeadsOnceItIsBack
   std::unique_ptr<StateStore> a;
   ASSERT_TRUE(EtcdStateStore::Open(Url(), &a).ok());
   ASSERT_TRUE(a->Save(State(5)));
-  ASSERT_EQ(kill(pid_, SIGSTOP), 0);
+  ASSERT_EQ(kill(etcd_.pid(), SIGSTOP), 0);
   std::atomic<bool> stop{false}, led{false};
   std::unique_ptr<StateStore> b;
   Status bs;
@@ -192,7 +179,7 @@ TEST_F(EtcdStateTest, WithEtcdDownTheLeaderStepsDownAndAStandbyLeadsOnceItIsBack
   EXPECT_FALSE(a->Keep().ok());  // stepped down
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // (etcd stays down past a's lease)
   EXPECT_FALSE(led.load());
-  ASSERT_EQ(kill(pid_, SIGCONT), 0);
+  ASSERT_EQ(kill(etcd_.pid(), SIGCONT), 0);
   for (int i = 0; i < 300 && !led; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // 15 s at most
   stop = true;
   standby.join();
