@@ -7,7 +7,9 @@ mean of its last two epochs), and
 every snapshot it completed must still verify. Under sync and under
 bounded staleness, and under bounded staleness with replicas = 2 and 4
 replica groups on the 2 servers (the server's groups fail over to their
-backups: nothing rolls back).
+backups: nothing rolls back) and a standby coordinator instead of
+--restart-coordinator (--etcd local --standbys 1: the leader is killed
+twice, each time a standby takes over).
 SHARDPS_CHAOS_SEED picks another seed (default 1); the seed is printed."""
 
 import json
@@ -20,7 +22,7 @@ import time
 
 import pytest
 
-from launchlib import BUILD, WORKER, Launch, pid_of, read_json, wait_none_left
+from launchlib import BUILD, WORKER, Launch, pid_of, read_json, wait_json, wait_none_left
 
 SNAPSHOT = os.path.join(BUILD, "tools", "shardps-snapshot")
 SEED = int(os.environ.get("SHARDPS_CHAOS_SEED", "1"))
@@ -58,9 +60,11 @@ def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency, replic
 
     run_dir = str(tmp_path / "chaos")
     snaps = str(tmp_path / "snaps")
+    standby = replicas > 1 and os.access("/usr/bin/etcd", os.X_OK)  # (else --restart-coordinator)
     launch = Launch(["-v", *job_args(consistency, replicas), "--snapshot-dir", snaps, "--snapshot-every-clocks", "25",
                      "--set", "job.keep_snapshots=100000", "--restart-workers", "--restart-servers",
-                     "--restart-coordinator", "--", *worker_command()], run_dir)
+                     *(["--etcd", "local", "--standbys", "1"] if standby else ["--restart-coordinator"]), "--",
+                     *worker_command()], run_dir)
 
     def kill_after(pattern, program, *args, since=0):
         """Waits for a line matching `pattern`, then a seeded 0.2-1.2 s, then
@@ -72,13 +76,27 @@ def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency, replic
         os.kill(pid, signal.SIGKILL)
         return len(launch.lines)
 
+    killed = []  # the leading coordinators killed (standbys)
     victim = str(rng.randrange(3))
     mark = kill_after(r"worker \d \| epoch 1 step", "shardps-worker", "--rank", victim)
     launch.wait_for_line(rf"worker {victim} on localhost .*: starting it again", 120, mark)
     mark = kill_after(r"snapshot \S+ complete", "shardps-server", "--rank", str(rng.randrange(2)), since=mark)
     recovered = (r"starting a replacement .* filled with copies while the job goes on" if replicas > 1 else
                  r"rolled back to .*: starting every server and worker again")
-    kill_after(recovered, "shardps-coordinator", since=mark)
+    if not standby:
+        kill_after(recovered, "shardps-coordinator", since=mark)
+    else:
+        for k in range(2):  # the leader, twice: each time a standby takes over
+            launch.wait_for_line(recovered if k == 0 else r"starting it again as a standby", 180, mark)
+            time.sleep(rng.uniform(0.2, 1.2))
+            leader = wait_json(os.path.join(run_dir, "job.json"), lambda d: any(
+                p["role"] == "coordinator" and p.get("leading") and p["state"] == "running" and
+                p["launcher_pid"] not in killed for p in d["processes"]), 60, "a coordinator that leads")
+            pid = next(p["launcher_pid"] for p in leader["processes"] if p["role"] == "coordinator" and
+                       p.get("leading") and p["state"] == "running" and p["launcher_pid"] not in killed)
+            killed.append(pid)
+            mark = len(launch.lines)
+            os.kill(pid, signal.SIGKILL)
     rc = launch.wait(400)
     out = launch.output()
     assert rc == 0, out
@@ -86,7 +104,11 @@ def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency, replic
     assert re.search(r"server \d on localhost killed by signal SIGKILL .*: " +
                      (r"server \d is dead; its groups are served by their backups" if replicas > 1 else
                       "rolling the job back"), out), out
-    assert re.search(r"the coordinator on localhost killed by signal SIGKILL .*: starting it again", out), out
+    if standby:
+        assert len(re.findall(r"coordinator( 1)? on localhost killed by signal SIGKILL .*: a standby leads if it led; "
+                              r"starting it again as a standby", out)) == 2, out
+    else:
+        assert re.search(r"the coordinator on localhost killed by signal SIGKILL .*: starting it again", out), out
     acc = final_accuracy(out)
     print(f"{consistency}: test accuracy (mean of the last 2 epochs) {acc:.2f} % with faults, {calm_acc:.2f} % "
           f"without")
@@ -101,7 +123,7 @@ def test_chaos_worker_then_server_then_coordinator(tmp_path, consistency, replic
     whats = [e["what"] for e in job["events"]]
     assert any(f"worker {victim} on localhost" in w and w.endswith("started again") for w in whats), whats
     assert any(("failed over to the backups" if replicas > 1 else "rolled back to") in w for w in whats), whats
-    assert any(w.startswith("the coordinator on localhost") for w in whats), whats
+    assert sum(1 for w in whats if re.match(r"(the )?coordinator( 1)? on localhost", w)) == (2 if standby else 1), whats
     assert read_json(os.path.join(run_dir, "prometheus-targets.json")) == []
 
     # Every snapshot the job completed still verifies.
