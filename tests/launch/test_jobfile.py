@@ -34,7 +34,8 @@ DEFAULTS = {
     "launch": {"mode": "local", "hosts": [], "interface": "", "advertise": "", "coordinator_port": 0,
                "server_ports": [0, 0], "worker_command": [], "env": {}, "server_cpus": [], "bin_dir": "",
                "run_dir": "", "timeout_sec": 3600, "restart_workers": False, "restart_servers": False,
-               "restart_coordinator": False, "max_restarts": 3, "ssh_options": [], "srun_options": []},
+               "restart_coordinator": False, "max_restarts": 3, "etcd": "", "ssh_options": [], "srun_options": []},
+    "coordinator": {"store": "", "standbys": 0},
     "metrics": {"enabled": True, "port": 0, "address": ""},
     "security": {"keys": "", "enabled": None},
 }

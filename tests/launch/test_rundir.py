@@ -31,6 +31,7 @@ class FakeProc:
         self.role, self.rank, self.host, self.incarnation, self.rc = role, rank, "localhost", incarnation, rc
         self.p = FakePopen(pid)
         self.log = FakeLog(f"/run/{role}{rank}.log")
+        self.endpoint = None  # a coordinator's, when fixed (standbys)
 
     def poll(self):
         return self.rc
@@ -165,3 +166,40 @@ def test_a_run_directory_that_went_away_is_not_an_error(tmp_path):
     files = RunDirFiles(run_dir, {}, processes([]))
     files.update()  # no directory: nothing written, nothing raised
     assert not os.path.exists(run_dir)
+
+
+def test_with_standbys_the_coordinator_that_answers_is_the_one_leading(tmp_path):
+    """Every coordinator has its endpoint; the status names the one that
+    answered: it leads, its metrics are the target; after it dies, the
+    answer still cached is not taken for the one started again."""
+    run_dir = str(tmp_path / "job")
+    os.makedirs(run_dir)
+    a, b = FakeProc("coordinator", 0, 100), FakeProc("coordinator", 1, 200)
+    a.endpoint, b.endpoint = "tcp://h1:7000", "tcp://h2:7001"
+    procs = [a, b]
+    files = RunDirFiles(run_dir, {"servers": 1, "workers": 1, "consistency": "sync"}, processes(procs))
+    files.coordinator = "tcp://h1:7000,tcp://h2:7001"
+    files.etcd = {"endpoints": ["h1:2379"], "prefix": "shardps/job-1", "started_by_launcher": True}
+    files.poller = FakePoller({("coordinator", 0): {"pid": 100, "endpoint": "tcp://h1:7000",
+                                                    "metrics_url": "http://h1:9000/metrics"}})
+    files.update("running")
+    job = load(os.path.join(run_dir, "job.json"))
+    assert job["coordinators"] == ["tcp://h1:7000", "tcp://h2:7001"] and job["etcd"]["prefix"] == "shardps/job-1"
+    assert [(p["rank"], p["endpoint"], p["leading"]) for p in job["processes"]] == [
+        (0, "tcp://h1:7000", True), (1, "tcp://h2:7001", False)]
+    assert [t["targets"] for t in load(os.path.join(run_dir, "prometheus-targets.json"))] == [["h1:9000"]]
+    # The leader dies and is started again as a standby; the standby leads.
+    a.rc = -9
+    a2 = FakeProc("coordinator", 0, 101, incarnation=1)
+    a2.endpoint = a.endpoint
+    procs.append(a2)
+    files.update()  # (the cached answer is the dead one's: nobody leads yet)
+    job = load(os.path.join(run_dir, "job.json"))
+    assert [p.get("leading") for p in job["processes"]] == [False, False, False]
+    files.poller = FakePoller({("coordinator", 0): {"pid": 200, "endpoint": "tcp://h2:7001",
+                                                    "metrics_url": "http://h2:9100/metrics"}})
+    files.update()
+    job = load(os.path.join(run_dir, "job.json"))
+    assert [(p["rank"], p["incarnation"], p["leading"]) for p in job["processes"]] == [
+        (0, 0, False), (1, 0, True), (0, 1, False)]
+    assert [t["targets"] for t in load(os.path.join(run_dir, "prometheus-targets.json"))] == [["h2:9100"]]
