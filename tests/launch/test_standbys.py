@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from launchlib import Launch, not_under_tsan, read_json, wait_json, wait_none_left
+from launchlib import Launch, plain_only, read_json, wait_json, wait_none_left
 from test_local import full_mlp, run_dir  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(not os.access("/usr/bin/etcd", os.X_OK), reason="no /usr/bin/etcd (Debian's etcd-server)")
@@ -34,7 +34,9 @@ def leader_of(run_dir, timeout, what, not_pid=None):
     return next(p for p in doc["processes"] if leads(p))
 
 
-@not_under_tsan
+# (Its C++ paths — the store, the take-over, etcd lost — run under both
+# sanitizers in etcd_state_test and replica_test's StandbyTest.)
+@plain_only
 def test_the_job_survives_its_leader_and_its_etcd(run_dir):
     """sync, replicas 2, 2 servers + 2 workers, --etcd local --standbys 1.
     Mid-training: one etcd member killed (the job does not notice); the
