@@ -347,6 +347,9 @@ Status ParseCoordinator(const toml::table& root, std::string_view src, JobConfig
                                      "(\"local\": the launcher starts one)");
     return Status::OK();
   }
+  if (!etcd.empty())
+    return Status::InvalidArgument(Where(src, t->get("store")) + ": [coordinator] store and [launch] etcd both given: "
+                                   "the job's state goes to the etcd the launcher starts or checks, or to yours");
   if (store.rfind("etcd://", 0) != 0)
     return Status::InvalidArgument(Where(src, t->get("store")) + ": [coordinator] store '" + store +
                                    "' is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX (a directory: [job] state_dir)");

@@ -186,6 +186,14 @@ TEST(JobConfig, StandbysNeedEtcdAndTheLauncherReadsThemBack) {
   EXPECT_NE(s.message().find("is not \"local\" or HOST:PORT"), std::string::npos) << s.message();
   s = ParseJobConfig("[job]\nstate_dir = \"/var/s\"\n[launch]\netcd = \"local\"\n", "job.toml", {}, &bad);
   EXPECT_NE(s.message().find("both given"), std::string::npos) << s.message();
+  JobConfig both;
+  s = ParseJobConfig("[coordinator]\nstore = \"etcd://h:1/p\"\n[launch]\netcd = \"local\"\n", "job.toml", {}, &both);
+  EXPECT_NE(s.message().find("[coordinator] store and [launch] etcd both given"), std::string::npos) << s.message();
+  // (what the launcher hands its coordinators: its etcd as the store, [launch] etcd cleared)
+  JobConfig handed;
+  s = ParseJobConfig("[launch]\netcd = \"local\"\n", "job.toml", {"launch.etcd=\"\"", "coordinator.store=etcd://h:1/p"},
+                     &handed);
+  EXPECT_TRUE(s.ok()) << s.ToString();
   JobConfig many;
   s = ParseJobConfig("[coordinator]\nstandbys = 9\n[launch]\netcd = \"local\"\n", "job.toml", {}, &many);
   EXPECT_NE(s.message().find("standbys"), std::string::npos) << s.message();

@@ -224,17 +224,35 @@ def test_ports_in_use_read_from_proc_net_tcp():
 
 
 def test_etcd_local_members_on_the_coordinators_hosts_under_a_prefix_of_the_job(tmp_path):
-    from shardps_launch.coordinators import Etcd, PORT_RANGE
+    from shardps_launch.coordinators import Etcd, PORT_RANGE, PortPicker, member_hosts
     e = Etcd("local", str(tmp_path), "run")
-    e.plan([host("localhost")], {"localhost": "127.0.0.1"}, None, "local")
+    lh = host("localhost")
+    e.plan(member_hosts([lh], [lh]), {"localhost": "127.0.0.1"}, PortPicker(None, True, False))
     assert len(e.endpoints) == 3 and all(ep.startswith("127.0.0.1:") for ep in e.endpoints)
     ports = [int(ep.rsplit(":", 1)[1]) for ep in e.endpoints] + [m[4] for m in e.members]
     assert len(set(ports)) == 6 and all(PORT_RANGE[0] <= p <= PORT_RANGE[1] for p in ports)
     assert e.url().startswith("etcd://" + ",".join(e.endpoints) + "/shardps/run-")
     argv = e.member_argv(1, "/usr/bin/etcd")
     assert argv[:3] == ["/usr/bin/etcd", "--name", "m1"]
-    assert argv[argv.index("--data-dir") + 1] == str(tmp_path / "etcd" / "m1")
+    assert argv[argv.index("--data-dir") + 1] == str(tmp_path / "etcd" / e.token / "m1")  # new for each launch
     assert argv[argv.index("--initial-cluster") + 1].count("=http://127.0.0.1:") == 3
     assert Etcd("local", str(tmp_path), "run").prefix != e.prefix  # each launch its own
     given = Etcd("10.0.0.1:2379, 10.0.0.2:2379", str(tmp_path), "job")
     assert given.url().startswith("etcd://10.0.0.1:2379,10.0.0.2:2379/shardps/job-")
+
+
+def test_etcd_members_go_on_three_hosts_where_there_are_three():
+    from shardps_launch.coordinators import member_hosts
+    a, b, c = host("a"), host("b"), host("c")
+    assert names(member_hosts([a, b], [a, b, c])) == ["a", "b", "c"]
+    assert names(member_hosts([a, a], [a, b])) == ["a", "b", "a"]
+    assert names(member_hosts([a], [a])) == ["a", "a", "a"]
+
+
+def test_ports_are_never_given_twice_on_a_host():
+    from shardps_launch.coordinators import PortPicker
+    p = PortPicker(None, True, False)
+    got = p.pick("localhost", 40) + p.pick("localhost", 40)
+    assert len(set(got)) == 80
+    dry = PortPicker(None, True, True)
+    assert dry.pick("h", 2) == ["<port 0>", "<port 1>"] and dry.pick("h", 1) == ["<port 2>"]

@@ -148,7 +148,13 @@ class JobCommands:
             argv += ["--set", s]
         if self.restore:
             argv.append("--restore")
-        return argv + self.metrics_args(0, address) + self.server_key_args(host)
+        # (A standby serves /metrics while it waits: a fixed [metrics] port is
+        # the first coordinator's; a standby's is free, found through the
+        # status once it leads.)
+        metrics = self.metrics_args(0, address)
+        if standby and "--metrics-port" in metrics:
+            metrics[metrics.index("--metrics-port") + 1] = "0"
+        return argv + metrics + self.server_key_args(host)
 
     def server(self, rank, host, address, coordinator):
         """Server `rank`'s argv on `host`, advertising `address`."""

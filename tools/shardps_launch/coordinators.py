@@ -16,7 +16,7 @@ import time
 import urllib.request
 
 from .commands import json_set
-from .errors import LaunchError
+from .errors import JobFailed, LaunchError
 from .output import say
 from .supervise import stop_watcher
 
@@ -40,9 +40,9 @@ def ports_in_use(text):
     return used
 
 
-def pick_ports(remote, host, n, local):
+def pick_ports(remote, host, n, local, taken=()):
     """`n` distinct TCP ports no socket on `host` uses now (read from its
-    /proc/net/tcp and tcp6: here, or through `remote`)."""
+    /proc/net/tcp and tcp6: here, or through `remote`), none of `taken`."""
     if local:
         text = ""
         for name in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -55,11 +55,39 @@ def pick_ports(remote, host, n, local):
         rc, text = remote.run_on(host, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", timeout=20)
         if rc != 0 and not text:
             raise LaunchError(f"host {host}: cannot read its ports in use (/proc/net/tcp): exit {rc}")
-    used = ports_in_use(text)
+    used = ports_in_use(text) | set(taken)
     free = [p for p in range(PORT_RANGE[0], PORT_RANGE[1] + 1) if p not in used]
     if len(free) < n:
         raise LaunchError(f"host {host}: fewer than {n} free ports in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
     return random.SystemRandom().sample(free, n)
+
+
+class PortPicker:
+    """Ports for one launch, per host, never the same one twice (etcd's
+    members and the coordinators draw from it). Main thread."""
+
+    def __init__(self, remote, local, dry_run):
+        self.remote, self.local, self.dry_run = remote, local, dry_run
+        self.given = {}  # host -> ports handed out
+
+    def pick(self, host, n):
+        if self.dry_run:
+            ports = [f"<port {len(self.given.get(host, [])) + j}>" for j in range(n)]
+        else:
+            ports = pick_ports(self.remote, host, n, self.local, self.given.get(host, ()))
+        self.given.setdefault(host, []).extend(ports)
+        return ports
+
+
+def member_hosts(coords, used):
+    """The hosts of etcd's members: the coordinators' hosts, then the job's
+    other hosts, each once while there are enough (so that losing one host
+    loses one member); with fewer than three hosts, in turn again."""
+    distinct = []
+    for h in list(coords) + list(used):
+        if h["name"] not in [d["name"] for d in distinct]:
+            distinct.append(h)
+    return [distinct[i % len(distinct)] for i in range(ETCD_MEMBERS)]
 
 
 def coordinator_hosts(hosts, leader, n):
@@ -90,7 +118,8 @@ class Etcd:
         self.endpoints = [] if self.local else [e.strip() for e in spec.split(",") if e.strip()]
         # The job's keys go under a prefix of its own: jobs sharing a cluster
         # never see each other's state.
-        self.prefix = f"shardps/{name}-{secrets.token_hex(4)}"
+        self.token = secrets.token_hex(4)
+        self.prefix = f"shardps/{name}-{self.token}"
         self.run_dir = run_dir
         self.members = []  # (name, host, address, client port, peer port)
 
@@ -100,27 +129,24 @@ class Etcd:
     def describe(self):
         return {"endpoints": self.endpoints, "prefix": self.prefix, "started_by_launcher": self.local}
 
-    def plan(self, hosts, addr, remote, mode, dry_run=False):
-        """Where the members of `--etcd local` go: one on each of the
-        coordinators' hosts in turn (`hosts`), each with a client and a peer
-        port free there (--dry-run: placeholders); loopback for a local job."""
-        per_host = {}
-        for i in range(ETCD_MEMBERS):
-            h = hosts[i % len(hosts)]["name"]
-            per_host.setdefault(h, []).append(i)
-        ports = {h: (pick_ports(remote, h, 2 * len(idx), mode == "local") if not dry_run else
-                     [f"<port {j}>" for j in range(2 * len(idx))]) for h, idx in per_host.items()}
-        for i in range(ETCD_MEMBERS):
-            h = hosts[i % len(hosts)]["name"]
-            k = per_host[h].index(i)
-            client, peer = ports[h][2 * k], ports[h][2 * k + 1]
-            self.members.append((f"m{i}", h, addr[h], client, peer))
+    def plan(self, hosts, addr, ports):
+        """Where the members of `--etcd local` go: on `hosts` (member_hosts),
+        each with a client and a peer port free there (`ports`, a
+        PortPicker); loopback for a local job."""
+        for i, h in enumerate(hosts):
+            client, peer = ports.pick(h["name"], 2)
+            self.members.append((f"m{i}", h["name"], addr[h["name"]], client, peer))
         self.endpoints = [f"{a}:{c}" for _, _, a, c, _ in self.members]
+
+    def data_dir(self, name):
+        """A member's data: new for each launch (in a reused run directory,
+        an old member's data would make etcd ignore the new cluster)."""
+        return os.path.join(self.run_dir, "etcd", self.token, name)
 
     def member_argv(self, i, etcd_bin):
         name, _, address, client, peer = self.members[i]
         cluster = ",".join(f"{n}=http://{a}:{p}" for n, _, a, _, p in self.members)
-        return [etcd_bin, "--name", name, "--data-dir", os.path.join(self.run_dir, "etcd", name),
+        return [etcd_bin, "--name", name, "--data-dir", self.data_dir(name),
                 "--listen-client-urls", f"http://{address}:{client}", "--advertise-client-urls",
                 f"http://{address}:{client}", "--listen-peer-urls", f"http://{address}:{peer}",
                 "--initial-advertise-peer-urls", f"http://{address}:{peer}", "--initial-cluster", cluster,
@@ -129,7 +155,7 @@ class Etcd:
     def start(self, processes, etcd_bin, dry_run):
         """Starts the members and waits (at most ETCD_READY_SEC) until each
         serves: its 'ready to serve client requests' line, which etcd prints
-        once the cluster has elected a leader. Raises LaunchError naming a
+        once the cluster has elected a leader. Raises JobFailed naming a
         member that exited or did not get there."""
         ready = [threading.Event() for _ in self.members]
         procs = []
@@ -146,12 +172,12 @@ class Etcd:
                 if p.poll() is not None:
                     p.reader.join(timeout=2)
                     last = (p.last_lines() or ["(no output)"])[-1]
-                    raise LaunchError(f"etcd member {self.members[i][0]} on {self.members[i][1]} "
-                                      f"{p.describe_exit()} before it served: {last} (log: {p.log.name})")
+                    raise JobFailed(p, f"etcd member {self.members[i][0]} on {self.members[i][1]} "
+                                       f"{p.describe_exit()} before it served: {last}")
             if time.monotonic() - t0 > ETCD_READY_SEC:
-                slow = [self.members[i][0] for i, ev in enumerate(ready) if not ev.is_set()]
-                raise LaunchError(f"etcd members {', '.join(slow)} did not serve within {ETCD_READY_SEC} s "
-                                  f"(logs: {os.path.join(processes.run_dir, 'etcd*.log')})")
+                slow = [i for i, ev in enumerate(ready) if not ev.is_set()]
+                raise JobFailed(procs[slow[0]], f"etcd members {', '.join(self.members[i][0] for i in slow)} did not "
+                                                f"serve within {ETCD_READY_SEC} s")
             time.sleep(0.05)
         say(f"etcd: {len(self.members)} members serving ({', '.join(self.endpoints)}) in "
             f"{time.monotonic() - t0:.1f} s; the job's state under {self.prefix}")
@@ -193,20 +219,34 @@ def etcd_binary(mode):
     return path
 
 
-def start_etcd(launcher, coords, addr):
+def check_etcd_installed(remote, hosts, etcd_bin):
+    """Over ssh/Slurm: etcd is where --etcd local starts its members."""
+    for name in sorted({h["name"] for h in hosts}):
+        rc, out = remote.run_on(name, f"test -x {shlex.quote(etcd_bin)} && echo shardps-ok", timeout=20)
+        if "shardps-ok" not in out:
+            raise LaunchError(f"host {name}: --etcd local starts an etcd member there, but {etcd_bin} is not "
+                              f"installed (Debian: apt-get install etcd-server){'' if rc in (0, 1) else ': ' + out}")
+
+
+def start_etcd(launcher, coords, used, addr):
     """[launch] etcd of `launcher` (a Launcher): starts the job's cluster
-    (local) on the coordinators' hosts `coords`, or checks the one given;
-    then the coordinators keep the job's state there (under a prefix of the
-    job's own: `coordinator.store`)."""
+    (local) on the coordinators' hosts `coords` and then the other `used`
+    ones, or checks the one given; then the coordinators keep the job's
+    state there (under a prefix of the job's own: `coordinator.store`, in
+    place of [launch] etcd for them)."""
     etcd, dry_run = launcher.etcd, launcher.args.dry_run
     if not etcd:
         return
     if etcd.local:
-        etcd.plan(coords, addr, launcher.remote, launcher.mode, dry_run)
-        etcd.start(launcher.processes, etcd_binary(launcher.mode), dry_run)
+        hosts = member_hosts(coords, used)
+        etcd_bin = etcd_binary(launcher.mode)
+        if launcher.mode != "local" and not dry_run:
+            check_etcd_installed(launcher.remote, hosts, etcd_bin)
+        etcd.plan(hosts, addr, launcher.ports)
+        etcd.start(launcher.processes, etcd_bin, dry_run)
     elif not dry_run:
         etcd.check(launcher.remote, launcher.mode, coords)
-    launcher.cfg["_sets"].append(json_set("coordinator.store", etcd.url()))
+    launcher.cfg["_sets"] += [json_set("launch.etcd", ""), json_set("coordinator.store", etcd.url())]
     if launcher.files:
         launcher.files.etcd = etcd.describe()
 
@@ -219,13 +259,8 @@ def start_coordinators(launcher, coords, addr):
     servers, workers and tools are given)."""
     if not launcher.etcd and not launcher.standbys:
         return launcher.start_coordinator(coords[0], addr)
-    fixed, local = launcher.launch["coordinator_port"], launcher.mode == "local"
-    ports = []
-    for i, h in enumerate(coords):
-        if fixed:
-            ports.append(fixed + i)
-        else:
-            ports += ["<port>"] if launcher.args.dry_run else pick_ports(launcher.remote, h["name"], 1, local)
+    fixed = launcher.launch["coordinator_port"]
+    ports = [fixed + i if fixed else launcher.ports.pick(h["name"], 1)[0] for i, h in enumerate(coords)]
     endpoints = [f"tcp://{addr[h['name']]}:{ports[i]}" for i, h in enumerate(coords)]
     listed = ",".join(endpoints)
     launcher.start_coordinator(coords[0], addr, port=ports[0], all_endpoints=listed)

@@ -12,7 +12,7 @@ import time
 
 from .binaries import check_worker_command
 from .commands import JobCommands, endpoint_in, json_set, local_paths, worker_path
-from .coordinators import Etcd, coordinator_hosts, etcd_binary, start_coordinators, start_etcd
+from .coordinators import Etcd, PortPicker, coordinator_hosts, start_coordinators, start_etcd
 from .errors import JobFailed, LaunchError
 from .hostcheck import HostChecks, Remote, run_parallel
 from .output import say
@@ -69,6 +69,7 @@ class Launcher:
                                     self.keys, args.restore)
         self.processes = ProcessSet(self.commands, self.run_dir, args.verbose, args.dry_run)
         self.remote = Remote(self.mode, self.launch)
+        self.ports = PortPicker(self.remote, self.mode == "local", args.dry_run)  # fixed ports (etcd, standbys)
         self.checks = HostChecks(self.remote, self.launch, self.run_dir, self.processes)
         self.stop_requested = threading.Event()  # shardps-ctl stop: the job ends itself
         self.stopped_by_launcher = threading.Event()  # the stop was this launcher's (a final snapshot at the end)
@@ -150,7 +151,7 @@ class Launcher:
         line = security.start_line(self.security, self.keys, self.mode, self.run_dir, self.args.dry_run)
         if line:
             say(line)
-        start_etcd(self, coords, addr)  # ([launch] etcd; coordinators.py)
+        start_etcd(self, coords, used, addr)  # ([launch] etcd; coordinators.py)
         coordinator = start_coordinators(self, coords, addr)
         for i, h in enumerate(placement.servers):
             argv = self.commands.server(i, h["name"], addr[h["name"]], coordinator)
@@ -177,8 +178,6 @@ class Launcher:
         worker = self.commands.worker_cmd[0]
         if "/" in worker:
             needed.append(worker)
-        if self.etcd and self.etcd.local:
-            needed.append(etcd_binary(self.mode))
         self.checks.preflight(used, needed)
         addr = self.checks.addresses(placement.coordinator, used)
         self.checks.reachability(used, addr, path("shardps-ctl"))

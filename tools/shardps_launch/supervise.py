@@ -69,7 +69,8 @@ def final_snapshot(sup, timeout):
     out, rc = sup.ctl("stop", sup.coordinator, timeout=min(600, max(60, timeout)))
     if rc != 0:
         last = out.splitlines()[-1] if out else f"shardps-ctl stop exited {rc}"
-        raise JobFailed(coords[-1], f"the job's final snapshot failed: {last.removeprefix('shardps-ctl: stop: ')}")
+        live = [c for c in coords if c.poll() is None] or coords
+        raise JobFailed(live[-1], f"the job's final snapshot failed: {last.removeprefix('shardps-ctl: stop: ')}")
     m = re.search(r"(\S*snap-\d+)", out)
     return f"its final snapshot {m.group(1)}" if m else "its final snapshot"
 
@@ -84,7 +85,12 @@ def coordinator_lost(sup, p):
     p.reader.join(timeout=2)
     what = f"{p.name} on {p.host} {p.describe_exit()} at {sup.elapsed():.1f} s"
     left = [q for q in sup.others if q.role == "coordinator" and q is not p and q.poll() is None]
-    if p.incarnation < sup.launch["max_restarts"]:
+    if sup.stop_requested.is_set():  # (the stop is in the state: a standby finishes it)
+        if not left:
+            raise JobFailed(p, f"{what} while the job was stopping, and no coordinator is left")
+        report(p, f"{what} while the job was stopping: a standby finishes the stop if it led")
+        sup.failures.append(f"{what}: a standby finished the stop if it led")
+    elif p.incarnation < sup.launch["max_restarts"]:
         argv = p.spec[0] if "--standby" in p.spec[0] else p.spec[0] + ["--standby"]
         report(p, f"{what}: {'a standby leads if it led' if left else 'no coordinator left'}; starting it "
                   f"again as a standby (restart {p.incarnation + 1} of at most {sup.launch['max_restarts']})")
@@ -100,6 +106,14 @@ def coordinator_lost(sup, p):
                            f"--max-restarts allows)")
     sup.others = watched(sup.processes.procs)
     sup.files.note(sup.failures[-1])
+
+
+def standby_signalled(p):
+    """A standby that exited 0 because a signal stopped it while it waited
+    (not because the job ended): lost, as a killed one is."""
+    p.reader.join(timeout=2)
+    return p.role == "coordinator" and any("stopped while waiting to lead" in line for line in p.last_lines())
+
 
 def check_etcd(sup):
     """Supervisor `sup`, --etcd local: a member that ended is said once; the cluster goes
@@ -200,8 +214,8 @@ class Supervisor:
                     continue
             if p.rc == 0 and p.role == "server" and not self.stop_requested.is_set() and drained(self, p):
                 continue
-            if p.rc != 0 and p.role == "coordinator" and self.standbys and not self.stop_requested.is_set():
-                coordinator_lost(self, p)
+            if p.role == "coordinator" and self.standbys and (p.rc != 0 or standby_signalled(p)):
+                coordinator_lost(self, p)  # (a standby takes over; during a stop too)
                 return
             if (p.rc != 0 and p.role == "coordinator" and self.launch["restart_coordinator"] and not p.handled
                     and not self.stop_requested.is_set()):
@@ -261,8 +275,11 @@ class Supervisor:
         p.handled = True
         report(p, f"{what}: starting it again on {self.coordinator} with its saved state "
                   f"({self.job['state_dir'] or 'in etcd'}); the job goes on")
-        self.processes.start_again(p, on_endpoint(p.spec[0], self.coordinator),
-                                   watchers=[stop_watcher(self.stop_requested)])
+        argv = on_endpoint(p.spec[0], self.coordinator)
+        if (self.launch["etcd"] or str(self.job.get("state_dir", "")).startswith("etcd://")) and "--standby" not in argv:
+            argv.append("--standby")  # (waits out etcd instead of failing at once; the lease of the dead one too)
+        q = self.processes.start_again(p, argv, watchers=[stop_watcher(self.stop_requested)])
+        q.endpoint = p.endpoint
         self.others = watched(self.processes.procs)
         self.failures.append(f"{what}: started again, the job resumed")
         self.files.note(self.failures[-1])
@@ -311,9 +328,13 @@ class Supervisor:
             # A stop: the coordinator takes the final snapshot and ends every server itself.
             while any(p.poll() is None for p in self.others):
                 if time.monotonic() > deadline:
-                    raise JobTimeout(f"the job was stopping but its servers still ran after {timeout} s")
+                    raise JobTimeout(f"the job was stopping but its servers or coordinators still ran after {timeout} s")
                 time.sleep(0.1)
-            failed = [p for p in self.others if p.rc != 0 and not p.failed_over]
+            # (with standbys a coordinator killed during the stop is not a
+            # failure when another finished it)
+            done = self.standbys and any(p.role == "coordinator" and p.rc == 0 for p in self.others)
+            failed = [p for p in self.others if p.rc != 0 and not p.failed_over and
+                      not (done and p.role == "coordinator")]
             if failed:
                 raise JobFailed(failed[0], f"{failed[0].name} on {failed[0].host} {failed[0].describe_exit()}")
             say("the job stopped on request" if not final else f"the job ended with {final}")
