@@ -277,6 +277,7 @@ def saving_worker(tmp_path, epochs=4):
     return worker
 
 
+@not_under_tsan  # (its threads under TSan: replica_test's SyncKillOfAServer; CI's 70 minutes)
 def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_dir, tmp_path):
     """[job] replicas = 2: kill -9 of a server mid-training, no restart flag;
     the launcher tells the coordinator (shardps-ctl declare-dead), the
@@ -317,6 +318,7 @@ def test_killed_server_with_replicas_fails_over_and_the_model_is_unchanged(run_d
     wait_none_left(run_dir)
 
 
+@not_under_tsan  # (its threads under TSan: replica_test's AReplacementFilled; CI's 70 minutes)
 def test_replacement_server_is_filled_and_takes_over_after_the_other_dies(run_dir, tmp_path):
     """replicas = 2 and --restart-servers: a server killed is failed over and
     a replacement started under its rank, filled with copies of both groups
