@@ -42,7 +42,8 @@ Status RequestCheck::Check(const wire::Header& h, std::vector<zmq::message_t>& f
   if (!tables_.ready()) return Status::NotReady("server has no shard map yet");
   if (tables_.refused(h.table()))
     return Status::TooLarge("table id " + std::to_string(h.table()) + " is not held by server " +
-                            std::to_string(tables_.rank()) + ": it did not fit this server's memory budget");
+                            std::to_string(tables_.rank()) + ": it was refused when defined (its memory budget, or its cold tier's "
+                            "disk; the server's log says which)");
   ServerTable* table = tables_.get(h.table());
   if (!table)
     return Status::UnknownTable("table id " + std::to_string(h.table()) + " is not defined (" +

@@ -65,6 +65,7 @@ Status Server::Start(const std::atomic<bool>* stop) {
   if (Status s = start.Register(endpoint_, coord_link_.next_request_id++, &rank_, &v, stop); !s.ok()) return s;
   SetLogName("server " + std::to_string(rank_));
   tables_.set_rank(rank_);
+  tables_.SetColdDir(opts_.cold_dir);
   LOG_INFO << "registered as server " << rank_ << ", serving on " << endpoint_;
   ApplyCluster(v);
   return fatal_;
@@ -361,7 +362,20 @@ void Server::SendHeartbeat() {
   for (const auto& [rank, n] : need) parked.emplace_back(rank, n);
   auto waiting = fbb_.CreateVectorOfStructs(parked);
   auto clocks = fbb_.CreateVector(counted);
+  wire::ColdTierStats cold;
+  bool tiered = false;
+  for (const auto& t : tables_.all()) {
+    if (!t || !t->tiered()) continue;
+    const auto& c = t->tier_counts();
+    tiered = true;
+    cold = wire::ColdTierStats(cold.hot_rows() + t->sparse_rows() - c.cold_rows, cold.cold_rows() + c.cold_rows,
+                               cold.hits() + c.hits, cold.reads() + c.reads, cold.moved_down() + c.moved_down, 0, 0);
+  }
+  if (tiered)
+    cold = wire::ColdTierStats(cold.hot_rows(), cold.cold_rows(), cold.hits(), cold.reads(), cold.moved_down(),
+                               tables_.cold()->bytes_read(), tables_.cold()->bytes_written());
   wire::ServerStatsBuilder b(fbb_);
+  if (tiered) b.add_cold(&cold);
   b.add_pushes(m_.pushes.Value());
   b.add_pulls(m_.pulls.Value());
   b.add_push_bytes(m_.push_bytes.Value());
@@ -426,6 +440,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
   unread_ = Unread{};
   for (auto& [rank, peer] : peers_) peer.check = true;
   bool backlog = false;  // a socket had more than a pass reads: the others' signals are looked at anyway
+  bool moving = false;   // tiered tables past their hot tier: rows to move down
   coord_link_.heard = Clock::now();
   while (!shutdown_ && !stop.load()) {
     const auto now = Clock::now();
@@ -460,7 +475,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
       fds.push_back({data_.get(zmq::sockopt::fd), POLLIN, 0});
       fds.push_back({coord_.get(zmq::sockopt::fd), POLLIN, 0});
       for (auto& [rank, peer] : peers_) fds.push_back({peer.socket.get(zmq::sockopt::fd), POLLIN, 0});
-      const bool sleep = !any && !copying;
+      const bool sleep = !any && !copying && !moving;
       const int n = ::poll(fds.data(), fds.size(), sleep ? static_cast<int>(std::max(wait, Millis(1)).count()) : 0);
       const bool all = n == 0 && sleep;  // (EINTR: nothing marked, the loop comes back)
       unread_.data |= all || fds[0].revents;
@@ -484,6 +499,9 @@ Status Server::Run(const std::atomic<bool>& stop) {
     // Idle sparse rows go a few thousand at a time, between requests; not
     // while a cut is being copied (it reads the rows as they were).
     if (!cutting) tables_.EvictSome(4096);
+    // Tiered tables past their hot tier: rows go down 16 384 at a time
+    // (a few ms), the loop not sleeping until they are within it.
+    moving = tables_.Balance(16384);
     SendSnapshotReports();
     FlushReplies();  // (what the coordinator's messages, acknowledgements and expiries answered)
   }

@@ -86,6 +86,16 @@ void ServerMetrics::SetTables(const std::vector<std::unique_ptr<ServerTable>>& t
       s.evicted = &registry.GetCounter("shardps_sparse_rows_evicted_total",
                                        "Sparse rows removed after evict_after_clocks / evict_after_sec idle", labels);
     }
+    if (tables[i]->tiered()) {
+      s.cold_rows = &registry.GetGauge("shardps_cold_rows", "Rows of a tiered table in this server's cold tier (disk)",
+                                       labels);
+      s.cold_hits = &registry.GetCounter("shardps_cold_hits_total",
+                                         "Ids of pulls and pushes of a tiered table found in memory", labels);
+      s.cold_reads = &registry.GetCounter("shardps_cold_reads_total",
+                                          "Rows of a tiered table read from the cold tier (then moved up)", labels);
+      s.moved_down = &registry.GetCounter("shardps_cold_moved_down_total",
+                                          "Rows of a tiered table moved down to the cold tier", labels);
+    }
     table_series.push_back(s);
   }
   auto sync = [](metrics::Counter* c, uint64_t v) {
@@ -98,6 +108,12 @@ void ServerMetrics::SetTables(const std::vector<std::unique_ptr<ServerTable>>& t
     sync(table_series[i].created, t.sparse_counts().created);
     sync(table_series[i].not_admitted, t.sparse_counts().not_admitted);
     sync(table_series[i].evicted, t.sparse_counts().evicted);
+    if (table_series[i].cold_rows) {
+      table_series[i].cold_rows->Set(static_cast<double>(t.tier_counts().cold_rows));
+      sync(table_series[i].cold_hits, t.tier_counts().hits);
+      sync(table_series[i].cold_reads, t.tier_counts().reads);
+      sync(table_series[i].moved_down, t.tier_counts().moved_down);
+    }
   }
 }
 

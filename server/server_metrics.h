@@ -37,6 +37,12 @@ struct ServerMetrics {
     metrics::Counter* created = nullptr;
     metrics::Counter* not_admitted = nullptr;
     metrics::Counter* evicted = nullptr;
+    // Tiered tables only (cold_tier): rows on disk, ids found in memory
+    // or read from disk, rows moved down.
+    metrics::Gauge* cold_rows = nullptr;
+    metrics::Counter* cold_hits = nullptr;
+    metrics::Counter* cold_reads = nullptr;
+    metrics::Counter* moved_down = nullptr;
   };
   std::vector<TableSeries> table_series;  // by table id
   // Replica groups (docs/fault-tolerance.md, "Replicas"), made as a group

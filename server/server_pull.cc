@@ -43,6 +43,8 @@ void Server::Pull(Shard& sh, const wire::Header& h, std::vector<zmq::message_t>&
   out.push_back(wire::EncodeSimple(fbb_, f));
   const uint64_t rows = keys ? h.key_count() : h.row_end() - h.row_begin();
   const uint64_t value_bytes = rows * t->spec().cols * DTypeBytes(vtype);
+  if (keys && t->tiered())
+    if (s = t->Promote(keys, h.key_count()); !s.ok()) return ReplyError(frames[0], h.request_id(), s);
   if (keys) {
     // A pull creates no row (an absent id reads its initial values).
     zmq::message_t vals(value_bytes);

@@ -59,6 +59,8 @@ void Server::ApplyPush(Shard& sh, const wire::Header& h, std::vector<zmq::messag
   m_.pushes.SingleWriterInc();
   m_.push_bytes.SingleWriterAdd(frames.back().size() * steps);
   m_.push_steps.SingleWriterAdd(steps);
+  if (keys && t->tiered())
+    if (Status s = t->Promote(keys, h.key_count()); !s.ok()) return ReplyError(frames[0], h.request_id(), s);
   if (keys)
     sh.cut.EnsureCopiedKeys(h.table(), keys, h.key_count());
   else

@@ -61,6 +61,7 @@ class Spec {
   Spec& AdmitAfter(uint32_t k) { t_.admit_after = k; return *this; }
   Spec& EvictAfterClocks(uint32_t n) { t_.evict_after_clocks = n; return *this; }
   Spec& EvictAfterSec(uint32_t n) { t_.evict_after_sec = n; return *this; }
+  Spec& ColdTier() { t_.cold_tier = true; return *this; }
   Spec& Rule(StalenessRule r, float dc_lambda = 0.04f) {
     t_.staleness_rule = r;
     t_.dc_lambda = dc_lambda;

@@ -219,6 +219,19 @@ std::string StatusText(const wire::JobStatus& status, int64_t lo, int64_t hi, co
                   rate(p->push_bytes_per_sec(), 1e6).c_str(), rate(p->pull_bytes_per_sec(), 1e6).c_str(),
                   Str(p->metrics_url()).c_str());
     }
+  if (js->processes())  // servers with tiered tables (cold_tier)
+    for (const auto* p : *js->processes()) {
+      const wire::ColdTierStats* c = p->cold();
+      if (p->role() != wire::Role::Server || !c) continue;
+      const uint64_t looked = c->hits() + c->reads();
+      Appendf(&out, "cold tier: server %d: %llu rows in memory, %llu on disk, hit rate %s %%, %s MB read, %s MB written, "
+              "%llu rows moved down\n", p->rank(), static_cast<unsigned long long>(c->hot_rows()),
+              static_cast<unsigned long long>(c->cold_rows()),
+              looked ? Num(100.0 * static_cast<double>(c->hits()) / static_cast<double>(looked)).c_str() : "-",
+              Num(static_cast<double>(c->bytes_read()) / 1e6).c_str(),
+              Num(static_cast<double>(c->bytes_written()) / 1e6).c_str(),
+              static_cast<unsigned long long>(c->moved_down()));
+    }
   if (consistency == Consistency::kAsync) {
     Appendf(&out, "waiting: nobody (asynchronous)\n");
   } else if (waits.empty()) {
@@ -283,6 +296,16 @@ int CmdStatus(const std::string& coordinator, bool json, int timeout_sec) {
                ", \"pull_bytes_per_s\": " + Num(p->pull_bytes_per_sec()) +
                ", \"pushes\": " + std::to_string(p->pushes()) + ", \"pulls\": " + std::to_string(p->pulls()) +
                ", \"parked_pulls\": " + std::to_string(p->parked_pulls());
+          if (const wire::ColdTierStats* c = p->cold()) {
+            const uint64_t looked = c->hits() + c->reads();
+            o += ", \"cold_tier\": {\"hot_rows\": " + std::to_string(c->hot_rows()) +
+                 ", \"cold_rows\": " + std::to_string(c->cold_rows()) + ", \"hits\": " + std::to_string(c->hits()) +
+                 ", \"reads\": " + std::to_string(c->reads()) + ", \"hit_rate\": " +
+                 (looked ? Num(static_cast<double>(c->hits()) / static_cast<double>(looked)) : std::string("null")) +
+                 ", \"moved_down\": " + std::to_string(c->moved_down()) +
+                 ", \"bytes_read\": " + std::to_string(c->bytes_read()) +
+                 ", \"bytes_written\": " + std::to_string(c->bytes_written()) + "}";
+          }
         }
         o += "}";
       }

@@ -96,6 +96,7 @@ Status ToDlrmOptions(const WorkerFlags& f, bool evaluator, DlrmTrainOptions* out
   o.embedding.evict_after_clocks = d.evict_after_clocks;
   o.embedding.evict_after_sec = d.evict_after_sec;
   o.embedding.max_rows = d.emb_max_rows;
+  o.embedding.cold_tier = d.cold_tier;
   SHARDPS_RETURN_IF_ERROR(o.embedding.Validate());
   o.epochs = f.loop.epochs;
   o.batch = f.loop.batch;

@@ -97,6 +97,7 @@ struct DlrmFlags {
   std::string emb_dtype = "f32";
   uint32_t admit_after = 0, evict_after_clocks = 0, evict_after_sec = 0;
   uint64_t emb_max_rows = 0;  // the embedding table's max_rows (0: only the servers' budgets)
+  bool cold_tier = false;     // the embedding table's cold_tier (rows past the servers' budgets on their disks)
   uint64_t row_cache_mb = 0;  // ClientOptions::row_cache_bytes (bounded staleness)
   int eval_batch = 0;
 };

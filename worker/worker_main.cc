@@ -332,6 +332,7 @@ int main(int argc, char** argv) {
   app.add_option("--emb-dtype", f.dlrm.emb_dtype, "dlrm: the embeddings' values on the servers and the wire: f32, bf16, f16")->check(CLI::IsMember({"f32", "bf16", "f16"}))->capture_default_str();
   app.add_option("--admit-after", f.dlrm.admit_after, "dlrm: an id gets a row at its k-th push (0: the first)")->check(CLI::Range(0, 255))->capture_default_str();
   app.add_option("--evict-after-clocks", f.dlrm.evict_after_clocks, "dlrm: rows not updated for this many clocks are removed (0: never)")->capture_default_str();
+  app.add_flag("--cold-tier", f.dlrm.cold_tier, "dlrm: the embedding table's rows past the servers' memory budgets live on their disks (cold_tier; servers' --cold-dir)");
   app.add_option("--evict-after-sec", f.dlrm.evict_after_sec, "dlrm: rows not updated for this many seconds are removed (0: never)")->capture_default_str();
   app.add_option("--emb-max-rows", f.dlrm.emb_max_rows, "dlrm: at most this many embedding rows (each server checks its share against its memory budget when the table is made; 0: only the budgets limit it)")->capture_default_str();
   app.add_option("--row-cache-mb", f.dlrm.row_cache_mb, "bounded staleness: keep pulled embedding rows (this many MiB) and reuse each for up to s clocks without asking the servers (it then misses those clocks' updates, this worker's own included); 0: off")->capture_default_str();

@@ -89,6 +89,7 @@ std::string SpecRepr(const TableSpec& s) {
   if (s.admit_after) r += ", admit_after=" + std::to_string(s.admit_after);
   if (s.evict_after_clocks) r += ", evict_after_clocks=" + std::to_string(s.evict_after_clocks);
   if (s.evict_after_sec) r += ", evict_after_sec=" + std::to_string(s.evict_after_sec);
+  if (s.cold_tier) r += ", cold_tier=True";
   if (s.wire.dtype != DType::kF32) r += ", wire_dtype=" + std::string(ToString(s.wire.dtype));
   if (s.wire.compress != Compression::kNone) r += ", compress=" + std::string(ToString(s.wire.compress));
   return r + ")";
@@ -394,6 +395,7 @@ PYBIND11_MODULE(_shardps, m) {
       .def_readwrite("dtype", &TableSpec::dtype).def_readwrite("admit_after", &TableSpec::admit_after)
       .def_readwrite("evict_after_clocks", &TableSpec::evict_after_clocks)
       .def_readwrite("evict_after_sec", &TableSpec::evict_after_sec)
+      .def_readwrite("cold_tier", &TableSpec::cold_tier)
       .def_property(
           "wire_dtype", [](const TableSpec& s) { return s.wire.dtype; }, [](TableSpec& s, DType d) { s.wire.dtype = d; })
       .def_property(

@@ -90,6 +90,7 @@ Status TableSpec::Validate() const {
   if (static_cast<int>(dtype) > 2) return bad("unknown dtype");
   if (kind == TableKind::kDense && (dtype != DType::kF32 || admit_after > 1 || evict_after_clocks || evict_after_sec))
     return bad("dtype, admit_after and evict_after_* are for sparse tables");
+  if (kind == TableKind::kDense && cold_tier) return bad("cold_tier is for sparse tables (a dense table is held in memory)");
   SHARDPS_RETURN_IF_ERROR(ValidateWire());
   if (admit_after > 255) return bad("admit_after must be at most 255");
   if (evict_after_clocks && evict_after_sec) return bad("evict_after_clocks and evict_after_sec: give one of them");

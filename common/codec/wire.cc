@@ -168,6 +168,7 @@ flatbuffers::Offset<wire::TableSpec> BuildTableSpec(flatbuffers::FlatBufferBuild
   b.add_wire_dtype(static_cast<wire::DType>(t.wire.dtype));
   b.add_compress(static_cast<wire::Compression>(t.wire.compress));
   b.add_topk_fraction(t.wire.topk_fraction);
+  b.add_cold_tier(t.cold_tier);
   return b.Finish();
 }
 
@@ -205,6 +206,7 @@ Status DecodeTableSpec(const wire::TableSpec* in, shardps::TableSpec* out) {
   t.wire.dtype = static_cast<shardps::DType>(in->wire_dtype());
   t.wire.compress = static_cast<shardps::Compression>(in->compress());
   t.wire.topk_fraction = in->topk_fraction();
+  t.cold_tier = in->cold_tier();
   Status s = t.Validate();
   if (!s.ok()) return Status::BadMessage("invalid table spec: " + s.message());
   *out = std::move(t);

@@ -29,6 +29,9 @@ ServerReport ReportOf(const wire::ServerStats& st) {
   ServerReport r;
   r.sample = {st.sent_ms(), st.pushes(), st.pulls(), st.push_bytes(), st.pull_bytes()};
   r.parked_pulls = st.parked_pulls();
+  if (const wire::ColdTierStats* c = st.cold())
+    r.cold = {true, c->hot_rows(), c->cold_rows(), c->hits(), c->reads(), c->moved_down(), c->bytes_read(),
+              c->bytes_written()};
   if (st.worker_clocks()) r.waits.clocks.assign(st.worker_clocks()->begin(), st.worker_clocks()->end());
   if (st.waiting())
     for (const auto* p : *st.waiting()) r.waits.parked.emplace_back(p->worker(), p->need());
@@ -63,6 +66,11 @@ void AddServers(flatbuffers::FlatBufferBuilder& fbb, const std::vector<ServerSlo
     b.add_pushes(s.last.pushes);
     b.add_pulls(s.last.pulls);
     b.add_parked_pulls(s.parked_pulls);
+    if (s.cold.tiered) {
+      const wire::ColdTierStats c(s.cold.hot_rows, s.cold.cold_rows, s.cold.hits, s.cold.reads, s.cold.moved_down,
+                                  s.cold.bytes_read, s.cold.bytes_written);
+      b.add_cold(&c);
+    }
     procs->push_back(b.Finish());
   }
 }

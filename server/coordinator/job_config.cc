@@ -114,7 +114,7 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
                              "stddev", "seed", "optimizer", "lr", "momentum", "beta1", "beta2", "eps",
                              "initial_accumulator", "max_rows", "staleness_rule", "dc_lambda", "dtype",
                              "admit_after", "evict_after_clocks", "evict_after_sec", "wire_dtype", "compress",
-                             "topk_fraction"}));
+                             "topk_fraction", "cold_tier"}));
   auto name = t["name"].value<std::string>();
   if (!name) return Status::InvalidArgument(std::string(src) + ": a [[table]] has no name");
   spec->name = *name;
@@ -152,6 +152,7 @@ Status ParseTable(const toml::table& t, std::string_view src, TableSpec* spec) {
   SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "admit_after", src, 0, 255, &spec->admit_after));
   SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "evict_after_clocks", src, 0, ~0u >> 1, &spec->evict_after_clocks));
   SHARDPS_RETURN_IF_ERROR(GetInt<uint32_t>(t, "evict_after_sec", src, 0, ~0u >> 1, &spec->evict_after_sec));
+  SHARDPS_RETURN_IF_ERROR(GetBool(t, "cold_tier", src, &spec->cold_tier));
   Status s = spec->Validate();
   if (!s.ok()) return Status::InvalidArgument(Where(src, &t) + ": " + s.message());
   return Status::OK();

@@ -66,7 +66,7 @@ void SparseRows::GrowIndex() {
     if (s != kEmpty) Place(s);
 }
 
-uint32_t SparseRows::Insert(uint64_t id) {
+uint32_t SparseRows::Insert(uint64_t id, bool changed) {
   if ((size_ + 1) * 5 > index_.size() * 4) GrowIndex();  // at most 80 % full
   uint32_t slot;
   if (!free_.empty()) {
@@ -87,8 +87,12 @@ uint32_t SparseRows::Insert(uint64_t id) {
   std::memcpy(r + 8, &zero, 4);
   Place(slot);
   ++size_;
-  MarkChanged(slot);
+  if (changed) MarkChanged(slot);
   return slot;
+}
+
+void SparseRows::set_raw(uint32_t slot, const uint8_t* bytes) {
+  std::memcpy(Record(slot) + 8, bytes, record_ - 8);
 }
 
 void SparseRows::DropChanged() {
@@ -107,7 +111,7 @@ bool SparseRows::TakeChanged(std::vector<uint64_t>* ids) {
   return ok;
 }
 
-void SparseRows::Erase(uint32_t slot) {
+void SparseRows::Erase(uint32_t slot, bool changed) {
   const size_t cap = index_.size();
   size_t i = Home(id(slot));
   while (index_[i] != slot) i = i + 1 == cap ? 0 : i + 1;
@@ -122,15 +126,16 @@ void SparseRows::Erase(uint32_t slot) {
     hole = j;
   }
   index_[hole] = kEmpty;
-  MarkChanged(slot);  // (its id, once) then free the bit for the slot's next row
+  if (changed) MarkChanged(slot);  // (its id, once) then free the bit for the slot's next row
   if (!changed_overflow_) changed_bits_[slot >> 6] &= ~(1ull << (slot & 63));
   WriteStamp(slot, kFreeStamp);
   free_.push_back(slot);
   --size_;
 }
 
-void SparseRows::LoadValues(uint32_t slot, float* out) const {
-  const void* v = values(slot);
+void SparseRows::LoadValues(uint32_t slot, float* out) const { LoadFrom(values(slot), out); }
+
+void SparseRows::LoadFrom(const void* v, float* out) const {
   switch (dtype_) {
     case DType::kF32: std::memcpy(out, v, static_cast<size_t>(dim_) * 4); break;
     case DType::kBF16: Bf16ToFloat(static_cast<const uint16_t*>(v), out, dim_); break;

@@ -64,9 +64,34 @@ class SparseRows {
   // A new row for `id` (REQUIRES Find(id) == kNone), its stamp 0, its state
   // and values unset (the caller initialises both). Reuses a free slot
   // before it allocates.
-  uint32_t Insert(uint64_t id);
-  // Removes the row in `slot` (REQUIRES live); the slot goes on the free list.
-  void Erase(uint32_t slot);
+  // `changed` = false: a row moved in from a cold tier, not a change
+  // (TakeChanged does not list it).
+  uint32_t Insert(uint64_t id, bool changed = true);
+  // Removes the row in `slot` (REQUIRES live); the slot goes on the free
+  // list. `changed` = false: a row moved out to a cold tier.
+  void Erase(uint32_t slot, bool changed = true);
+  // A row's record past its id (stamp, state, values: raw_bytes() of
+  // them), as a cold tier keeps it; set_raw writes one back (no change).
+  size_t raw_bytes() const { return record_ - 8; }
+  const uint8_t* raw(uint32_t slot) const { return Record(slot) + 8; }
+  void set_raw(uint32_t slot, const uint8_t* bytes);
+  // A raw record's parts: its stamp, optimizer state and values as float32.
+  static uint32_t RawStamp(const uint8_t* raw) {
+    uint32_t s;
+    __builtin_memcpy(&s, raw, 4);
+    return s;
+  }
+  const uint8_t* RawState(const uint8_t* raw) const { return raw + 4; }
+  void LoadRawValues(const uint8_t* raw, float* out) const { LoadFrom(raw + values_off_ - 8, out); }
+  // Records `id` (a row not held here, removed from a cold tier) as changed.
+  void MarkGone(uint64_t id) {
+    if (changed_overflow_) return;
+    changed_.push_back(id);
+    if (changed_.size() > 2 * (size_ + elsewhere_) + 65536) DropChanged();
+  }
+  // Rows held elsewhere (a cold tier) that tracking of changes must allow
+  // for: more of them may change between two TakeChanged calls.
+  void set_rows_elsewhere(uint64_t n) { elsewhere_ = n; }
 
   uint64_t id(uint32_t slot) const { return *reinterpret_cast<const uint64_t*>(Record(slot)); }
   uint32_t stamp(uint32_t slot) const { return *reinterpret_cast<const uint32_t*>(Record(slot) + 8); }
@@ -150,9 +175,10 @@ class SparseRows {
     if (word & bit) return;
     word |= bit;
     changed_.push_back(id(slot));
-    if (changed_.size() > 2 * size_ + 65536) DropChanged();
+    if (changed_.size() > 2 * (size_ + elsewhere_) + 65536) DropChanged();
   }
   void DropChanged();
+  void LoadFrom(const void* v, float* out) const;  // values in the stored type -> float32
   void Place(uint32_t slot);  // puts `slot` (its id) into the index
 
   uint32_t dim_, state_width_;
@@ -166,6 +192,7 @@ class SparseRows {
   std::vector<uint32_t> free_;     // slots of erased rows, reused first
   std::vector<uint32_t> index_;    // slot or kEmpty; size is the capacity
   uint64_t size_ = 0;
+  uint64_t elsewhere_ = 0;  // set_rows_elsewhere
   uint64_t rounding_state_ = 0x9E3779B97F4A7C15ull;  // StoreUpdatedValues' random bits (xorshift64)
   // Changed rows since TakeChanged: a bit per slot (its id is in changed_;
   // cleared when the slot is freed, so a new row in it is recorded too).

@@ -7,6 +7,7 @@
 
 #include "common/cluster/partition.h"
 #include "common/codec/half.h"
+#include "server/tables/cold_store.h"
 #include "server/tables/initializer.h"
 #include "server/tables/optimizer.h"
 
@@ -83,7 +84,11 @@ void ServerTable::ClearSparsePartition(uint32_t p) {
   if (spec_.kind != TableKind::kSparse || p >= partitions_ || !sparse_[p]) return;
   auto& part = sparse_[p];
   bytes_ -= part->rows.bytes() + (part->admission ? part->admission->bytes() : 0);
-  sparse_rows_ -= part->rows.size();
+  sparse_rows_ -= part->rows.size() + part->cold_rows;
+  if (tiered() && part->cold_rows > 0) {
+    if (Status s = tier_.cold->DropPartition(spec_.id, p); !s.ok()) TierFailed(s.message());
+    tier_.counts.cold_rows -= part->cold_rows;
+  }
   part = std::make_unique<SparsePart>(spec_, static_cast<uint32_t>(state_width_));
   bytes_ += part->rows.bytes() + (part->admission ? part->admission->bytes() : 0);
   Renew(p);
@@ -304,10 +309,12 @@ void ServerTable::ReadKeys(const uint64_t* keys, size_t n, float* out) const {
       PrefetchAhead(keys, n, i);
       const SparsePart& part = SparseOf(keys[i]);
       const uint32_t slot = part.rows.Find(keys[i]);
-      if (slot == SparseRows::kNone)
-        InitialValues(keys[i], out + i * c);
-      else
+      if (slot != SparseRows::kNone)
         part.rows.LoadValues(slot, out + i * c);
+      else if (tiered() && ColdRow(keys[i], tier_.raw.data()))  // (not promoted: read where it is)
+        part.rows.LoadRawValues(tier_.raw.data(), out + i * c);
+      else
+        InitialValues(keys[i], out + i * c);
     }
     return;
   }
@@ -376,6 +383,8 @@ void ServerTable::ApplyAccumulated(float scale) {
     dense_acc_dirty_ = false;
   }
   if (!acc_keys_.empty()) {
+    // (Rows summed into may have gone down since: every one comes up.)
+    if (Status s = Promote(acc_keys_.data(), acc_keys_.size()); !s.ok()) TierFailed(s.message());
     ApplyKeys(acc_keys_.data(), acc_keys_.size(), acc_.data(), scale);
     acc_keys_.clear();
     acc_index_.clear();

@@ -16,6 +16,7 @@
 // Thread-safety: none; a server's event loop owns its tables.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +34,8 @@
 #include "shardps/types.h"
 
 namespace shardps {
+
+class ColdStore;
 
 // An allocator that leaves new floats uninitialised: dense partitions are
 // written in full right after allocation (initializer or restore), and a
@@ -118,6 +121,36 @@ class ServerTable {
   // one partition after the other, so repeated calls cover every row. A
   // no-op for tables without eviction.
   uint64_t EvictSome(uint64_t max_slots);
+  // Tiered tables (spec.cold_tier; docs/embeddings.md, "Tables larger
+  // than memory"): rows beyond the hot limit live in `cold` (the server's
+  // ColdStore, which outlives the table). Every row is in one tier only; a
+  // row read or updated is in memory (Promote), and the rows not used for
+  // longest go down (MoveDownSome, a CLOCK: a use bit per row, a hand that
+  // clears it and takes the rows whose bit is clear). bytes() counts the
+  // hot tier only; sparse_rows() and rows_held() both tiers.
+  void AttachColdTier(ColdStore* cold);
+  bool tiered() const { return tier_.cold != nullptr; }
+  // Brings the rows of keys[0, n) that are in the cold tier up (one
+  // batched read per partition) and marks every one as used. A no-op for
+  // untiered tables. Internal: the cold tier could not be read (nothing
+  // changed).
+  Status Promote(const uint64_t* keys, size_t n);
+  // The bytes the hot tier may hold: split evenly over the held
+  // partitions, rows past a partition's share go down.
+  void SetHotLimit(uint64_t bytes);
+  uint64_t hot_limit() const { return tier_.hot_limit; }
+  // Moves rows of partitions past their share of the hot limit down to 90 %
+  // of it, at most `max_rows` rows in sorted batches; *more: some partition
+  // is still past its share.
+  uint64_t MoveDownSome(uint64_t max_rows, bool* more);
+  struct TierCounts {
+    uint64_t hits = 0;        // ids of pulls and pushes found in memory
+    uint64_t reads = 0;       // ... and read from the cold tier (then moved up)
+    uint64_t moved_down = 0;  // rows written to the cold tier
+    uint64_t cold_rows = 0;   // rows in the cold tier now
+  };
+  const TierCounts& tier_counts() const { return tier_.counts; }
+
   // Dense bytes a server holding `owned` partitions needs for `spec`.
   static uint64_t DenseBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned);
   // What a table may grow to on such a server, against its memory budget
@@ -236,6 +269,25 @@ class ServerTable {
     SparseRows rows;
     std::unique_ptr<AdmissionSketch> admission;  // admit_after > 1
     uint32_t sweep = 0;                          // eviction: the next slot to look at
+    // Tiered: rows in the cold tier, the CLOCK's use bits (by slot) and
+    // hand, and the next id the cold tier's eviction sweep looks at.
+    uint64_t cold_rows = 0;
+    std::vector<uint8_t> used;
+    uint32_t hand = 0;
+    uint64_t cold_sweep = 0;
+    void Use(uint32_t slot) {
+      if (slot >= used.size()) used.resize(std::max<size_t>(slot + 1, used.size() * 2), 0);
+      used[slot] = 1;
+    }
+  };
+  struct Tier {
+    ColdStore* cold = nullptr;
+    uint64_t hot_limit = UINT64_MAX;     // SetHotLimit
+    uint64_t part_rows = UINT64_MAX;     // rows a held partition may keep in memory
+    uint32_t sweep_partition = 0;        // the cold tier's eviction sweep
+    TierCounts counts;
+    mutable std::vector<uint8_t> raw;    // scratch: a raw record read
+    std::string error;                   // the last cold-tier failure (logged once)
   };
 
   // Segments of [begin, end) by dense partition: fn(part, first_row, rows, offset_in_request).
@@ -260,6 +312,13 @@ class ServerTable {
   void ApplySparseKeys(const uint64_t* keys, size_t n, const float* g, float scale, float lr_scale);
   void ExportSparse(uint32_t p, PartitionData* d) const;
   void EncodeSparseRow(const SparsePart& part, uint32_t slot, float* row) const;
+  void EncodeRawRow(const SparsePart& part, const uint8_t* raw, float* row) const;  // a cold row, as Export writes it
+  // A row of the cold tier (false: not there), its raw record into `raw`.
+  bool ColdRow(uint64_t id, uint8_t* raw) const;
+  uint64_t MoveDownPartition(uint32_t p, uint64_t rows);  // CLOCK victims, sorted, written, erased
+  uint64_t EvictCold(uint64_t max_rows, uint32_t limit, uint32_t now);
+  void CollectColdIds(uint32_t p, std::vector<uint64_t>* out) const;
+  void TierFailed(const std::string& what);
   void ImportSparse(uint64_t id, const float* values);
   float* DenseRow(uint64_t row, float** state, bool write) const;
   static void Own(DensePart& part);  // before writing: unshare the parameters (its whole extent)
@@ -286,6 +345,7 @@ class ServerTable {
   std::vector<uint64_t> versions_;
   std::vector<uint64_t> counted_in_;
   uint64_t calls_ = 0;
+  Tier tier_;
   std::vector<uint64_t> generations_;  // Generation()
   uint64_t next_generation_ = 1;
   void Renew(uint32_t p) {

@@ -15,6 +15,47 @@ uint64_t TableSet::Bytes() const {
   return b;
 }
 
+Status TableSet::OpenColdTier() {
+  if (cold_) return Status::OK();
+  const std::string dir = cold_dir_.empty() ? DefaultColdDir() : cold_dir_;
+  SHARDPS_RETURN_IF_ERROR(ColdStore::Open(dir, &cold_));
+  LOG_INFO << "cold tier of tiered tables in " << dir << " (" << cold_->FreeBytes() / (1 << 20) << " MiB free)";
+  return Status::OK();
+}
+
+void TableSet::UpdateHotLimits() {
+  uint64_t fixed = 0, tiered = 0;
+  for (const auto& t : tables_)
+    if (t) (t->tiered() ? tiered : fixed) += t->tiered() ? 1 : t->bytes();
+  if (tiered == 0) return;
+  const uint64_t usable = budget_ / 10 * 9;
+  const uint64_t hot = usable > fixed + kColdReserve ? usable - fixed - kColdReserve : 0;
+  for (auto& t : tables_)
+    if (t && t->tiered()) t->SetHotLimit(hot / tiered);
+}
+
+bool TableSet::Balance(uint64_t max_rows) {
+  if (!cold_) return false;
+  UpdateHotLimits();  // (the other tables' rows come and go)
+  bool more = false;
+  for (auto& t : tables_) {
+    if (!t || !t->tiered()) continue;
+    bool m = false;
+    t->MoveDownSome(max_rows, &m);
+    more |= m;
+  }
+  return more;
+}
+
+Status TableSet::CheckDisk(const ServerTable& t, uint64_t rows, const std::string& what) const {
+  const uint64_t need = rows * (t.sparse_record_bytes() + 16), free = cold_->FreeBytes();
+  if (free >= need + kDiskReserve) return Status::OK();
+  return Status::TooLarge(what + " of sparse table '" + t.spec().name + "' need " + std::to_string(need) +
+                          " bytes of disk on server " + std::to_string(rank_) + "; its cold tier (" + cold_->dir() +
+                          ") has " + std::to_string(free) + " bytes free, " + std::to_string(kDiskReserve) +
+                          " of them kept free");
+}
+
 void TableSet::SetClock(int64_t clock) {
   for (auto& t : tables_)
     if (t) t->SetClock(clock);
@@ -33,6 +74,18 @@ Status TableSet::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, u
       spec.max_rows == 0 ? UINT64_MAX
                          : static_cast<uint64_t>((static_cast<unsigned __int128>(spec.max_rows) * owned_partitions_ +
                                                   parts - 1) / parts);
+  if (t.tiered()) {  // rows past the hot tier go to disk: the disk is what limits them
+    uint64_t fresh = n, grow = 0;
+    if (t.sparse_rows() + n > share || cold_->FreeBytes() < n * (t.sparse_record_bytes() + 16) + kDiskReserve)
+      fresh = t.CountCreated(keys, n, &grow);
+    if (fresh == 0) return Status::OK();
+    if (t.sparse_rows() + fresh > share)
+      return Status::TooLarge("sparse table '" + spec.name + "' holds " + std::to_string(t.sparse_rows()) +
+                              " rows on server " + std::to_string(rank_) + "; " + std::to_string(fresh) +
+                              " new ids would pass its share (" + std::to_string(share) + ") of max_rows " +
+                              std::to_string(spec.max_rows));
+    return CheckDisk(t, fresh, std::to_string(fresh) + " new rows");
+  }
   const uint64_t used = Bytes();
   // Cheap first: even if every id were new (a record and index room each,
   // and a new chunk of records in every partition), would it fit?
@@ -78,6 +131,7 @@ Status TableSet::Define(const ClusterView& v, const std::vector<uint32_t>& owned
       }
       LOG_INFO << "holding " << more.size() << " more partitions of table '" << spec.name << "' (" << owned.size()
                << " of " << partitions_ << ")";
+      UpdateHotLimits();
       continue;
     }
     // The coordinator checks every table against the servers' budgets
@@ -97,6 +151,21 @@ Status TableSet::Define(const ClusterView& v, const std::vector<uint32_t>& owned
       LOG_ERROR << "table '" << spec.name << "': allocating " << need << " bytes failed: not holding it";
       refused_.insert(spec.id);
       continue;
+    }
+    if (spec.cold_tier && spec.kind == TableKind::kSparse) {
+      Status cs = OpenColdTier();
+      if (cs.ok() && spec.max_rows > 0) {
+        const uint64_t share = (spec.max_rows * owned.size() + partitions_ - 1) / partitions_;
+        cs = CheckDisk(*tables_[spec.id], share, "its share of max_rows (" + std::to_string(share) + " rows)");
+      }
+      if (!cs.ok()) {
+        LOG_ERROR << "table '" << spec.name << "' (cold tier): " << cs.message() << ": not holding it";
+        tables_[spec.id].reset();
+        refused_.insert(spec.id);
+        continue;
+      }
+      tables_[spec.id]->AttachColdTier(cold_.get());
+      UpdateHotLimits();
     }
     if (restore_)
       if (Status rs = restore_->Fill(spec, *tables_[spec.id]); !rs.ok()) return rs;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/cluster/cluster.h"
+#include "server/tables/cold_store.h"
 #include "server/tables/row_source.h"
 #include "server/tables/table.h"
 #include "shardps/status.h"
@@ -24,6 +25,21 @@ namespace shardps {
 class TableSet {
  public:
   explicit TableSet(uint64_t memory_budget) : budget_(memory_budget) {}
+
+  // Where the cold tier of tiered tables goes (opened when the first one
+  // is defined; "" : DefaultColdDir()).
+  void SetColdDir(std::string dir) { cold_dir_ = std::move(dir); }
+  const ColdStore* cold() const { return cold_.get(); }
+  // Tiered tables: rows past the hot tier's share of the budget go down,
+  // at most `max_rows` per call (between requests); true while some table
+  // is still past its share. The hot tier of all tiered tables together
+  // is 90 % of the budget less the other tables' bytes and kColdReserve
+  // (RocksDB's memtables and block cache), split evenly.
+  bool Balance(uint64_t max_rows);
+  static constexpr uint64_t kColdReserve = 96ull << 20;
+  // Free bytes a tiered table leaves on its cold tier's disk: rows that
+  // would take them are refused.
+  static constexpr uint64_t kDiskReserve = 256ull << 20;
 
   // The job restores: every table made from now on is filled from `rows`
   // (the snapshot it restores from, server/snapshot/snapshot_rows.h).
@@ -69,6 +85,12 @@ class TableSet {
   uint32_t rank_ = 0;
   uint32_t partitions_ = 0;        // of the shard map (0: none yet)
   uint64_t owned_partitions_ = 0;  // partitions this server holds (the shard map)
+  void UpdateHotLimits();
+  Status OpenColdTier();
+  Status CheckDisk(const ServerTable& t, uint64_t rows, const std::string& what) const;
+
+  std::string cold_dir_;
+  std::unique_ptr<ColdStore> cold_;  // (made before the tables that use it, gone after them)
   std::vector<std::unique_ptr<ServerTable>> tables_;  // by table id
   std::set<uint32_t> refused_;  // over the budget: not held (requests get TooLarge)
   std::unique_ptr<RowSource> restore_;  // null: the job does not restore

@@ -7,6 +7,7 @@
 
 #include "common/cluster/partition.h"
 #include "common/codec/half.h"
+#include "server/tables/cold_store.h"
 #include "server/tables/initializer.h"
 #include "server/tables/optimizer.h"
 #include "server/tables/table.h"
@@ -25,7 +26,7 @@ uint32_t RowStride(const TableSpec& spec) {
 
 uint64_t ServerTable::BudgetBytes(const TableSpec& spec, uint32_t partitions, const std::vector<uint32_t>& owned) {
   if (spec.kind == TableKind::kDense) return DenseBytes(spec, partitions, owned);
-  if (spec.max_rows == 0 || partitions == 0) return 0;
+  if (spec.max_rows == 0 || partitions == 0 || spec.cold_tier) return 0;  // (a tiered table's hot tier: as it grows)
   const uint64_t share = static_cast<uint64_t>(
       (static_cast<unsigned __int128>(spec.max_rows) * owned.size() + partitions - 1) / partitions);
   const size_t record = SparseRows::RecordBytes(spec.cols, static_cast<uint32_t>(OptimizerStateWidth(spec)), spec.dtype);
@@ -79,6 +80,14 @@ void ServerTable::ReadKeysAs(const uint64_t* keys, size_t n, void* out, DType ty
       continue;
     }
     init.resize(c);
+    if (tiered() && ColdRow(keys[i], tier_.raw.data())) {  // (not promoted: read where it is)
+      part.rows.LoadRawValues(tier_.raw.data(), init.data());
+      if (spec_.dtype == DType::kBF16)
+        FloatToBf16(init.data(), dst, c);
+      else
+        FloatToF16(init.data(), dst, c);
+      continue;
+    }
     InitRow(spec_, keys[i], init.data());
     if (spec_.dtype == DType::kBF16)
       FloatToBf16(init.data(), dst, c);
@@ -94,6 +103,7 @@ uint64_t ServerTable::CountCreated(const uint64_t* keys, size_t n, uint64_t* byt
     const SparsePart& part = SparseOf(keys[i]);
     if (part.rows.Find(keys[i]) != SparseRows::kNone) continue;
     if (part.admission && part.admission->Estimate(keys[i]) + 1 < spec_.admit_after) continue;
+    if (tiered() && ColdRow(keys[i], tier_.raw.data())) continue;
     absent.push_back(keys[i]);
   }
   std::sort(absent.begin(), absent.end());
@@ -131,6 +141,7 @@ uint32_t ServerTable::SparseRowInsert(SparsePart& part, uint64_t id) {
   InitRow(spec_, id, w);
   part.rows.StoreValues(slot, w);
   InitOptimizerState(spec_, part.rows.state(slot), 1);
+  if (tiered()) part.Use(slot);
   return slot;
 }
 
@@ -208,6 +219,7 @@ uint64_t ServerTable::EvictSome(uint64_t max_slots) {
   }
   sparse_rows_ -= removed;
   counts_.evicted += removed;
+  if (tiered()) removed += EvictCold(max_slots, limit, now);  // (counted there)
   return removed;
 }
 
@@ -228,21 +240,39 @@ void ServerTable::ExportSparse(uint32_t p, PartitionData* d) const {
   ids.reserve(part.rows.size());
   for (uint32_t s = 0; s < part.rows.slots(); ++s)
     if (part.rows.live(s)) ids.emplace_back(part.rows.id(s), s);
+  if (tiered() && part.cold_rows > 0) {  // cold rows: read as they are scanned (slot kNone)
+    std::vector<uint64_t> cold;
+    CollectColdIds(p, &cold);
+    for (uint64_t id : cold) ids.emplace_back(id, SparseRows::kNone);
+  }
   std::sort(ids.begin(), ids.end());
   d->rows.resize(ids.size());
   d->values.resize(ids.size() * stride);
+  size_t n = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
-    d->rows[i] = ids[i].first;
-    EncodeSparseRow(part, ids[i].second, &d->values[i * stride]);
+    d->rows[n] = ids[i].first;
+    if (ids[i].second != SparseRows::kNone)
+      EncodeSparseRow(part, ids[i].second, &d->values[n * stride]);
+    else if (ColdRow(ids[i].first, tier_.raw.data()))
+      EncodeRawRow(part, tier_.raw.data(), &d->values[n * stride]);
+    else
+      continue;  // (gone between the scan and the read: cannot happen on one thread)
+    ++n;
   }
+  d->rows.resize(n);
+  d->values.resize(n * stride);
   if (part.admission) d->admission = part.admission->Serialize();
 }
 
 bool ServerTable::ExportSparseRow(uint64_t id, float* out) const {
   const SparsePart& part = SparseOf(id);
   const uint32_t slot = part.rows.Find(id);
-  if (slot == SparseRows::kNone) return false;
-  EncodeSparseRow(part, slot, out);
+  if (slot != SparseRows::kNone) {
+    EncodeSparseRow(part, slot, out);
+    return true;
+  }
+  if (!tiered() || !ColdRow(id, tier_.raw.data())) return false;
+  EncodeRawRow(part, tier_.raw.data(), out);
   return true;
 }
 
@@ -252,6 +282,7 @@ void ServerTable::SparseIds(uint32_t p, std::vector<uint64_t>* out) const {
   out->reserve(part.rows.size());
   for (uint32_t s = 0; s < part.rows.slots(); ++s)
     if (part.rows.live(s)) out->push_back(part.rows.id(s));
+  CollectColdIds(p, out);
   std::sort(out->begin(), out->end());
 }
 
@@ -271,7 +302,17 @@ std::string ServerTable::AdmissionBytes(uint32_t p) const {
 void ServerTable::EraseSparse(uint64_t id) {
   SparsePart& part = SparseOf(id);
   const uint32_t slot = part.rows.Find(id);
-  if (slot == SparseRows::kNone) return;
+  if (slot == SparseRows::kNone) {
+    if (!tiered() || !ColdRow(id, tier_.raw.data())) return;
+    const uint32_t p = PartitionOfKey(id);
+    tier_.cold->Delete(spec_.id, p, id);
+    if (Status s = tier_.cold->Commit(); !s.ok()) return TierFailed(s.message());
+    part.rows.MarkGone(id);
+    --part.cold_rows;
+    --tier_.counts.cold_rows;
+    --sparse_rows_;
+    return;
+  }
   const uint64_t before = part.rows.bytes();
   part.rows.Erase(slot);
   bytes_ = bytes_ - before + part.rows.bytes();
@@ -281,6 +322,17 @@ void ServerTable::EraseSparse(uint64_t id) {
 void ServerTable::ImportSparse(uint64_t id, const float* values) {
   SparsePart& part = SparseOf(id);
   uint32_t slot = part.rows.Find(id);
+  if (slot == SparseRows::kNone && tiered() && part.cold_rows > 0 && ColdRow(id, tier_.raw.data())) {
+    const uint32_t p = PartitionOfKey(id);  // (held in the cold tier: moved up, then overwritten)
+    const uint64_t before = part.rows.bytes();
+    slot = part.rows.Insert(id, /*changed=*/false);
+    part.rows.set_raw(slot, tier_.raw.data());
+    bytes_ += part.rows.bytes() - before;
+    tier_.cold->Delete(spec_.id, p, id);
+    if (Status s = tier_.cold->Commit(); !s.ok()) TierFailed(s.message());
+    --part.cold_rows;
+    --tier_.counts.cold_rows;
+  }
   if (slot == SparseRows::kNone) {
     const uint64_t before = part.rows.bytes();
     slot = part.rows.Insert(id);
@@ -295,6 +347,9 @@ void ServerTable::ImportSparse(uint64_t id, const float* values) {
     std::memcpy(&stamp, values + c + sw, 4);
     part.rows.set_stamp(slot, stamp == SparseRows::kFreeStamp ? 0 : stamp);
   }
+  // A restore or fill larger than the hot tier: rows go down as they come.
+  if (tiered() && part.rows.size() > tier_.part_rows && tier_.error.empty())
+    MoveDownPartition(PartitionOfKey(id), part.rows.size() - (tier_.part_rows - tier_.part_rows / 10));
 }
 
 bool ServerTable::ImportAdmission(uint32_t partition, const std::string& bytes) {

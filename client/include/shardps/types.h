@@ -109,6 +109,10 @@ struct SHARDPS_EXPORT TableSpec {
   // never); at most one of the two.
   uint32_t evict_after_clocks = 0;
   uint32_t evict_after_sec = 0;
+  // Rows past the servers' memory budgets live on their disks (a RocksDB
+  // per server, docs/embeddings.md "Tables larger than memory"); the rows
+  // in use are in memory. Placement only: no value depends on it.
+  bool cold_tier = false;
 
   // Dense tables: how pulled values and pushed gradients travel
   // (WireOptions, docs/compression.md).

@@ -175,7 +175,7 @@ class Client:
                      optimizer="sgd", lr=0.01, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
                      initial_accumulator=0.0, max_rows=0, *, value=None, low=None, high=None, mean=None,
                      stddev=None, staleness_rule="default", dc_lambda=0.04, dtype="f32", admit_after=0,
-                     evict_after_clocks=0, evict_after_sec=0, wire_dtype=None, compress=None):
+                     evict_after_clocks=0, evict_after_sec=0, cold_tier=False, wire_dtype=None, compress=None):
         """Defines a table (every worker may call it with the same spec and
         gets the same table; another shape raises ConflictError) and returns
         it once every server holds it. Fields as in the C++ TableSpec;
@@ -187,7 +187,9 @@ class Client:
         float32), `admit_after` (an id gets a row at its k-th push; 0 or 1:
         at its first; at most 255), `evict_after_clocks` or `evict_after_sec`
         (rows not updated for that long are removed; 0: never; one of
-        them). Pushes and pulls still take float32 arrays.
+        them), `cold_tier` (True: rows past the servers' memory budgets
+        live on their disks, docs/embeddings.md "Tables larger than
+        memory"). Pushes and pulls still take float32 arrays.
         Dense tables: `wire_dtype` ("f32", "bf16", "f16") is the type
         their pulled values and pushed gradients travel in (the servers keep
         float32; a push applies its gradient rounded to that type): the
@@ -216,6 +218,9 @@ class Client:
         s.admit_after = _count("admit_after", admit_after)
         s.evict_after_clocks = _count("evict_after_clocks", evict_after_clocks)
         s.evict_after_sec = _count("evict_after_sec", evict_after_sec)
+        if not isinstance(cold_tier, bool):
+            raise TypeError(f"cold_tier must be True or False, got {cold_tier!r}")
+        s.cold_tier = cold_tier
         if wire_dtype is not None:
             s.wire_dtype = _choice("wire_dtype", wire_dtype, _DTYPES)
         if compress is not None:

@@ -449,7 +449,7 @@ class _SparseLookup(torch.nn.Module):
 
     def __init__(self, *args, name=None, client=None, group=None, init="normal", value=None, low=None, high=None,
                  mean=None, stddev=None, seed=0, optimizer="sgd", lr=0.01, dtype="f32", admit_after=0,
-                 evict_after_clocks=0, evict_after_sec=0, max_rows=0, sparse=None, padding_idx=None,
+                 evict_after_clocks=0, evict_after_sec=0, max_rows=0, cold_tier=False, sparse=None, padding_idx=None,
                  max_norm=None, scale_grad_by_freq=False, **optimizer_args):
         super().__init__()
         kind = "embedding_bag" if isinstance(self, EmbeddingBag) else "embedding"
@@ -503,7 +503,8 @@ class _SparseLookup(torch.nn.Module):
         self.sparse = sparse
         options = dict(kind="sparse", cols=dim, init=init, value=value, low=low, high=high, mean=mean, stddev=stddev,
                        seed=seed, optimizer=optimizer, lr=lr, max_rows=max_rows, dtype=dtype, admit_after=admit_after,
-                       evict_after_clocks=evict_after_clocks, evict_after_sec=evict_after_sec, **optimizer_args)
+                       evict_after_clocks=evict_after_clocks, evict_after_sec=evict_after_sec, cold_tier=cold_tier,
+                       **optimizer_args)
         # Plain attributes (torch.nn.Module's __setattr__ costs per call).
         d = self.__dict__
         d["_pushes"], d["_ahead"] = [], None  # prefetch(): (ids, unique ids, inverse, keys, pull)
@@ -717,7 +718,8 @@ class Embedding(_SparseLookup):
     `low`/`high`, `mean`/`stddev`, `seed`: the servers' initializer (default
     N(0, 1) as torch's); an id never pushed reads its initial values.
     `dtype`, `admit_after`, `evict_after_clocks`, `evict_after_sec`,
-    `max_rows`: the embedding table's options (Client.create_table).
+    `max_rows`, `cold_tier`: the embedding table's options
+    (Client.create_table).
     Under torch.no_grad() forward only pulls. The pushes are waited for by
     step() (or ShardedModel.step()), which must come before the clock."""
 
@@ -766,7 +768,7 @@ class EmbeddingBagConfig:
     any id >= 0), `feature_names` (the features looked up in it; default
     [name]), `pooling` ("sum", "mean" or "max"), and the table's options
     as keyword arguments (init, low/high, mean/stddev, seed, optimizer, lr,
-    dtype, admit_after, ...: as Embedding's)."""
+    dtype, admit_after, cold_tier, ...: as Embedding's)."""
 
     def __init__(self, name, embedding_dim, num_embeddings=None, feature_names=None, pooling="sum", **table_options):
         if not isinstance(name, str) or not name:

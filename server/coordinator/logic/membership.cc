@@ -160,6 +160,7 @@ void Membership::ServerHeartbeat(int server, const ServerReport& r) {
   s.prev = s.last;
   s.last = r.sample;
   s.parked_pulls = r.parked_pulls;
+  s.cold = r.cold;
   s.waits = r.waits;
 }
 

@@ -41,6 +41,12 @@ struct StatsSample {
   uint64_t pushes = 0, pulls = 0, push_bytes = 0, pull_bytes = 0;
 };
 
+// A server's tiered tables (schema ColdTierStats).
+struct ColdTierSample {
+  bool tiered = false;
+  uint64_t hot_rows = 0, cold_rows = 0, hits = 0, reads = 0, moved_down = 0, bytes_read = 0, bytes_written = 0;
+};
+
 struct ServerSlot {
   bool registered = false;
   bool alive = false;
@@ -51,6 +57,7 @@ struct ServerSlot {
   // The two newest heartbeats' totals: their difference is the rate.
   StatsSample prev, last;
   uint32_t parked_pulls = 0;
+  ColdTierSample cold;
   ServerWaitView waits;  // its worker clocks and held pulls, newest heartbeat
   bool adopt = false;    // resumed: taken back on its first heartbeat (its endpoint is known)
   // Declared dead (replicas: its groups are served by others): never
@@ -79,6 +86,7 @@ struct Registration {
 struct ServerReport {
   StatsSample sample;
   uint32_t parked_pulls = 0;
+  ColdTierSample cold;
   ServerWaitView waits;
 };
 

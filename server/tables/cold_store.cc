@@ -1,0 +1,230 @@
+#include "server/tables/cold_store.h"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+
+namespace shardps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The file that marks a directory as a cold store's (the only kind Open
+// empties).
+constexpr const char* kMarker = "SHARDPS_COLD_TIER";
+
+void PutBE32(char* p, uint32_t v) {
+  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
+}
+void PutBE64(char* p, uint64_t v) {
+  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
+}
+uint64_t GetBE64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = v << 8 | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+struct Key {
+  char b[16];
+  Key(uint32_t table, uint32_t partition, uint64_t id) {
+    PutBE32(b, table);
+    PutBE32(b + 4, partition);
+    PutBE64(b + 8, id);
+  }
+  rocksdb::Slice slice() const { return rocksdb::Slice(b, 16); }
+  rocksdb::Slice prefix() const { return rocksdb::Slice(b, 8); }
+};
+
+Status Bad(const std::string& what, const rocksdb::Status& rs) {
+  return Status::Internal("cold tier: " + what + ": " + rs.ToString());
+}
+
+}  // namespace
+
+struct ColdStore::Impl {
+  std::unique_ptr<rocksdb::DB> db;
+  rocksdb::WriteBatch batch;
+  rocksdb::WriteOptions write;
+  rocksdb::ReadOptions read;
+};
+
+ColdStore::ColdStore(std::string dir, std::unique_ptr<Impl> impl) : dir_(std::move(dir)), impl_(std::move(impl)) {}
+
+ColdStore::~ColdStore() {
+  if (!impl_) return;
+  impl_->db.reset();
+  std::error_code ec;
+  fs::remove_all(dir_, ec);  // (the tier is not durable: nothing in it outlives the server)
+}
+
+std::string DefaultColdDir() {
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  return ((ec ? fs::path(".") : cwd) / ("shardps-cold." + std::to_string(::getpid()))).string();
+}
+
+Status ColdStore::CheckDir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return Status::OK();
+  if (!fs::is_directory(dir, ec)) return Status::InvalidArgument("cold tier: " + dir + " is not a directory");
+  if (!fs::is_empty(dir, ec) && !fs::exists(fs::path(dir) / kMarker, ec))
+    return Status::InvalidArgument("cold tier: " + dir +
+                                   " is not empty and holds no cold tier (--cold-dir must name an empty or new "
+                                   "directory; nothing in it is deleted)");
+  return Status::OK();
+}
+
+Status ColdStore::Open(const std::string& dir, std::unique_ptr<ColdStore>* out) {
+  std::error_code ec;
+  SHARDPS_RETURN_IF_ERROR(CheckDir(dir));
+  if (fs::exists(dir, ec)) {
+    const bool empty = fs::is_empty(dir, ec);
+    if (!empty) {  // an earlier server's tier: its rows are not this job's
+      for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove_all(e.path(), ec);
+      if (ec) return Status::Internal("cold tier: emptying " + dir + ": " + ec.message());
+    }
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return Status::Internal("cold tier: making " + dir + ": " + ec.message());
+  {
+    std::ofstream marker(fs::path(dir) / kMarker);
+    marker << "The cold tier of a shardps server's tables (not durable: removed when the server stops).\n";
+    if (!marker) return Status::Internal("cold tier: writing " + (fs::path(dir) / kMarker).string());
+  }
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.compression = rocksdb::kNoCompression;  // float rows do not compress
+  o.write_buffer_size = 32 << 20;           // memory beside the hot tier: 2 x 32 MiB of memtables at most
+  o.max_write_buffer_number = 2;
+  o.max_background_jobs = 2;
+  o.max_open_files = 256;
+  o.keep_log_file_num = 2;
+  rocksdb::BlockBasedTableOptions t;
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  t.block_cache = rocksdb::NewLRUCache(16 << 20);
+  t.cache_index_and_filter_blocks = false;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  auto impl = std::make_unique<Impl>();
+  rocksdb::DB* db = nullptr;
+  const std::string path = (fs::path(dir) / "rows").string();
+  if (rocksdb::Status rs = rocksdb::DB::Open(o, path, &db); !rs.ok()) return Bad("opening " + path, rs);
+  impl->db.reset(db);
+  impl->write.disableWAL = true;  // not durable: snapshots are
+  impl->read.fill_cache = true;
+  impl->read.verify_checksums = true;
+  out->reset(new ColdStore(dir, std::move(impl)));
+  return Status::OK();
+}
+
+Status ColdStore::MultiGet(uint32_t table, uint32_t partition, const uint64_t* ids, size_t n, size_t value_bytes,
+                           uint8_t* out, std::vector<uint8_t>* found) {
+  found->assign(n, 0);
+  std::vector<Key> keys;
+  keys.reserve(n);
+  std::vector<rocksdb::Slice> slices;
+  slices.reserve(n);
+  for (size_t i = 0; i < n; ++i) keys.emplace_back(table, partition, ids[i]);
+  for (const Key& k : keys) slices.push_back(k.slice());
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> st(n);
+  impl_->db->MultiGet(impl_->read, impl_->db->DefaultColumnFamily(), n, slices.data(), values.data(), st.data(),
+                      /*sorted_input=*/true);
+  for (size_t i = 0; i < n; ++i) {
+    if (st[i].IsNotFound()) continue;
+    if (!st[i].ok()) return Bad("reading row " + std::to_string(ids[i]), st[i]);
+    if (values[i].size() != value_bytes)
+      return Status::Internal("cold tier: row " + std::to_string(ids[i]) + " has " + std::to_string(values[i].size()) +
+                             " bytes, not " + std::to_string(value_bytes));
+    std::memcpy(out + i * value_bytes, values[i].data(), value_bytes);
+    (*found)[i] = 1;
+    bytes_read_ += value_bytes;
+  }
+  return Status::OK();
+}
+
+bool ColdStore::Get(uint32_t table, uint32_t partition, uint64_t id, size_t value_bytes, uint8_t* out) const {
+  const Key k(table, partition, id);
+  rocksdb::PinnableSlice v;
+  const rocksdb::Status rs = impl_->db->Get(impl_->read, impl_->db->DefaultColumnFamily(), k.slice(), &v);
+  if (!rs.ok() || v.size() != value_bytes) return false;
+  std::memcpy(out, v.data(), value_bytes);
+  bytes_read_ += value_bytes;
+  return true;
+}
+
+void ColdStore::Put(uint32_t table, uint32_t partition, uint64_t id, const uint8_t* value, size_t value_bytes) {
+  const Key k(table, partition, id);
+  impl_->batch.Put(k.slice(), rocksdb::Slice(reinterpret_cast<const char*>(value), value_bytes));
+  bytes_written_ += value_bytes;
+}
+
+void ColdStore::Delete(uint32_t table, uint32_t partition, uint64_t id) {
+  const Key k(table, partition, id);
+  impl_->batch.Delete(k.slice());
+}
+
+Status ColdStore::Commit() {
+  if (impl_->batch.Count() == 0) return Status::OK();
+  const rocksdb::Status rs = impl_->db->Write(impl_->write, &impl_->batch);
+  impl_->batch.Clear();
+  if (!rs.ok()) return Bad("writing rows", rs);
+  return Status::OK();
+}
+
+uint64_t ColdStore::ScanImpl(uint32_t table, uint32_t partition, uint64_t from, bool* done, ScanFn fn,
+                             void* ctx) const {
+  const Key start(table, partition, from);
+  rocksdb::ReadOptions ro = impl_->read;
+  ro.fill_cache = false;  // a sweep or a copy: no reason to keep its blocks
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(ro));
+  *done = true;
+  for (it->Seek(start.slice()); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() != 16 || std::memcmp(k.data(), start.b, 8) != 0) break;
+    const uint64_t id = GetBE64(k.data() + 8);
+    const rocksdb::Slice v = it->value();
+    bytes_read_ += v.size();
+    if (!fn(ctx, id, std::string_view(v.data(), v.size()))) {
+      *done = id == UINT64_MAX;
+      return id + 1;
+    }
+  }
+  return 0;
+}
+
+Status ColdStore::DropPartition(uint32_t table, uint32_t partition) {
+  const Key begin(table, partition, 0);
+  char end[16];
+  PutBE32(end, table);
+  PutBE32(end + 4, partition + 1);  // (partition + 1 of table, or table + 1's first when it wraps)
+  if (partition == UINT32_MAX) PutBE32(end, table + 1);
+  PutBE64(end + 8, 0);
+  const rocksdb::Status rs = impl_->db->DeleteRange(impl_->write, impl_->db->DefaultColumnFamily(), begin.slice(),
+                                                    rocksdb::Slice(end, 16));
+  if (!rs.ok()) return Bad("removing partition " + std::to_string(partition), rs);
+  return Status::OK();
+}
+
+uint64_t ColdStore::FreeBytes() const {
+  struct statvfs s {};
+  if (::statvfs(dir_.c_str(), &s) != 0) return 0;
+  return static_cast<uint64_t>(s.f_bavail) * s.f_frsize;
+}
+
+uint64_t ColdStore::DiskBytes() const {
+  uint64_t b = 0;
+  impl_->db->GetIntProperty(rocksdb::DB::Properties::kLiveSstFilesSize, &b);
+  return b;
+}
+
+}  // namespace shardps
