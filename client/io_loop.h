@@ -104,6 +104,10 @@ struct IoLoop {
   uint64_t monitor_seq = 0;
   std::vector<std::string> endpoints;
   std::shared_ptr<const ShardMap> map;  // routes data requests by replica group
+  // Some map had a group with two or more copies, or one being filled: the
+  // job fails over, so requests are kept to be sent again from then on,
+  // also while a dead server's groups are down to one copy (re-replication).
+  bool replicated = false;
   uint64_t sends = 0;                   // requests sent so far (Pending::order)
   std::unordered_map<uint64_t, Pending> pending;
   std::deque<Deferred> deferred;

@@ -269,6 +269,7 @@ void IoLoop::ConnectServers(const std::vector<std::string>& eps) {
 
 bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
   if (!m || (map && m->version <= map->version)) return false;
+  replicated |= m->ReplicaStride() > 1 || !m->joining.empty();
   const bool first = !map;
   std::shared_ptr<const ShardMap> old = std::move(map);
   map = std::move(m);
@@ -300,10 +301,16 @@ bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
         map->Primary(static_cast<uint32_t>(p.group)) != static_cast<uint32_t>(p.target))
       moved.emplace_back(p.order, id);
   std::sort(moved.begin(), moved.end());
+  size_t resent = 0;
   for (const auto& [order, id] : moved) {
     Pending& p = pending[id];
     const int to = static_cast<int>(map->Primary(static_cast<uint32_t>(p.group)));
-    if (p.frames.empty() || static_cast<size_t>(to) >= servers.size()) continue;
+    if (static_cast<size_t>(to) >= servers.size()) continue;
+    if (p.frames.empty()) {  // (not kept: sent when no map had two copies)
+      LOG_WARN << "request " << id << " to " << PeerName(p.target) << " was not kept: not sent again to " << PeerName(to);
+      continue;
+    }
+    ++resent;
     std::vector<zmq::message_t> again;
     for (auto& f : p.frames) again.emplace_back().copy(f);
     p.target = to;
@@ -311,8 +318,8 @@ bool IoLoop::ApplyMap(std::shared_ptr<const ShardMap> m) {
     if (Status st = SendMultipart(servers[to], again); !st.ok())
       LOG_WARN << "request " << id << " not sent again to " << PeerName(to) << ": " << st.ToString();
   }
-  if (!moved.empty())
-    LOG_INFO << "shard map v" << map->version << ": " << moved.size() << " request(s) in flight sent again to the "
+  if (resent > 0)
+    LOG_INFO << "shard map v" << map->version << ": " << resent << " request(s) in flight sent again to the "
              << "servers now serving their groups";
   return true;
 }
@@ -347,7 +354,7 @@ void IoLoop::Send(Outgoing& o) {
   }
   Pending& p = pending[o.request_id] = {o.call, std::move(o.dest), o.target, Clock::now() + o.timeout,
                                         o.group, ++sends, {}, o.push};
-  if (o.group >= 0 && o.resendable && map && map->ReplicaStride() > 1)  // kept to be sent again after a fail-over
+  if (o.group >= 0 && o.resendable && replicated)  // kept to be sent again after a fail-over
     for (auto& f : o.frames) p.frames.emplace_back().copy(f);
   if (o.target >= 0) {
     // Gathered with the server's other requests of this pass (FlushOut).
