@@ -65,7 +65,7 @@ Status Server::Start(const std::atomic<bool>* stop) {
   if (Status s = start.Register(endpoint_, coord_link_.next_request_id++, &rank_, &v, stop); !s.ok()) return s;
   SetLogName("server " + std::to_string(rank_));
   tables_.set_rank(rank_);
-  tables_.SetColdDir(opts_.cold_dir);
+  tables_.SetColdDir(ColdDirOf(opts_.cold_dir, rank_));
   LOG_INFO << "registered as server " << rank_ << ", serving on " << endpoint_;
   ApplyCluster(v);
   return fatal_;

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "common/base/log.h"
@@ -57,8 +58,11 @@ int BuildOptions(ServerFlags& f) {
     if (Status s = LoadServerSecurity(f.key_file, f.access_file, &o.security); !s.ok())
       return Refuse("--key: " + s.message());
   if (Status s = o.Validate(); !s.ok()) return Refuse(s.ToString());
-  if (!o.cold_dir.empty())
-    if (Status s = ColdStore::CheckDir(o.cold_dir); !s.ok()) return Refuse("--cold-dir: " + s.message());
+  if (!o.cold_dir.empty()) {
+    std::error_code ec;
+    if (std::filesystem::exists(o.cold_dir, ec) && !std::filesystem::is_directory(o.cold_dir, ec))
+      return Refuse("--cold-dir: " + o.cold_dir + " is not a directory");
+  }
   // Before any thread starts: they all inherit it.
   if (!f.cpus.empty())
     if (Status s = PinToCpus(f.cpus); !s.ok()) return Refuse("--cpus: " + s.message());
@@ -131,7 +135,7 @@ int main(int argc, char** argv) {
   app.add_option("--cpus", f.cpus, "pin the server (its event loop and ZeroMQ I/O thread) to these CPUs, e.g. 3 or 0-1: a gradient is then applied in the cache it was received into");
   app.add_option("--memory-budget-mb", f.budget_mb, "tables this server may hold, in MiB (default: half of this machine's memory)")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 34));
   app.add_option("--held-mb", f.held_mb, "pulls held for slower workers, and sync pushes held for their clock, at most this many MiB each (default: a quarter of the budget)")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 34));
-  app.add_option("--cold-dir", o.cold_dir, "where the rows of tiered tables (cold_tier) past the memory budget go: a new or empty directory, emptied and removed when the server stops (default: shardps-cold.PID in the working directory)");
+  app.add_option("--cold-dir", o.cold_dir, "where the rows of tiered tables (cold_tier) past the memory budget go: in DIR/shardps-cold-RANK, emptied when the server starts and removed when it stops (default: the working directory)");
   app.add_option("--max-hold-sec", f.max_hold_sec, "a pull held longer for slower workers is answered Timeout")->check(CLI::Range(1, 86400))->capture_default_str();
   app.add_option("--key", f.key_file, "security on: the job's server key (shardps-keygen DIR makes DIR/server.key); every connection is CURVE-encrypted and admitted by the access list")->envname("SHARDPS_KEY");
   app.add_option("--access", f.access_file, "the access list: public keys and their roles (default: 'access' beside --key)");

@@ -34,8 +34,8 @@ struct ServerOptions {
   uint64_t memory_budget = 0;
   uint64_t held_bytes = 0;
   Millis max_hold{600000};
-  // The cold tier of tiered sparse tables (server/tables/cold_store.h):
-  // "" is shardps-cold.PID under the working directory.
+  // The cold tier of tiered sparse tables (server/tables/cold_store.h) goes
+  // in shardps-cold-RANK under this directory ("": the working directory).
   std::string cold_dir;
   SecurityOptions security;  // CURVE + roles (docs/security.md)
 

@@ -1,8 +1,11 @@
 #include "server/tables/cold_store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +56,7 @@ Status Bad(const std::string& what, const rocksdb::Status& rs) {
 
 struct ColdStore::Impl {
   std::unique_ptr<rocksdb::DB> db;
+  int lock_fd = -1;  // the marker, locked (flock) while open
   rocksdb::WriteBatch batch;
   rocksdb::WriteOptions write;
   rocksdb::ReadOptions read;
@@ -65,12 +69,13 @@ ColdStore::~ColdStore() {
   impl_->db.reset();
   std::error_code ec;
   fs::remove_all(dir_, ec);  // (the tier is not durable: nothing in it outlives the server)
+  ::close(impl_->lock_fd);
 }
 
-std::string DefaultColdDir() {
+std::string ColdDirOf(const std::string& parent, uint32_t rank) {
   std::error_code ec;
-  const fs::path cwd = fs::current_path(ec);
-  return ((ec ? fs::path(".") : cwd) / ("shardps-cold." + std::to_string(::getpid()))).string();
+  const fs::path base = parent.empty() ? fs::current_path(ec) : fs::path(parent);
+  return (base / ("shardps-cold-" + std::to_string(rank))).string();
 }
 
 Status ColdStore::CheckDir(const std::string& dir) {
@@ -87,19 +92,28 @@ Status ColdStore::CheckDir(const std::string& dir) {
 Status ColdStore::Open(const std::string& dir, std::unique_ptr<ColdStore>* out) {
   std::error_code ec;
   SHARDPS_RETURN_IF_ERROR(CheckDir(dir));
-  if (fs::exists(dir, ec)) {
-    const bool empty = fs::is_empty(dir, ec);
-    if (!empty) {  // an earlier server's tier: its rows are not this job's
-      for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove_all(e.path(), ec);
-      if (ec) return Status::Internal("cold tier: emptying " + dir + ": " + ec.message());
-    }
-  }
   fs::create_directories(dir, ec);
   if (ec) return Status::Internal("cold tier: making " + dir + ": " + ec.message());
-  {
-    std::ofstream marker(fs::path(dir) / kMarker);
-    marker << "The cold tier of a shardps server's tables (not durable: removed when the server stops).\n";
-    if (!marker) return Status::Internal("cold tier: writing " + (fs::path(dir) / kMarker).string());
+  // The marker, locked while the store is open: a tier a running server
+  // uses is never taken; one left by a dead server is emptied.
+  const std::string marker = (fs::path(dir) / kMarker).string();
+  const int fd = ::open(marker.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Internal("cold tier: opening " + marker + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return Status::Unavailable("cold tier: " + dir + " is in use by another running server (--cold-dir: give each "
+                               "server of a host its own, or leave it out)");
+  }
+  const std::string text = "The cold tier of a shardps server's tables (not durable: removed when the server stops).\n";
+  if (::ftruncate(fd, 0) != 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    ::close(fd);
+    return Status::Internal("cold tier: writing " + marker + ": " + std::strerror(errno));
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec))  // an earlier server's tier: its rows are not this job's
+    if (e.path().filename() != kMarker) fs::remove_all(e.path(), ec);
+  if (ec) {
+    ::close(fd);
+    return Status::Internal("cold tier: emptying " + dir + ": " + ec.message());
   }
   rocksdb::Options o;
   o.create_if_missing = true;
@@ -117,8 +131,12 @@ Status ColdStore::Open(const std::string& dir, std::unique_ptr<ColdStore>* out) 
   auto impl = std::make_unique<Impl>();
   rocksdb::DB* db = nullptr;
   const std::string path = (fs::path(dir) / "rows").string();
-  if (rocksdb::Status rs = rocksdb::DB::Open(o, path, &db); !rs.ok()) return Bad("opening " + path, rs);
+  if (rocksdb::Status rs = rocksdb::DB::Open(o, path, &db); !rs.ok()) {
+    ::close(fd);
+    return Bad("opening " + path, rs);
+  }
   impl->db.reset(db);
+  impl->lock_fd = fd;
   impl->write.disableWAL = true;  // not durable: snapshots are
   impl->read.fill_cache = true;
   impl->read.verify_checksums = true;

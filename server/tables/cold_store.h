@@ -36,7 +36,8 @@ class ColdStore {
   ColdStore& operator=(const ColdStore&) = delete;
 
   // Opens (makes) the store in `dir`: a directory that does not exist yet,
-  // is empty, or holds an earlier cold store (which is wiped).
+  // is empty, or holds an earlier cold store (which is wiped); Unavailable
+  // while another process has it open.
   static Status Open(const std::string& dir, std::unique_ptr<ColdStore>* out);
   // Whether Open would take `dir` (InvalidArgument saying why not).
   static Status CheckDir(const std::string& dir);
@@ -86,8 +87,8 @@ class ColdStore {
   uint64_t bytes_written_ = 0;
 };
 
-// The directory a server's cold store goes in when --cold-dir is not given:
-// `shardps-cold.PID` under the working directory.
-std::string DefaultColdDir();
+// The directory server `rank`'s cold store goes in: `shardps-cold-RANK`
+// under `parent` (--cold-dir; "" : the working directory).
+std::string ColdDirOf(const std::string& parent, uint32_t rank);
 
 }  // namespace shardps

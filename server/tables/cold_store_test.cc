@@ -102,6 +102,21 @@ TEST_F(ColdStoreTest, ADirectoryNotMadeByAColdStoreIsRefusedAndLeftAsItWas) {
   EXPECT_FALSE(ColdStore::Open(root_ + "/file", &s).ok());  // not a directory
 }
 
+TEST_F(ColdStoreTest, ATierInUseIsNeverTakenByAnotherStore) {
+  std::unique_ptr<ColdStore> a, b;
+  ASSERT_TRUE(ColdStore::Open(root_ + "/cold", &a).ok());
+  const uint8_t v[2] = {1, 2};
+  a->Put(0, 0, 1, v, 2);
+  ASSERT_TRUE(a->Commit().ok());
+  const Status st = ColdStore::Open(root_ + "/cold", &b);
+  EXPECT_EQ(st.code(), Code::kUnavailable);
+  EXPECT_NE(st.message().find("in use by another running server"), std::string::npos) << st.message();
+  uint8_t out[2];
+  EXPECT_TRUE(a->Get(0, 0, 1, 2, out));  // nothing of a's was touched
+  a.reset();
+  EXPECT_TRUE(ColdStore::Open(root_ + "/cold", &b).ok());
+}
+
 TEST_F(ColdStoreTest, AnEarlierServersTierIsEmptiedAndTheTierIsGoneWhenItCloses) {
   const std::string dir = root_ + "/cold";
   const uint8_t v[2] = {9, 9};

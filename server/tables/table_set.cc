@@ -17,7 +17,7 @@ uint64_t TableSet::Bytes() const {
 
 Status TableSet::OpenColdTier() {
   if (cold_) return Status::OK();
-  const std::string dir = cold_dir_.empty() ? DefaultColdDir() : cold_dir_;
+  const std::string dir = cold_dir_.empty() ? ColdDirOf("", rank_) : cold_dir_;
   SHARDPS_RETURN_IF_ERROR(ColdStore::Open(dir, &cold_));
   LOG_INFO << "cold tier of tiered tables in " << dir << " (" << cold_->FreeBytes() / (1 << 20) << " MiB free)";
   return Status::OK();

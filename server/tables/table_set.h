@@ -27,7 +27,7 @@ class TableSet {
   explicit TableSet(uint64_t memory_budget) : budget_(memory_budget) {}
 
   // Where the cold tier of tiered tables goes (opened when the first one
-  // is defined; "" : DefaultColdDir()).
+  // is defined; "": ColdDirOf the working directory and this rank).
   void SetColdDir(std::string dir) { cold_dir_ = std::move(dir); }
   const ColdStore* cold() const { return cold_.get(); }
   // Tiered tables: rows past the hot tier's share of the budget go down,
