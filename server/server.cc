@@ -489,32 +489,57 @@ Status Server::Run(const std::atomic<bool>& stop) {
     }
     backlog = ReceiveAcks();
     backlog |= ReadData(frames);
-    bool cutting = false;
-    for (auto& sh : shards_)
-      if (sh) {
-        sh->cut.CopySome(2.0);
-        cutting |= sh->cut.active();
-        if (sh->primary) ExpireParked(*sh);
-      }
-    // Idle sparse rows go a few thousand at a time, between requests; not
-    // while a cut is being copied (it reads the rows as they were).
-    if (!cutting) tables_.EvictSome(4096);
-    // Tiered tables past their hot tier: rows go down 16 384 at a time
-    // (a few ms), the loop not sleeping until they are within it.
-    moving = tables_.Balance(16384);
+    if (!BetweenRequests(&moving)) break;
     SendSnapshotReports();
     FlushReplies();  // (what the coordinator's messages, acknowledgements and expiries answered)
   }
   FlushReplies();
+  LogStopped();
+  return fatal_;
+}
+
+bool Server::BetweenRequests(bool* moving) {
+  bool cutting = false;
+  for (auto& sh : shards_)
+    if (sh) {
+      sh->cut.CopySome(2.0);
+      cutting |= sh->cut.active();
+      if (sh->primary) ExpireParked(*sh);
+    }
+  // Idle sparse rows go a few thousand at a time, between requests; not
+  // while a cut is being copied (it reads the rows as they were).
+  if (!cutting) tables_.EvictSome(4096);
+  // Tiered tables past their hot tier: rows go down 16 384 at a time
+  // (a few ms), the loop not sleeping until they are within it.
+  *moving = tables_.Balance(16384);
+  if (Status f = tables_.ColdTierFailure(); !f.ok()) {
+    fatal_ = Status::Internal(f.message() + "; this server stops (its replicas, if any, take over)");
+    LOG_ERROR << fatal_.message();
+    return false;
+  }
+  return true;
+}
+
+void Server::LogStopped() const {
   uint64_t rows = 0;
-  for (const auto& t : tables_.all()) rows += t->spec().kind == TableKind::kSparse ? t->rows_held() : 0;
+  for (const auto& t : tables_.all()) rows += t && t->spec().kind == TableKind::kSparse ? t->rows_held() : 0;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   LOG_INFO << "server stopped: held " << tables_.all().size() << " tables, " << rows << " sparse rows, "
            << tables_.Bytes() << " table bytes; peak resident " << ru.ru_maxrss / 1024 << " MiB; "
            << m_.pushes.Value() + m_.pulls.Value() + m_.ticks.Value() << " pushes, pulls and ticks in "
            << m_.messages.Value() << " messages";
-  return fatal_;
+  if (const ColdStore* cold = tables_.cold()) {
+    uint64_t on_disk = 0, hits = 0, reads = 0, down = 0;
+    for (const auto& t : tables_.all())
+      if (t && t->tiered())
+        on_disk += t->tier_counts().cold_rows, hits += t->tier_counts().hits, reads += t->tier_counts().reads,
+            down += t->tier_counts().moved_down;
+    LOG_INFO << "cold tier: " << on_disk << " rows on disk at the end; hit rate "
+             << (hits + reads ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + reads) : 0.0) << " %, "
+             << reads << " rows read up, " << down << " moved down; " << cold->bytes_read() << " bytes read, "
+             << cold->bytes_written() << " written";
+  }
 }
 
 }  // namespace shardps

@@ -115,6 +115,11 @@ class Server {
   void ReplyError(const zmq::message_t& to, uint64_t request_id, const Status& s);
   void UpdateGauges();
   void SendHeartbeat();
+  // The event loop's work after each pass over the sockets: cuts copied,
+  // held pulls expired, idle rows evicted, tiered tables' rows moved down
+  // (*moving: more to move). False: the cold tier failed (fatal_ set).
+  bool BetweenRequests(bool* moving);
+  void LogStopped() const;  // what the server held, as it stops
   // The shard of request `h`'s group when this server is its primary; else
   // null, after answering WrongServer.
   Shard* ServingShard(const wire::Header& h, const zmq::message_t& from);

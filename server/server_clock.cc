@@ -71,7 +71,9 @@ void Server::Advance(Shard& sh) {
     CutIfDue(sh, sh.clocks.applied_clock());
   }
   MaybeCut(sh);
-  if (sh.clocks.parked().empty()) return;
+  // A cold tier that failed may have left a clock half applied: no pull
+  // is answered from it (the server stops, docs/embeddings.md).
+  if (sh.clocks.parked().empty() || !tables_.ColdTierFailure().ok()) return;
   std::deque<WorkerClocks::Parked> go;
   sh.clocks.TakeReleasable(&go);
   for (auto& p : go) {

@@ -54,6 +54,13 @@ Status Bad(const std::string& what, const rocksdb::Status& rs) {
 
 }  // namespace
 
+Status ColdStore::Failed(const std::string& what, const std::string& why) const {
+  Status s = Status::Internal("cold tier " + dir_ + ": " + what + ": " + why);
+  if (failure_.empty()) failure_ = s.message();
+  return s;
+}
+
+
 struct ColdStore::Impl {
   std::unique_ptr<rocksdb::DB> db;
   int lock_fd = -1;  // the marker, locked (flock) while open
@@ -63,6 +70,11 @@ struct ColdStore::Impl {
 };
 
 ColdStore::ColdStore(std::string dir, std::unique_ptr<Impl> impl) : dir_(std::move(dir)), impl_(std::move(impl)) {}
+
+Status ColdStore::Flush() {
+  const rocksdb::Status rs = impl_->db->Flush(rocksdb::FlushOptions());
+  return rs.ok() ? Status::OK() : Failed("flushing", rs.ToString());
+}
 
 ColdStore::~ColdStore() {
   if (!impl_) return;
@@ -109,8 +121,14 @@ Status ColdStore::Open(const std::string& dir, std::unique_ptr<ColdStore>* out) 
     ::close(fd);
     return Status::Internal("cold tier: writing " + marker + ": " + std::strerror(errno));
   }
-  for (const auto& e : fs::directory_iterator(dir, ec))  // an earlier server's tier: its rows are not this job's
-    if (e.path().filename() != kMarker) fs::remove_all(e.path(), ec);
+  std::vector<fs::path> old;  // an earlier server's tier: its rows are not this job's
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename() != kMarker) old.push_back(e.path());
+  for (const auto& p : old) {
+    std::error_code rec;
+    fs::remove_all(p, rec);
+    if (rec) ec = rec;
+  }
   if (ec) {
     ::close(fd);
     return Status::Internal("cold tier: emptying " + dir + ": " + ec.message());
@@ -122,6 +140,12 @@ Status ColdStore::Open(const std::string& dir, std::unique_ptr<ColdStore>* out) 
   o.max_write_buffer_number = 2;
   o.max_background_jobs = 2;
   o.max_open_files = 256;
+  // Universal compaction: each row is written about once more per merge of
+  // a few similar files, not once per level (rows come and go; space, not
+  // write bandwidth, is what a tier has to spare).
+  o.compaction_style = rocksdb::kCompactionStyleUniversal;
+  o.error_if_exists = true;               // (emptied above: an old tier is never read)
+  o.avoid_flush_during_shutdown = true;   // (removed as it closes)
   o.keep_log_file_num = 2;
   rocksdb::BlockBasedTableOptions t;
   t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
@@ -159,10 +183,10 @@ Status ColdStore::MultiGet(uint32_t table, uint32_t partition, const uint64_t* i
                       /*sorted_input=*/true);
   for (size_t i = 0; i < n; ++i) {
     if (st[i].IsNotFound()) continue;
-    if (!st[i].ok()) return Bad("reading row " + std::to_string(ids[i]), st[i]);
+    if (!st[i].ok()) return Failed("reading row " + std::to_string(ids[i]), st[i].ToString());
     if (values[i].size() != value_bytes)
-      return Status::Internal("cold tier: row " + std::to_string(ids[i]) + " has " + std::to_string(values[i].size()) +
-                             " bytes, not " + std::to_string(value_bytes));
+      return Failed("reading row " + std::to_string(ids[i]),
+                    std::to_string(values[i].size()) + " bytes, not " + std::to_string(value_bytes));
     std::memcpy(out + i * value_bytes, values[i].data(), value_bytes);
     (*found)[i] = 1;
     bytes_read_ += value_bytes;
@@ -174,7 +198,12 @@ bool ColdStore::Get(uint32_t table, uint32_t partition, uint64_t id, size_t valu
   const Key k(table, partition, id);
   rocksdb::PinnableSlice v;
   const rocksdb::Status rs = impl_->db->Get(impl_->read, impl_->db->DefaultColumnFamily(), k.slice(), &v);
-  if (!rs.ok() || v.size() != value_bytes) return false;
+  if (rs.IsNotFound()) return false;
+  if (!rs.ok() || v.size() != value_bytes) {
+    Failed("reading row " + std::to_string(id),
+           rs.ok() ? std::to_string(v.size()) + " bytes, not " + std::to_string(value_bytes) : rs.ToString());
+    return false;
+  }
   std::memcpy(out, v.data(), value_bytes);
   bytes_read_ += value_bytes;
   return true;
@@ -195,15 +224,20 @@ Status ColdStore::Commit() {
   if (impl_->batch.Count() == 0) return Status::OK();
   const rocksdb::Status rs = impl_->db->Write(impl_->write, &impl_->batch);
   impl_->batch.Clear();
-  if (!rs.ok()) return Bad("writing rows", rs);
+  if (!rs.ok()) return Failed("writing rows", rs.ToString());
   return Status::OK();
 }
 
 uint64_t ColdStore::ScanImpl(uint32_t table, uint32_t partition, uint64_t from, bool* done, ScanFn fn,
                              void* ctx) const {
   const Key start(table, partition, from);
+  char end[8];  // the partition's end: the iterator stops there (no walk past its tombstones)
+  PutBE32(end, partition == UINT32_MAX ? table + 1 : table);
+  PutBE32(end + 4, partition + 1);
+  const rocksdb::Slice upper(end, 8);
   rocksdb::ReadOptions ro = impl_->read;
   ro.fill_cache = false;  // a sweep or a copy: no reason to keep its blocks
+  ro.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(ro));
   *done = true;
   for (it->Seek(start.slice()); it->Valid(); it->Next()) {
@@ -217,6 +251,7 @@ uint64_t ColdStore::ScanImpl(uint32_t table, uint32_t partition, uint64_t from, 
       return id + 1;
     }
   }
+  if (!it->status().ok()) Failed("reading partition " + std::to_string(partition), it->status().ToString());
   return 0;
 }
 
@@ -229,7 +264,7 @@ Status ColdStore::DropPartition(uint32_t table, uint32_t partition) {
   PutBE64(end + 8, 0);
   const rocksdb::Status rs = impl_->db->DeleteRange(impl_->write, impl_->db->DefaultColumnFamily(), begin.slice(),
                                                     rocksdb::Slice(end, 16));
-  if (!rs.ok()) return Bad("removing partition " + std::to_string(partition), rs);
+  if (!rs.ok()) return Failed("removing partition " + std::to_string(partition), rs.ToString());
   return Status::OK();
 }
 

@@ -67,6 +67,14 @@ class ColdStore {
   // Removes a whole partition's rows.
   Status DropPartition(uint32_t table, uint32_t partition);
 
+  // The first failure of the store (a read or write RocksDB refused, a
+  // corrupt block): "" while none. A server whose cold tier failed stops
+  // (its replicas take over): rows it cannot read must not be taken as
+  // absent.
+  const std::string& failure() const { return failure_; }
+  // Writes the memtable to files (tests).
+  Status Flush();
+
   // Bytes read and written since the store opened, and the free bytes of
   // its file system (statvfs: what an unprivileged writer may use).
   uint64_t bytes_read() const { return bytes_read_; }
@@ -81,8 +89,11 @@ class ColdStore {
   ColdStore(std::string dir, std::unique_ptr<Impl> impl);
   uint64_t ScanImpl(uint32_t table, uint32_t partition, uint64_t from, bool* done, ScanFn fn, void* ctx) const;
 
+  Status Failed(const std::string& what, const std::string& why) const;
+
   std::string dir_;
   std::unique_ptr<Impl> impl_;
+  mutable std::string failure_;
   mutable uint64_t bytes_read_ = 0;
   uint64_t bytes_written_ = 0;
 };

@@ -127,6 +127,8 @@ class SparseRows {
   // + 65 536: churn of evicted and re-made rows): then every row must be
   // taken as changed.
   bool TakeChanged(std::vector<uint64_t>* ids);
+  // Drops what was tracked: the next TakeChanged says every row changed.
+  void ForgetChanges() { DropChanged(); }
   // Rows held.
   uint64_t size() const { return size_; }
   // Slots ever allocated (live rows and free slots): every live slot is

@@ -85,7 +85,7 @@ void ServerTable::ClearSparsePartition(uint32_t p) {
   auto& part = sparse_[p];
   bytes_ -= part->rows.bytes() + (part->admission ? part->admission->bytes() : 0);
   sparse_rows_ -= part->rows.size() + part->cold_rows;
-  if (tiered() && part->cold_rows > 0) {
+  if (tiered()) {  // (always: a copy a failed write left behind goes too)
     if (Status s = tier_.cold->DropPartition(spec_.id, p); !s.ok()) TierFailed(s.message());
     tier_.counts.cold_rows -= part->cold_rows;
   }
@@ -383,9 +383,11 @@ void ServerTable::ApplyAccumulated(float scale) {
     dense_acc_dirty_ = false;
   }
   if (!acc_keys_.empty()) {
-    // (Rows summed into may have gone down since: every one comes up.)
-    if (Status s = Promote(acc_keys_.data(), acc_keys_.size()); !s.ok()) TierFailed(s.message());
-    ApplyKeys(acc_keys_.data(), acc_keys_.size(), acc_.data(), scale);
+    // (Rows summed into may have gone down since: every one comes up. A
+    // cold tier that cannot be read applies nothing: its rows would be
+    // made again from their initial values; the server stops.)
+    if (Promote(acc_keys_.data(), acc_keys_.size(), /*count=*/false).ok())
+      ApplyKeys(acc_keys_.data(), acc_keys_.size(), acc_.data(), scale);
     acc_keys_.clear();
     acc_index_.clear();
     acc_.clear();

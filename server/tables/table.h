@@ -134,7 +134,7 @@ class ServerTable {
   // batched read per partition) and marks every one as used. A no-op for
   // untiered tables. Internal: the cold tier could not be read (nothing
   // changed).
-  Status Promote(const uint64_t* keys, size_t n);
+  Status Promote(const uint64_t* keys, size_t n, bool count = true);
   // The bytes the hot tier may hold: split evenly over the held
   // partitions, rows past a partition's share go down.
   void SetHotLimit(uint64_t bytes);
@@ -207,6 +207,9 @@ class ServerTable {
   bool ExportSparseRow(uint64_t id, float* out) const;
   void SparseIds(uint32_t partition, std::vector<uint64_t>* out) const;
   bool TakeChanged(uint32_t partition, std::vector<uint64_t>* ids);
+  // Stops tracking what changed until the next TakeChanged (which then
+  // says every row): after a restore, whose rows all count as changed.
+  void ForgetChanges();
   std::string AdmissionBytes(uint32_t partition) const;
   // Restore of a snapshot of what changed: removes the row of `id` (a row
   // the snapshot records as gone); a no-op when there is none.
@@ -285,6 +288,7 @@ class ServerTable {
     uint64_t hot_limit = UINT64_MAX;     // SetHotLimit
     uint64_t part_rows = UINT64_MAX;     // rows a held partition may keep in memory
     uint32_t sweep_partition = 0;        // the cold tier's eviction sweep
+    uint32_t swept_at = ~0u;             // ... done at this stamp: not again before the next
     TierCounts counts;
     mutable std::vector<uint8_t> raw;    // scratch: a raw record read
     std::string error;                   // the last cold-tier failure (logged once)

@@ -45,7 +45,12 @@ bool ServerTable::ColdRow(uint64_t id, uint8_t* raw) const {
   return tier_.cold->Get(spec_.id, p, id, part.rows.raw_bytes(), raw);
 }
 
-Status ServerTable::Promote(const uint64_t* keys, size_t n) {
+void ServerTable::ForgetChanges() {
+  for (auto& p : sparse_)
+    if (p) p->rows.ForgetChanges();
+}
+
+Status ServerTable::Promote(const uint64_t* keys, size_t n, bool count) {
   if (!tier_.cold) return Status::OK();
   // The ids not in memory, of partitions with cold rows, by partition.
   std::vector<std::pair<uint32_t, uint64_t>> wanted;
@@ -56,7 +61,7 @@ Status ServerTable::Promote(const uint64_t* keys, size_t n) {
     const uint32_t slot = part.rows.Find(keys[i]);
     if (slot != SparseRows::kNone) {
       part.Use(slot);
-      ++tier_.counts.hits;
+      tier_.counts.hits += count;
     } else if (part.cold_rows > 0) {
       wanted.emplace_back(p, keys[i]);
     }
@@ -92,7 +97,10 @@ Status ServerTable::Promote(const uint64_t* keys, size_t n) {
   }
   // (A failed delete leaves a stale copy below a live row: the hot one is
   // read first, and the next move down overwrites it.)
-  if (Status s = tier_.cold->Commit(); !s.ok()) TierFailed(s.message());
+  if (Status s = tier_.cold->Commit(); !s.ok()) {  // (stale copies below live rows: the server stops)
+    TierFailed(s.message());
+    return s;
+  }
   return Status::OK();
 }
 
@@ -157,7 +165,10 @@ uint64_t ServerTable::MoveDownPartition(uint32_t p, uint64_t rows) {
 }
 
 uint64_t ServerTable::EvictCold(uint64_t max_rows, uint32_t limit, uint32_t now) {
-  // One partition's cold rows at a time, from where the last call stopped.
+  // One partition's cold rows at a time, from where the last call stopped;
+  // a whole sweep at most once per stamp (clock or second): nothing on disk
+  // gets idler between two.
+  if (tier_.swept_at == now) return 0;
   uint64_t removed = 0, looked = 0;
   for (uint32_t visited = 0; visited < partitions_ && looked < max_rows; ++visited) {
     const uint32_t p = tier_.sweep_partition;
@@ -187,6 +198,10 @@ uint64_t ServerTable::EvictCold(uint64_t max_rows, uint32_t limit, uint32_t now)
       part->cold_sweep = 0;
     }
     tier_.sweep_partition = (p + 1) % partitions_;
+    if (tier_.sweep_partition == 0) {
+      tier_.swept_at = now;
+      break;
+    }
   }
   return removed;
 }

@@ -176,7 +176,11 @@ TEST_F(TieredTest, MovesAreNoChangeButUpdatesAndEvictionsOfColdRowsAre) {
   ASSERT_TRUE(t.Promote(some.data(), some.size()).ok());
   t.SetClock(5);
   t.ApplyKeys(some.data(), some.size(), g.data(), 1.0f);
-  while (more) t.MoveDownSome(1000, &more);
+  ASSERT_TRUE(t.Promote(ids.data(), ids.size()).ok());  // every row up (no change), then most down again
+  more = true;
+  uint64_t moved = 0;
+  while (more) moved += t.MoveDownSome(1000, &more);
+  ASSERT_GT(moved, 100u);  // (rows just updated among them: still listed)
   ASSERT_TRUE(t.TakeChanged(0, &changed));
   EXPECT_EQ(changed, some);
   // Every row not updated at clock 5 is idle at clock 1000 (evict after
@@ -194,6 +198,71 @@ TEST_F(TieredTest, MovesAreNoChangeButUpdatesAndEvictionsOfColdRowsAre) {
   std::vector<float> row(RowStride(t.spec()));
   EXPECT_FALSE(t.ExportSparseRow(100, row.data()));
   EXPECT_TRUE(t.ExportSparseRow(150, row.data()));
+}
+
+// Rows written over, removed, or summed into under sync while they are
+// on disk: the same as in memory.
+TEST_F(TieredTest, ImportEraseAndASyncSumTouchColdRowsAsHotOnes) {
+  TableSpec spec = Spec();
+  ServerTable t(spec, 1, All(1));
+  spec.cold_tier = false;
+  ServerTable plain(spec, 1, All(1));
+  t.AttachColdTier(cold_.get());
+  std::vector<uint64_t> ids(300);
+  std::iota(ids.begin(), ids.end(), 1);
+  std::vector<float> g(ids.size() * 5, 0.25f);
+  for (ServerTable* x : {&t, &plain}) x->ApplyKeys(ids.data(), ids.size(), g.data(), 1.0f);
+  t.SetHotLimit(64 * (t.sparse_record_bytes() + 6));
+  auto down = [&] {
+    bool more = true;
+    while (more) t.MoveDownSome(1000, &more);
+  };
+  down();
+  const uint64_t cold = t.tier_counts().cold_rows;
+  ASSERT_GT(cold, 200u);
+  // Every id on disk now: the CLOCK took the rows not used last.
+  std::vector<uint64_t> on_disk;
+  bool done = false;
+  cold_->Scan(t.spec().id, 0, 0, &done, [&](uint64_t id, std::string_view) {
+    on_disk.push_back(id);
+    return true;
+  });
+  ASSERT_EQ(on_disk.size(), cold);
+  // Import over a cold row: one row, the imported one.
+  std::vector<float> row(RowStride(t.spec()), 3.5f);
+  for (ServerTable* x : {&t, &plain}) x->Import(on_disk[0], row.data());
+  EXPECT_EQ(t.sparse_rows(), 300u);
+  EXPECT_EQ(t.tier_counts().cold_rows, cold - 1);
+  // Erase of a cold row: gone from both tiers, listed as changed.
+  std::vector<uint64_t> changed;
+  ASSERT_TRUE(t.TakeChanged(0, &changed));
+  for (ServerTable* x : {&t, &plain}) x->EraseSparse(on_disk[1]);
+  EXPECT_EQ(t.sparse_rows(), 299u);
+  EXPECT_EQ(t.tier_counts().cold_rows, cold - 2);
+  std::vector<float> out(row.size());
+  EXPECT_FALSE(t.ExportSparseRow(on_disk[1], out.data()));
+  ASSERT_TRUE(t.TakeChanged(0, &changed));
+  EXPECT_EQ(changed, std::vector<uint64_t>{on_disk[1]});
+  // Sync: summed while on disk, moved down between the sum and its
+  // application (as between two requests), applied: the same rows.
+  std::vector<uint64_t> some(on_disk.begin() + 2, on_disk.begin() + 40);
+  std::vector<float> gs(some.size() * 5, -0.5f);
+  for (ServerTable* x : {&t, &plain}) x->AccumulateKeys(some.data(), some.size(), gs.data());
+  ASSERT_TRUE(t.Promote(some.data(), some.size()).ok());
+  t.SetHotLimit(0);  // (the floor: 64 rows)
+  down();
+  for (ServerTable* x : {&t, &plain}) x->ApplyAccumulated(0.5f);
+  down();
+  std::vector<uint64_t> left;
+  plain.SparseIds(0, &left);
+  ASSERT_EQ(left.size(), 299u);
+  std::vector<float> a(left.size() * row.size()), b(a.size());
+  for (size_t i = 0; i < left.size(); ++i) {
+    ASSERT_TRUE(t.ExportSparseRow(left[i], &a[i * row.size()]));
+    ASSERT_TRUE(plain.ExportSparseRow(left[i], &b[i * row.size()]));
+  }
+  EXPECT_TRUE(SameBits(a, b));
+  EXPECT_EQ(cold_->failure(), "");
 }
 
 // Admission counts pushes wherever the other rows are; a restore larger

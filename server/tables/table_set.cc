@@ -48,7 +48,8 @@ bool TableSet::Balance(uint64_t max_rows) {
 }
 
 Status TableSet::CheckDisk(const ServerTable& t, uint64_t rows, const std::string& what) const {
-  const uint64_t need = rows * (t.sparse_record_bytes() + 16), free = cold_->FreeBytes();
+  // (x 2: universal compaction may hold a file's rows twice while it merges)
+  const uint64_t need = 2 * rows * (t.sparse_record_bytes() + 16), free = cold_->FreeBytes();
   if (free >= need + kDiskReserve) return Status::OK();
   return Status::TooLarge(what + " of sparse table '" + t.spec().name + "' need " + std::to_string(need) +
                           " bytes of disk on server " + std::to_string(rank_) + "; its cold tier (" + cold_->dir() +
@@ -76,7 +77,7 @@ Status TableSet::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, u
                                                   parts - 1) / parts);
   if (t.tiered()) {  // rows past the hot tier go to disk: the disk is what limits them
     uint64_t fresh = n, grow = 0;
-    if (t.sparse_rows() + n > share || cold_->FreeBytes() < n * (t.sparse_record_bytes() + 16) + kDiskReserve)
+    if (t.sparse_rows() + n > share || cold_->FreeBytes() < 2 * n * (t.sparse_record_bytes() + 16) + kDiskReserve)
       fresh = t.CountCreated(keys, n, &grow);
     if (fresh == 0) return Status::OK();
     if (t.sparse_rows() + fresh > share)
@@ -167,8 +168,10 @@ Status TableSet::Define(const ClusterView& v, const std::vector<uint32_t>& owned
       tables_[spec.id]->AttachColdTier(cold_.get());
       UpdateHotLimits();
     }
-    if (restore_)
+    if (restore_) {
       if (Status rs = restore_->Fill(spec, *tables_[spec.id]); !rs.ok()) return rs;
+      tables_[spec.id]->ForgetChanges();  // (every row restored: its first cut is full anyway)
+    }
     LOG_INFO << "holding table '" << spec.name << "' (" << ToString(spec.kind) << ", " << owned.size() << " of "
              << partitions_ << " partitions, " << tables_[spec.id]->rows_held() << " rows)";
   }

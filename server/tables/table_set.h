@@ -36,6 +36,11 @@ class TableSet {
   // is 90 % of the budget less the other tables' bytes and kColdReserve
   // (RocksDB's memtables and block cache), split evenly.
   bool Balance(uint64_t max_rows);
+  // The cold tier's first failure (Internal, naming it), or OK: a server
+  // whose tier failed stops, its replicas take over.
+  Status ColdTierFailure() const {
+    return cold_ && !cold_->failure().empty() ? Status::Internal(cold_->failure()) : Status::OK();
+  }
   static constexpr uint64_t kColdReserve = 96ull << 20;
   // Free bytes a tiered table leaves on its cold tier's disk: rows that
   // would take them are refused.

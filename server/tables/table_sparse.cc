@@ -236,31 +236,35 @@ void ServerTable::EncodeSparseRow(const SparsePart& part, uint32_t slot, float* 
 void ServerTable::ExportSparse(uint32_t p, PartitionData* d) const {
   const SparsePart& part = *sparse_[p];
   const uint32_t stride = d->stride;
-  std::vector<std::pair<uint64_t, uint32_t>> ids;
-  ids.reserve(part.rows.size());
+  // (id, slot) of the rows in memory; (id, kCold | k) of the k-th row read
+  // from the cold tier, its raw record at cold[k * raw_bytes].
+  constexpr uint64_t kCold = 1ull << 32;
+  std::vector<std::pair<uint64_t, uint64_t>> ids;
+  ids.reserve(part.rows.size() + part.cold_rows);
   for (uint32_t s = 0; s < part.rows.slots(); ++s)
     if (part.rows.live(s)) ids.emplace_back(part.rows.id(s), s);
-  if (tiered() && part.cold_rows > 0) {  // cold rows: read as they are scanned (slot kNone)
-    std::vector<uint64_t> cold;
-    CollectColdIds(p, &cold);
-    for (uint64_t id : cold) ids.emplace_back(id, SparseRows::kNone);
+  std::vector<uint8_t> cold;
+  if (tiered() && part.cold_rows > 0) {
+    const size_t rb = part.rows.raw_bytes();
+    uint64_t k = 0;
+    bool done = false;
+    tier_.cold->Scan(spec_.id, p, 0, &done, [&](uint64_t id, std::string_view v) {
+      if (v.size() != rb) return true;  // (not this table's record: never written so)
+      cold.insert(cold.end(), v.begin(), v.end());
+      ids.emplace_back(id, kCold | k++);
+      return true;
+    });
   }
   std::sort(ids.begin(), ids.end());
   d->rows.resize(ids.size());
   d->values.resize(ids.size() * stride);
-  size_t n = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
-    d->rows[n] = ids[i].first;
-    if (ids[i].second != SparseRows::kNone)
-      EncodeSparseRow(part, ids[i].second, &d->values[n * stride]);
-    else if (ColdRow(ids[i].first, tier_.raw.data()))
-      EncodeRawRow(part, tier_.raw.data(), &d->values[n * stride]);
+    d->rows[i] = ids[i].first;
+    if (ids[i].second & kCold)
+      EncodeRawRow(part, cold.data() + (ids[i].second & ~kCold) * part.rows.raw_bytes(), &d->values[i * stride]);
     else
-      continue;  // (gone between the scan and the read: cannot happen on one thread)
-    ++n;
+      EncodeSparseRow(part, static_cast<uint32_t>(ids[i].second), &d->values[i * stride]);
   }
-  d->rows.resize(n);
-  d->values.resize(n * stride);
   if (part.admission) d->admission = part.admission->Serialize();
 }
 

@@ -159,15 +159,16 @@ def test_server_command_lines_ports_cpus_memory_metrics():
     assert argv[2] == [bins("shardps-server"), "--coordinator", "tcp://127.0.0.1:7100", "--rank", "2",
                        "--bind", "tcp://127.0.0.1:7002", "--advertise", "127.0.0.1",
                        "--metrics-port", "9103", "--metrics-address", "0.0.0.0", "--cpus", "0-3",
-                       "--memory-budget-mb", "512"]
+                       "--memory-budget-mb", "512", "--cold-dir", c.run_dir]
     assert argv[1][argv[1].index("--cpus") + 1] == "4-7"
     assert argv[0][argv[0].index("--bind") + 1] == "tcp://127.0.0.1:7000"
 
 
 def test_free_ports_and_no_metrics():
-    argv = commands(config(metrics={"enabled": False})).server(1, "n2", "10.0.0.2", "tcp://10.0.0.1:5")
+    c = commands(config(metrics={"enabled": False}))
+    argv = c.server(1, "n2", "10.0.0.2", "tcp://10.0.0.1:5")
     assert argv == [bins("shardps-server"), "--coordinator", "tcp://10.0.0.1:5", "--rank", "1",
-                    "--bind", "tcp://0.0.0.0:0", "--advertise", "10.0.0.2", "--no-metrics"]
+                    "--bind", "tcp://0.0.0.0:0", "--advertise", "10.0.0.2", "--no-metrics", "--cold-dir", c.run_dir]
 
 
 def test_worker_command_placeholders_and_environment():
@@ -390,7 +391,7 @@ def test_a_job_file_to_its_command_lines(tmp_path):
     assert c.server(1, "localhost", "127.0.0.1", "tcp://127.0.0.1:5") == [
         bins("shardps-server"), "--coordinator", "tcp://127.0.0.1:5", "--rank", "1", "--bind", "tcp://127.0.0.1:7001",
         "--advertise", "127.0.0.1", "--metrics-port", "9202", "--metrics-address", "127.0.0.1", "--cpus", "1",
-        "--memory-budget-mb", "256"]
+        "--memory-budget-mb", "256", "--cold-dir", c.run_dir]
     argv, env = c.worker(2, "localhost", "tcp://127.0.0.1:5")
     assert argv == ["sh", "-c", "train --rank 2 --of 3 | tee log2"] and env["SHARDPS_WORKERS"] == "3"
     assert c.env_for(env)["OMP_NUM_THREADS"] == "1"

@@ -168,6 +168,9 @@ class JobCommands:
             argv += ["--cpus", cpus[rank % len(cpus)]]
         if self.job.get("server_memory_mb"):
             argv += ["--memory-budget-mb", str(self.job["server_memory_mb"])]
+        # Tiered tables' rows past the budget: RUN_DIR/shardps-cold-RANK,
+        # made only if the job has one, removed as the server stops.
+        argv += ["--cold-dir", self.run_dir]
         return argv + self.server_key_args(host)
 
     def worker(self, rank, host, coordinator):
