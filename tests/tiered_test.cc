@@ -62,12 +62,15 @@ std::vector<uint64_t> AllIds() {
 // Trains kClocks clocks as worker 0 (a gradient of the values pulled, so a
 // wrong row anywhere changes every later step); `clock_seen` follows it.
 // The final rows of every id.
-void Train(const LocalCluster& c, bool tiered, std::vector<float>* rows, std::atomic<int>* clock_seen = nullptr) {
+// With `hold`, it waits before each clock until that clock is below *hold.
+void Train(const LocalCluster& c, bool tiered, std::vector<float>* rows, std::atomic<int>* clock_seen = nullptr,
+           const std::atomic<int>* hold = nullptr) {
   auto ps = testing::ConnectClient(c, ClientRole::kWorker, 0);
   ASSERT_TRUE(ps);
   Table e;
   ASSERT_TRUE(ps->CreateTable(Embedding(tiered), &e).ok());
   for (int clock = 0; clock < kClocks; ++clock) {
+    if (hold) ASSERT_TRUE(testing::WaitFor([&] { return clock < hold->load(); }, 300s)) << "held at clock " << clock;
     const std::vector<uint64_t> ids = IdsOf(clock);
     std::vector<float> v(ids.size() * kDim), g(ids.size() * kDim);
     Status s = ps->Pull(e, ids, v).Wait();
@@ -173,6 +176,45 @@ TEST_F(TieredTest, AServerKilledWithRowsOnDiskFailsOverToItsReplicaWithoutARollb
   worker.join();
   EXPECT_TRUE(SameBits(got, want)) << "the model after a fail-over differs from the job's without it";
   EXPECT_NE(c.Log("server0").find("taking over group 1"), std::string::npos);
+  if (HasFailure()) c.DumpLogs();
+}
+
+// Re-replication of a tiered table: server 1 killed, a replacement filled
+// with copies of both groups from server 0 (rows read from its disk, moved
+// down on the replacement's as they come), then server 0 killed: the job
+// ends on the filled copies with the model of the job without faults.
+TEST_F(TieredTest, ACopyFilledFromRowsOnDiskTakesOverWithTheModelOfTheJobWithoutFaults) {
+  const std::vector<float>& want = Reference();
+  LocalCluster c;
+  ClusterOptions o = Options(true, Dir("fill"));
+  o.heartbeat_timeout_ms = 1500;
+  o.coordinator_args = {"--replicas", "2"};
+  ASSERT_TRUE(c.Start(o).ok());
+  std::atomic<int> clock{0};
+  std::atomic<int> hold{kClocks / 3};
+  std::vector<float> got;
+  std::thread worker([&] { Train(c, true, &got, &clock, &hold); });
+  auto logged = [&](const std::string& name, const std::string& text, int count) {
+    return testing::WaitFor(
+        [&] {
+          const std::string log = c.Log(name);
+          int n = 0;
+          for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+          return n >= count;
+        },
+        120s);
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return clock.load() >= kClocks / 3; }, 120s));
+  c.KillServer(1, SIGKILL);
+  ASSERT_TRUE(logged("coordinator", "fail-over to shard map", 1));
+  hold = 2 * kClocks / 3;  // training goes on while the replacement is filled
+  ASSERT_TRUE(c.StartServer(1).ok());
+  ASSERT_TRUE(logged("coordinator", "holds a full copy", 2)) << c.Log("coordinator");
+  ASSERT_TRUE(testing::WaitFor([&] { return clock.load() >= 2 * kClocks / 3; }, 120s));
+  c.KillServer(0, SIGKILL);
+  hold = kClocks;
+  worker.join();
+  EXPECT_TRUE(SameBits(got, want)) << "the model on the filled copies differs from the job's without faults";
   if (HasFailure()) c.DumpLogs();
 }
 
