@@ -106,6 +106,13 @@ class TieredTest : public ::testing::Test {
     }
     return o;
   }
+  // Tiered, two copies of each group, a server silent for 1.5 s dead.
+  ClusterOptions Replicated(const std::string& name) {
+    ClusterOptions o = Options(true, Dir(name));
+    o.heartbeat_timeout_ms = 1500;
+    o.coordinator_args = {"--replicas", "2"};
+    return o;
+  }
   // The model of the job with every row in memory (computed once).
   const std::vector<float>& Reference() {
     if (!reference_.empty()) return reference_;
@@ -164,10 +171,7 @@ TEST_F(TieredTest, ATieredJobTrainsTheModelOfTheJobWithEveryRowInMemoryBitForBit
 TEST_F(TieredTest, AServerKilledWithRowsOnDiskFailsOverToItsReplicaWithoutARollback) {
   const std::vector<float>& want = Reference();
   LocalCluster c;
-  ClusterOptions o = Options(true, Dir("replicas"));
-  o.heartbeat_timeout_ms = 1500;
-  o.coordinator_args = {"--replicas", "2"};
-  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Start(Replicated("replicas")).ok());
   std::atomic<int> clock{0};
   std::vector<float> got;
   std::thread worker([&] { Train(c, true, &got, &clock); });
@@ -186,10 +190,7 @@ TEST_F(TieredTest, AServerKilledWithRowsOnDiskFailsOverToItsReplicaWithoutARollb
 TEST_F(TieredTest, ACopyFilledFromRowsOnDiskTakesOverWithTheModelOfTheJobWithoutFaults) {
   const std::vector<float>& want = Reference();
   LocalCluster c;
-  ClusterOptions o = Options(true, Dir("fill"));
-  o.heartbeat_timeout_ms = 1500;
-  o.coordinator_args = {"--replicas", "2"};
-  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Start(Replicated("fill")).ok());
   std::atomic<int> clock{0};
   std::atomic<int> hold{kClocks / 3};
   std::vector<float> got;

@@ -22,6 +22,7 @@
 
 #include "common/base/clock.h"
 #include "common/base/file.h"
+#include "common/codec/big_endian.h"
 #include "common/codec/wire.h"
 #include "server/snapshot/snapshot_chain.h"
 
@@ -30,22 +31,11 @@ namespace {
 
 constexpr size_t kKeyBytes = 17;
 
-void PutBe32(char* p, uint32_t v) {
-  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xff);
-}
-void PutBe64(char* p, uint64_t v) {
-  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xff);
-}
-uint64_t GetBe64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
 void MakeKey(char* k, uint32_t table, uint32_t partition, uint64_t row) {
   k[0] = 'r';
-  PutBe32(k + 1, table);
-  PutBe32(k + 5, partition);
-  PutBe64(k + 9, row);
+  PutBE32(k + 1, table);
+  PutBE32(k + 5, partition);
+  PutBE64(k + 9, row);
 }
 
 rocksdb::Options SstOptions() {
@@ -161,8 +151,8 @@ Status ServerFileWriter::PutAdmission(uint32_t table, uint32_t partition, const 
   // Their keys ('a', table, partition) sort before every row's ('r', ...).
   char akey[9];
   akey[0] = 'a';
-  PutBe32(akey + 1, table);
-  PutBe32(akey + 5, partition);
+  PutBE32(akey + 1, table);
+  PutBE32(akey + 5, partition);
   return impl_->Put(akey, 9, bytes.data(), bytes.size());
 }
 
@@ -330,8 +320,8 @@ Status ScanPartition(const std::string& path, uint32_t table, uint32_t partition
   std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(ro));
   char prefix[9];
   prefix[0] = 'r';
-  PutBe32(prefix + 1, table);
-  PutBe32(prefix + 5, partition);
+  PutBE32(prefix + 1, table);
+  PutBE32(prefix + 5, partition);
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   *rows = *deleted = 0;
@@ -377,12 +367,12 @@ Status ForEachRow(const std::string& snap_dir, const Manifest& m, uint32_t table
   const std::string path = snap_dir + "/" + ServerFileName(pe->server);
   Status s = ScanPartition(path, table, partition, stride, [&](const char* k, const char* v) {
     if (!v) {
-      fn(GetBe64(k + 9), nullptr, stride);
+      fn(GetBE64(k + 9), nullptr, stride);
     } else if (reinterpret_cast<uintptr_t>(v) % alignof(float) == 0) {
-      fn(GetBe64(k + 9), reinterpret_cast<const float*>(v), stride);  // in place when aligned
+      fn(GetBE64(k + 9), reinterpret_cast<const float*>(v), stride);  // in place when aligned
     } else {
       std::memcpy(row.data(), v, stride * sizeof(float));
-      fn(GetBe64(k + 9), row.data(), stride);
+      fn(GetBE64(k + 9), row.data(), stride);
     }
   }, &rows, &deleted, &sum);
   if (!s.ok()) return s;
@@ -408,8 +398,8 @@ Status ReadAdmission(const std::string& snap_dir, const Manifest& m, uint32_t ta
   std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(ro));
   char akey[9];
   akey[0] = 'a';
-  PutBe32(akey + 1, table);
-  PutBe32(akey + 5, partition);
+  PutBE32(akey + 1, table);
+  PutBE32(akey + 5, partition);
   it->Seek(rocksdb::Slice(akey, 9));
   if (it->Valid() && it->key() == rocksdb::Slice(akey, 9)) out->assign(it->value().data(), it->value().size());
   if (!it->status().ok())

@@ -15,6 +15,8 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
+#include "common/codec/big_endian.h"
+
 namespace shardps {
 
 namespace fs = std::filesystem;
@@ -25,17 +27,6 @@ namespace {
 // empties).
 constexpr const char* kMarker = "SHARDPS_COLD_TIER";
 
-void PutBE32(char* p, uint32_t v) {
-  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
-}
-void PutBE64(char* p, uint64_t v) {
-  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
-}
-uint64_t GetBE64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = v << 8 | static_cast<uint8_t>(p[i]);
-  return v;
-}
 
 struct Key {
   char b[16];

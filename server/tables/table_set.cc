@@ -75,16 +75,18 @@ Status TableSet::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, u
       spec.max_rows == 0 ? UINT64_MAX
                          : static_cast<uint64_t>((static_cast<unsigned __int128>(spec.max_rows) * owned_partitions_ +
                                                   parts - 1) / parts);
+  auto past_share = [&](uint64_t fresh) {
+    return Status::TooLarge("sparse table '" + spec.name + "' holds " + std::to_string(t.sparse_rows()) +
+                            " rows on server " + std::to_string(rank_) + "; " + std::to_string(fresh) +
+                            " new ids would pass its share (" + std::to_string(share) + ") of max_rows " +
+                            std::to_string(spec.max_rows));
+  };
   if (t.tiered()) {  // rows past the hot tier go to disk: the disk is what limits them
     uint64_t fresh = n, grow = 0;
     if (t.sparse_rows() + n > share || cold_->FreeBytes() < 2 * n * (t.sparse_record_bytes() + 16) + kDiskReserve)
       fresh = t.CountCreated(keys, n, &grow);
     if (fresh == 0) return Status::OK();
-    if (t.sparse_rows() + fresh > share)
-      return Status::TooLarge("sparse table '" + spec.name + "' holds " + std::to_string(t.sparse_rows()) +
-                              " rows on server " + std::to_string(rank_) + "; " + std::to_string(fresh) +
-                              " new ids would pass its share (" + std::to_string(share) + ") of max_rows " +
-                              std::to_string(spec.max_rows));
+    if (t.sparse_rows() + fresh > share) return past_share(fresh);
     return CheckDisk(t, fresh, std::to_string(fresh) + " new rows");
   }
   const uint64_t used = Bytes();
@@ -95,11 +97,7 @@ Status TableSet::CheckSparseGrowth(const ServerTable& t, const uint64_t* keys, u
   uint64_t grow = 0;
   const uint64_t fresh = t.CountCreated(keys, n, &grow);
   if (fresh == 0) return Status::OK();
-  if (t.sparse_rows() + fresh > share)
-    return Status::TooLarge("sparse table '" + spec.name + "' holds " + std::to_string(t.sparse_rows()) +
-                            " rows on server " + std::to_string(rank_) + "; " + std::to_string(fresh) +
-                            " new ids would pass its share (" + std::to_string(share) + ") of max_rows " +
-                            std::to_string(spec.max_rows));
+  if (t.sparse_rows() + fresh > share) return past_share(fresh);
   if (used + grow > budget_)
     return Status::TooLarge("server " + std::to_string(rank_) + " holds " + std::to_string(used) +
                             " bytes of tables; " + std::to_string(fresh) + " new rows of sparse table '" + spec.name +

@@ -192,6 +192,20 @@ def test_create_table_embedding_options(ps):
         ps.create_table("bf", kind="sparse", cols=8, dtype="f16", admit_after=3, evict_after_clocks=10)
 
 
+def test_a_tiered_table_from_python_and_torch(ps):
+    t = ps.create_table("cold", kind="sparse", cols=4, cold_tier=True)
+    assert t.spec.cold_tier and repr(t.spec).endswith("cold_tier=True)")
+    with pytest.raises(TypeError, match="cold_tier must be True or False"):
+        ps.create_table("x", kind="sparse", cols=2, cold_tier="yes")
+    with pytest.raises(shardps.InvalidArgumentError, match="cold_tier is for sparse tables"):
+        ps.create_table("x", rows=4, cols=2, cold_tier=True)
+    emb = shardps.torch.Embedding(None, 4, name="cold_t", client=ps, init="zeros", optimizer="sgd", lr=1.0,
+                                  cold_tier=True)
+    ids = torch.tensor([1, 2, 1 << 40])
+    train_step(ps, emb, emb(ids).sum())
+    assert torch.equal(emb.read(ids), -torch.ones(3, 4))  # (rows in memory or not: the same values)
+
+
 def test_a_16_bit_table_takes_and_gives_float32_arrays(ps):
     t = ps.create_table("b16", kind="sparse", cols=4, dtype="bf16", init="constant", value=1.0, optimizer="sgd",
                         lr=1.0)
