@@ -42,9 +42,8 @@ void Server::ApplyClock(Shard& sh, WorkerClocks::CompleteClock& c) {
     const float* values = RequestCheck::PushValues(*t, *h, b.frames.back(), &held_scratch_.values);
     if (h->key_count() > 0) {
       const uint64_t* keys = wire::ArrayView<uint64_t>(b.frames[2], held_scratch_.keys);
-      if (t->tiered()) (void)t->Promote(keys, h->key_count());  // (a failure is logged; ApplyAccumulated tries again)
-      sh.cut.EnsureCopiedKeys(b.table, keys, h->key_count());  // the sum is applied below
-      t->AccumulateKeys(keys, h->key_count(), values);
+      t->AccumulateKeys(keys, h->key_count(), values);  // (a tiered table's rows come up first)
+      sh.cut.EnsureCopiedKeys(b.table, keys, h->key_count());  // as at the cut: the sum is applied below
     } else {
       sh.cut.EnsureCopiedRange(b.table, h->row_begin(), h->row_end());
       t->AccumulateRange(h->row_begin(), h->row_end(), values);

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "server/snapshot/snapshot.h"
+#include "server/tables/initializer.h"
 #include "shardps/client.h"
 #include "tests/cluster.h"
 #include "tests/table_spec.h"
@@ -88,7 +90,31 @@ void Train(const LocalCluster& c, bool tiered, std::vector<float>* rows, std::at
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  if (a.size() != b.size()) return false;
+  size_t diff = 0, first = SIZE_MAX;
+  for (size_t r = 0; r * kDim < a.size(); ++r)
+    if (std::memcmp(&a[r * kDim], &b[r * kDim], kDim * sizeof(float)) != 0) {
+      ++diff;
+      if (first == SIZE_MAX) first = r;
+    }
+  if (diff) {
+    std::string by_clock;
+    for (size_t c = 0; c < kClocks; ++c) {
+      size_t n = 0;
+      for (size_t r = c * kNewPerClock; r < (c + 1) * kNewPerClock; ++r)
+        n += std::memcmp(&a[r * kDim], &b[r * kDim], kDim * sizeof(float)) != 0;
+      by_clock += " " + std::to_string(n);
+    }
+    std::fprintf(stderr, "differing rows by the clock that made them:%s\n", by_clock.c_str());
+    const std::vector<uint64_t> all = AllIds();
+    std::vector<float> init(kDim);
+    InitRow(Embedding(true), all[first], init.data());
+    std::fprintf(stderr, "initial value of that row: %g\n", init[0]);
+    std::fprintf(stderr, "%zu of %zu rows differ; the first: id %llu (row %zu, clock %zu): %g vs %g\n", diff,
+                 a.size() / kDim, static_cast<unsigned long long>(all[first]), first, first / kNewPerClock,
+                 a[first * kDim], b[first * kDim]);
+  }
+  return diff == 0;
 }
 
 class TieredTest : public ::testing::Test {

@@ -344,6 +344,7 @@ void ServerTable::ApplyKeys(const uint64_t* keys, size_t n, const float* g, floa
 
 void ServerTable::AccumulateKeys(const uint64_t* keys, size_t n, const float* g) {
   const size_t c = spec_.cols;
+  if (tiered()) (void)Promote(keys, n);  // (a failure stops the server: ApplyAccumulated then applies nothing)
   for (size_t i = 0; i < n; ++i) {
     auto [it, inserted] = acc_index_.try_emplace(keys[i], static_cast<uint32_t>(acc_keys_.size()));
     const float* src = g + i * c;
@@ -386,7 +387,10 @@ void ServerTable::ApplyAccumulated(float scale) {
     // (Rows summed into may have gone down since: every one comes up. A
     // cold tier that cannot be read applies nothing: its rows would be
     // made again from their initial values; the server stops.)
-    if (Promote(acc_keys_.data(), acc_keys_.size(), /*count=*/false).ok())
+    // (Rows are promoted as they are summed, and again here: whatever
+    // happened between, no row summed into is made again.)
+    const bool failed = tiered() && !tier_.cold->failure().empty();
+    if (!failed && Promote(acc_keys_.data(), acc_keys_.size(), /*count=*/false).ok())
       ApplyKeys(acc_keys_.data(), acc_keys_.size(), acc_.data(), scale);
     acc_keys_.clear();
     acc_index_.clear();
