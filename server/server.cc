@@ -362,20 +362,15 @@ void Server::SendHeartbeat() {
   for (const auto& [rank, n] : need) parked.emplace_back(rank, n);
   auto waiting = fbb_.CreateVectorOfStructs(parked);
   auto clocks = fbb_.CreateVector(counted);
+  const ColdStore* tier = tables_.cold();
   wire::ColdTierStats cold;
-  bool tiered = false;
-  for (const auto& t : tables_.all()) {
-    if (!t || !t->tiered()) continue;
-    const auto& c = t->tier_counts();
-    tiered = true;
-    cold = wire::ColdTierStats(cold.hot_rows() + t->sparse_rows() - c.cold_rows, cold.cold_rows() + c.cold_rows,
-                               cold.hits() + c.hits, cold.reads() + c.reads, cold.moved_down() + c.moved_down, 0, 0);
+  if (tier) {
+    const TableSet::TierTotals s = tables_.Totals();
+    cold = wire::ColdTierStats(s.hot_rows, s.cold_rows, s.hits, s.reads, s.moved_down, tier->bytes_read(),
+                               tier->bytes_written());
   }
-  if (tiered)
-    cold = wire::ColdTierStats(cold.hot_rows(), cold.cold_rows(), cold.hits(), cold.reads(), cold.moved_down(),
-                               tables_.cold()->bytes_read(), tables_.cold()->bytes_written());
   wire::ServerStatsBuilder b(fbb_);
-  if (tiered) b.add_cold(&cold);
+  if (tier) b.add_cold(&cold);
   b.add_pushes(m_.pushes.Value());
   b.add_pulls(m_.pulls.Value());
   b.add_push_bytes(m_.push_bytes.Value());
@@ -530,15 +525,12 @@ void Server::LogStopped() const {
            << m_.pushes.Value() + m_.pulls.Value() + m_.ticks.Value() << " pushes, pulls and ticks in "
            << m_.messages.Value() << " messages";
   if (const ColdStore* cold = tables_.cold()) {
-    uint64_t on_disk = 0, hits = 0, reads = 0, down = 0;
-    for (const auto& t : tables_.all())
-      if (t && t->tiered())
-        on_disk += t->tier_counts().cold_rows, hits += t->tier_counts().hits, reads += t->tier_counts().reads,
-            down += t->tier_counts().moved_down;
-    LOG_INFO << "cold tier: " << on_disk << " rows on disk at the end; hit rate "
-             << (hits + reads ? 100.0 * static_cast<double>(hits) / static_cast<double>(hits + reads) : 0.0) << " %, "
-             << reads << " rows read up, " << down << " moved down; " << cold->bytes_read() << " bytes read, "
-             << cold->bytes_written() << " written";
+    const TableSet::TierTotals s = tables_.Totals();
+    const uint64_t looked = s.hits + s.reads;
+    LOG_INFO << "cold tier: " << s.cold_rows << " rows on disk at the end; hit rate "
+             << (looked ? 100.0 * static_cast<double>(s.hits) / static_cast<double>(looked) : 0.0) << " %, "
+             << s.reads << " rows read up, " << s.moved_down << " moved down; " << cold->bytes_read()
+             << " bytes read, " << cold->bytes_written() << " written";
   }
 }
 

@@ -36,7 +36,6 @@ struct Key {
     PutBE64(b + 8, id);
   }
   rocksdb::Slice slice() const { return rocksdb::Slice(b, 16); }
-  rocksdb::Slice prefix() const { return rocksdb::Slice(b, 8); }
 };
 
 Status Bad(const std::string& what, const rocksdb::Status& rs) {
@@ -263,12 +262,6 @@ uint64_t ColdStore::FreeBytes() const {
   struct statvfs s {};
   if (::statvfs(dir_.c_str(), &s) != 0) return 0;
   return static_cast<uint64_t>(s.f_bavail) * s.f_frsize;
-}
-
-uint64_t ColdStore::DiskBytes() const {
-  uint64_t b = 0;
-  impl_->db->GetIntProperty(rocksdb::DB::Properties::kLiveSstFilesSize, &b);
-  return b;
 }
 
 }  // namespace shardps

@@ -80,8 +80,6 @@ class ColdStore {
   uint64_t bytes_read() const { return bytes_read_; }
   uint64_t bytes_written() const { return bytes_written_; }
   uint64_t FreeBytes() const;
-  // Bytes on disk now (RocksDB's live files).
-  uint64_t DiskBytes() const;
 
  private:
   struct Impl;

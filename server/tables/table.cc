@@ -384,11 +384,9 @@ void ServerTable::ApplyAccumulated(float scale) {
     dense_acc_dirty_ = false;
   }
   if (!acc_keys_.empty()) {
-    // (Rows summed into may have gone down since: every one comes up. A
-    // cold tier that cannot be read applies nothing: its rows would be
-    // made again from their initial values; the server stops.)
-    // (Rows are promoted as they are summed, and again here: whatever
-    // happened between, no row summed into is made again.)
+    // (Rows come up as they are summed, and again here: whatever happened
+    // between, no row summed into is made again from its initial values.
+    // A cold tier that failed applies nothing: the server stops.)
     const bool failed = tiered() && !tier_.cold->failure().empty();
     if (!failed && Promote(acc_keys_.data(), acc_keys_.size(), /*count=*/false).ok())
       ApplyKeys(acc_keys_.data(), acc_keys_.size(), acc_.data(), scale);

@@ -95,8 +95,6 @@ Status ServerTable::Promote(const uint64_t* keys, size_t n, bool count) {
     bytes_ = bytes_ - before + part.rows.bytes();
     part.rows.set_rows_elsewhere(part.cold_rows);
   }
-  // (A failed delete leaves a stale copy below a live row: the hot one is
-  // read first, and the next move down overwrites it.)
   if (Status s = tier_.cold->Commit(); !s.ok()) {  // (stale copies below live rows: the server stops)
     TierFailed(s.message());
     return s;

@@ -23,15 +23,31 @@ Status TableSet::OpenColdTier() {
   return Status::OK();
 }
 
-void TableSet::UpdateHotLimits() {
+void TableSet::UpdateHotLimits(bool force) {
   uint64_t fixed = 0, tiered = 0;
   for (const auto& t : tables_)
     if (t) (t->tiered() ? tiered : fixed) += t->tiered() ? 1 : t->bytes();
   if (tiered == 0) return;
   const uint64_t usable = budget_ / 10 * 9;
   const uint64_t hot = usable > fixed + kColdReserve ? usable - fixed - kColdReserve : 0;
+  if (!force && hot / tiered == hot_each_) return;
+  hot_each_ = hot / tiered;
   for (auto& t : tables_)
-    if (t && t->tiered()) t->SetHotLimit(hot / tiered);
+    if (t && t->tiered()) t->SetHotLimit(hot_each_);
+}
+
+TableSet::TierTotals TableSet::Totals() const {
+  TierTotals s;
+  for (const auto& t : tables_) {
+    if (!t || !t->tiered()) continue;
+    const ServerTable::TierCounts& c = t->tier_counts();
+    s.hot_rows += t->sparse_rows() - c.cold_rows;
+    s.cold_rows += c.cold_rows;
+    s.hits += c.hits;
+    s.reads += c.reads;
+    s.moved_down += c.moved_down;
+  }
+  return s;
 }
 
 bool TableSet::Balance(uint64_t max_rows) {
@@ -130,7 +146,7 @@ Status TableSet::Define(const ClusterView& v, const std::vector<uint32_t>& owned
       }
       LOG_INFO << "holding " << more.size() << " more partitions of table '" << spec.name << "' (" << owned.size()
                << " of " << partitions_ << ")";
-      UpdateHotLimits();
+      UpdateHotLimits(/*force=*/true);
       continue;
     }
     // The coordinator checks every table against the servers' budgets
@@ -164,7 +180,7 @@ Status TableSet::Define(const ClusterView& v, const std::vector<uint32_t>& owned
         continue;
       }
       tables_[spec.id]->AttachColdTier(cold_.get());
-      UpdateHotLimits();
+      UpdateHotLimits(/*force=*/true);
     }
     if (restore_) {
       if (Status rs = restore_->Fill(spec, *tables_[spec.id]); !rs.ok()) return rs;

@@ -36,6 +36,11 @@ class TableSet {
   // is 90 % of the budget less the other tables' bytes and kColdReserve
   // (RocksDB's memtables and block cache), split evenly.
   bool Balance(uint64_t max_rows);
+  // The tiered tables' counts added up (hot_rows: rows in memory).
+  struct TierTotals {
+    uint64_t hot_rows = 0, cold_rows = 0, hits = 0, reads = 0, moved_down = 0;
+  };
+  TierTotals Totals() const;
   // The cold tier's first failure (Internal, naming it), or OK: a server
   // whose tier failed stops, its replicas take over.
   Status ColdTierFailure() const {
@@ -90,11 +95,14 @@ class TableSet {
   uint32_t rank_ = 0;
   uint32_t partitions_ = 0;        // of the shard map (0: none yet)
   uint64_t owned_partitions_ = 0;  // partitions this server holds (the shard map)
-  void UpdateHotLimits();
+  // Splits the hot tier over the tiered tables (again only when the other
+  // tables' bytes changed it, unless `force`: partitions were added).
+  void UpdateHotLimits(bool force = false);
   Status OpenColdTier();
   Status CheckDisk(const ServerTable& t, uint64_t rows, const std::string& what) const;
 
   std::string cold_dir_;
+  uint64_t hot_each_ = UINT64_MAX;  // UpdateHotLimits: each tiered table's hot tier as last set
   std::unique_ptr<ColdStore> cold_;  // (made before the tables that use it, gone after them)
   std::vector<std::unique_ptr<ServerTable>> tables_;  // by table id
   std::set<uint32_t> refused_;  // over the budget: not held (requests get TooLarge)
