@@ -22,8 +22,10 @@ Status IoLoop::ConnectCoordinator() {
 bool IoLoop::HoldForCoordinator(std::vector<zmq::message_t>& frames) {
   // Given several coordinators (a leader and standbys), the socket sends
   // only on a connection made: none yet (the leader not up, or just lost).
-  // The request waits for one, its deadline running.
-  if (CoordinatorEndpoints(opts.coordinator).size() < 2 || (coord.get(zmq::sockopt::events) & ZMQ_POLLOUT)) return false;
+  // The request waits for one, its deadline running. (Whatever ZMQ_EVENTS
+  // says now: a connection made, or lost, since the send failed changes
+  // nothing; the next loop pass sends it.)
+  if (CoordinatorEndpoints(opts.coordinator).size() < 2) return false;
   // (Not said of the first request: its connection is still being made.)
   if (coord_waiting.empty() && sends > 1)
     LOG_INFO << "no coordinator of " << opts.coordinator << " leads yet: requests wait for one";

@@ -190,8 +190,8 @@ bool ColdStore::Get(uint32_t table, uint32_t partition, uint64_t id, size_t valu
   const rocksdb::Status rs = impl_->db->Get(impl_->read, impl_->db->DefaultColumnFamily(), k.slice(), &v);
   if (rs.IsNotFound()) return false;
   if (!rs.ok() || v.size() != value_bytes) {
-    Failed("reading row " + std::to_string(id),
-           rs.ok() ? std::to_string(v.size()) + " bytes, not " + std::to_string(value_bytes) : rs.ToString());
+    (void)Failed("reading row " + std::to_string(id),  // recorded in failure(); the caller sees false
+                 rs.ok() ? std::to_string(v.size()) + " bytes, not " + std::to_string(value_bytes) : rs.ToString());
     return false;
   }
   std::memcpy(out, v.data(), value_bytes);
@@ -241,7 +241,7 @@ uint64_t ColdStore::ScanImpl(uint32_t table, uint32_t partition, uint64_t from, 
       return id + 1;
     }
   }
-  if (!it->status().ok()) Failed("reading partition " + std::to_string(partition), it->status().ToString());
+  if (!it->status().ok()) (void)Failed("reading partition " + std::to_string(partition), it->status().ToString());
   return 0;
 }
 

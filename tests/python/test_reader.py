@@ -123,13 +123,17 @@ def test_a_waiting_reader_lets_other_python_threads_run(tmp_path, log):
 
 
 def train_from_pool(endpoint, rank, log, batch, got, errors, epoch=1):
-    """One worker: every batch of the pool reader (its keys recorded), a clock after each."""
+    """One worker: every batch of the pool reader (its keys recorded), as a
+    step does: a pull of the batch's rows (under sync it waits for the
+    others' clocks), then a clock."""
     try:
         with shardps.connect(endpoint, rank=rank) as ps:
+            e = ps.create_table("e", kind="sparse", cols=2)
             r = shardps.CriteoPoolReader(ps, log, batch, rows=0, epoch=epoch)
             assert r.lines == 1000
             for y, x, k in r:
                 got[rank].append(k)
+                ps.pull(e, ids=np.unique(k[:, 0]))
                 ps.clock()
     except Exception as e:  # noqa: BLE001 (reported by the test)
         errors.append(f"worker {rank}: {e!r}")

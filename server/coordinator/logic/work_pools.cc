@@ -31,6 +31,15 @@ std::pair<uint64_t, uint64_t> WorkPool::TakeReturned(uint64_t max) {
   return g;
 }
 
+bool WorkPool::SlotsOut() const {
+  for (const auto& [clock, b] : blocks)
+    for (size_t i = 0; i < b.ranks.size(); ++i) {
+      const auto slot = Slot(b, i);
+      if (!b.taken[i] && slot.first < slot.second) return true;
+    }
+  return false;
+}
+
 std::pair<uint64_t, uint64_t> WorkPool::Slot(const Block& b, size_t i) {
   const uint64_t begin = std::min<uint64_t>(b.begin + static_cast<uint64_t>(b.per) * i, b.end);
   return {begin, std::min<uint64_t>(begin + b.per, b.end)};
@@ -175,7 +184,10 @@ void WorkPools::ClaimPerClock(const WorkClaim& c, WorkPool& p, const std::vector
       return grant(c.pool, begin, end);
     }
   }
-  const bool finished = p.last_clock < clock && p.next >= p.total;
+  // Not finished while a block holds a slot nobody took: its worker takes
+  // it at that clock, or the block is dropped at clock + 4 and the slot
+  // goes back; a worker told to wait ticks on to either.
+  const bool finished = p.last_clock < clock && p.next >= p.total && !p.SlotsOut();
   *out = {c.pool, 0, 0, finished ? Grant::kFinished : Grant::kWaitNextClock, p.handed()};
 }
 
@@ -184,11 +196,13 @@ WorkPool::Block WorkPools::CutBlock(const WorkClaim& c, WorkPool& p, const std::
   const int64_t clock = c.clock;
   WorkPool::Block blk;
   // Every live worker but those already served at this clock (a dead
-  // worker's units).
+  // worker's units) or past it: a worker granted units at a later clock
+  // never claims at this one again (its slot would wait for the block to
+  // be dropped, and be lost if the pool were finished first).
   for (uint32_t r : live) {
     auto held = d_.clock_grants.find(r);
     if (held == d_.clock_grants.end() ||
-        std::none_of(held->second.begin(), held->second.end(), [&](const ClockGrant& g) { return g.clock == clock; }))
+        std::none_of(held->second.begin(), held->second.end(), [&](const ClockGrant& g) { return g.clock >= clock; }))
       blk.ranks.push_back(r);
   }
   blk.taken.assign(blk.ranks.size(), 0);

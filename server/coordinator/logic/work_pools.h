@@ -51,6 +51,8 @@ struct WorkPool {
   uint64_t FirstUndone() const;
   // Up to `max` units handed back by a dead worker (empty: none).
   std::pair<uint64_t, uint64_t> TakeReturned(uint64_t max);
+  // A block holds a slot not taken yet that has units.
+  bool SlotsOut() const;
   // Slot `i` of block `b`: its `per` units, cut short at the block's end.
   static std::pair<uint64_t, uint64_t> Slot(const Block& b, size_t i);
 };

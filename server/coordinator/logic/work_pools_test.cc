@@ -151,6 +151,31 @@ TEST(WorkPoolsPerClock, FinishedOnceTheLastBlockIsBehindElseWaitNextClock) {
   EXPECT_EQ(Units(done), Range(0, 0));
 }
 
+TEST(WorkPoolsPerClock, WorkersAnyNumberOfClocksApartTrainEveryUnitOnce) {
+  // Nothing in a claim makes the workers' clocks meet (a worker that never
+  // pulls under sync runs ahead): however far apart, every unit exactly
+  // once, and every worker told the pool is finished.
+  for (uint32_t seed = 1; seed <= 300; ++seed) {
+    const int n = 2 + static_cast<int>(seed % 2);
+    const std::vector<uint32_t> live = n == 2 ? std::vector<uint32_t>{0, 1} : std::vector<uint32_t>{0, 1, 2};
+    WorkPools w;
+    std::vector<int> seen(100 + seed % 97, 0);
+    std::vector<int64_t> clock(n, 0);
+    std::vector<bool> done(n, false);
+    uint32_t r = seed;
+    for (int left = n; left > 0;) {
+      r = r * 1103515245u + 12345u;
+      int rank = static_cast<int>((r >> 16) % n);
+      while (done[rank]) rank = (rank + 1) % n;
+      const Grant g = MustClaim(w, PerClock(rank, clock[rank]++, 1, seen.size(), 10), live);
+      for (uint64_t u = g.begin; u < g.end; ++u) ++seen[u];
+      if (g.state == Grant::kFinished) done[rank] = true, --left;
+      ASSERT_LT(clock[rank], 1000) << "seed " << seed << ": worker " << rank << " never finished";
+    }
+    for (size_t u = 0; u < seen.size(); ++u) ASSERT_EQ(seen[u], 1) << "seed " << seed << ": unit " << u;
+  }
+}
+
 TEST(WorkPoolsPerClock, EveryClocksBlockIsRecordedInAJobTakingSnapshots) {
   WorkPools w;
   CutClocks cuts;
