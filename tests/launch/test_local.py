@@ -82,6 +82,7 @@ def wait_for_lines(launch, pattern, count, since, timeout):
         time.sleep(0.1)
 
 
+@not_under_tsan  # (its threads under TSan: fault_test's ADeadWorkersBatchGoesToTheNextClaimer...; CI's 70 minutes)
 def test_killed_worker_under_sync_its_batches_go_to_the_others(run_dir):
     """kill -9 of a worker while the others wait for it at every clock: they
     go on within the heartbeat deadline plus a second, every epoch still
@@ -352,6 +353,7 @@ def test_replacement_server_is_filled_and_takes_over_after_the_other_dies(run_di
     wait_none_left(run_dir)
 
 
+@not_under_tsan  # (its threads under TSan: the rollback test above; the refusal is the coordinator's logic)
 def test_both_copies_of_a_group_lost_fall_back_to_the_rollback_saying_why(run_dir, tmp_path):
     """replicas = 2, both servers killed at once: the first is failed over
     (to the second, dead too), the second cannot be (its groups would lose
