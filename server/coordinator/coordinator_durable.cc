@@ -55,10 +55,7 @@ DurableState Coordinator::Durable() const {
   d.next_update_id = next_update_id_;
   d.membership_version = members_.version();
   d.stopping = stop_.stopping;
-  if (tables_.complete() && tables_.map().version > 1) {
-    d.map_version = tables_.map().version;
-    d.map_replicas = tables_.map().replicas;
-  }
+  tables_.MapToSave(&d.map_version, &d.map_replicas);  // (none: no map saved, the first is made again)
   return d;
 }
 

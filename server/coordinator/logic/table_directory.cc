@@ -47,6 +47,19 @@ ShardMap TableDirectory::FirstMap(ShardMap fresh) const {
   return fresh;
 }
 
+bool TableDirectory::MapToSave(uint64_t* version, std::vector<std::vector<uint32_t>>* replicas) const {
+  if (complete()) {
+    if (map_.version <= 1) return false;
+    *version = map_.version;
+    *replicas = map_.replicas;
+    return true;
+  }
+  if (resumed_replicas_.empty()) return false;
+  *version = resumed_version_;
+  *replicas = resumed_replicas_;
+  return true;
+}
+
 void TableDirectory::DropFromResumed(const ShardMap& fresh, uint32_t server, std::vector<uint32_t>* lost) {
   const ShardMap from = FirstMap(fresh);
   const ShardMap next = from.Without(server, lost);

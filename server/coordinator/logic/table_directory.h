@@ -82,6 +82,12 @@ class TableDirectory {
   }
   // `fresh` (the job's first map), or the resumed one on its layout.
   ShardMap FirstMap(ShardMap fresh) const;
+  // The map a saved state must hold (false: none, the job's first map is
+  // made again from its layout): the current one past v1, or, before a
+  // resumed job made its map again, the resumed one — a coordinator that
+  // saves in between (a claim, a worker leaving) and dies must not leave
+  // the next one only v1 to make, older than what the servers hold.
+  bool MapToSave(uint64_t* version, std::vector<std::vector<uint32_t>>* replicas) const;
   // A resumed job before its map is made again: `server` is dead; it
   // leaves the replica lists the map will be made with (`fresh`: the job's
   // first map, where none was saved). The groups left without a copy go

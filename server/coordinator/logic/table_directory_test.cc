@@ -182,10 +182,22 @@ TEST(TableDirectory, AFailOversMapIsPublishedOnceTheLiveServersHoldItAndResumedW
   d.ForgetServer(2);  // server 2 died too: not waited for
   EXPECT_EQ(d.published().version, 2u);
 
+  uint64_t saved_version = 0;
+  std::vector<std::vector<uint32_t>> saved;
+  ASSERT_TRUE(d.MapToSave(&saved_version, &saved));
+  EXPECT_EQ(saved_version, 2u);
+  EXPECT_EQ(saved, d.map().replicas);
+
   TableDirectory resumed({});
+  EXPECT_FALSE(resumed.MapToSave(&saved_version, &saved));  // no map: the first is made from the layout
   const ShardMap four = ShardMap::Replicated(8, 4, 2, {}, 1);  // groups on {0,1} {1,2} {2,3} {3,0}
   lost.clear();
   resumed.SetResumedMap(2, four.Without(1, &lost).replicas);  // saved after server 1's fail-over
+  // Saved again before the servers came back: the resumed map, not none
+  // (the next coordinator would make v1, older than the servers' v2).
+  ASSERT_TRUE(resumed.MapToSave(&saved_version, &saved));
+  EXPECT_EQ(saved_version, 2u);
+  EXPECT_EQ(saved, four.Without(1, &lost).replicas);
   resumed.DropFromResumed(four, 3, &lost);  // server 3 dead before the servers came back
   ASSERT_TRUE(lost.empty());
   const ShardMap again = resumed.FirstMap(four);
