@@ -122,12 +122,15 @@ def test_a_waiting_reader_lets_other_python_threads_run(tmp_path, log):
     assert len(got) == 2 and len(got[0][0]) == 10
 
 
-def train_from_pool(endpoint, rank, log, batch, got, errors, epoch=1):
+def train_from_pool(endpoint, rank, log, batch, got, errors, epoch=1, joined=None):
     """One worker: every batch of the pool reader (its keys recorded), as a
     step does: a pull of the batch's rows (under sync it waits for the
-    others' clocks), then a clock."""
+    others' clocks), then a clock. `joined`: a barrier passed once
+    connected (the workers all in the job before the first claim)."""
     try:
         with shardps.connect(endpoint, rank=rank) as ps:
+            if joined is not None:
+                joined.wait(60)
             e = ps.create_table("e", kind="sparse", cols=2)
             r = shardps.CriteoPoolReader(ps, log, batch, rows=0, epoch=epoch)
             assert r.lines == 1000
@@ -143,10 +146,14 @@ def train_from_pool(endpoint, rank, log, batch, got, errors, epoch=1):
 def test_the_pool_reader_trains_every_line_once_between_the_workers(cluster_factory, log, consistency, batch):
     """Two workers, each its batches from the job's pool: every line once.
     Under sync with batches of 400 (1000 lines: 400 + 400 at clock 0, 200 +
-    none at clock 1) worker 1 ticks an empty clock itself."""
+    none at clock 1) worker 1 ticks an empty clock itself. (Both join
+    before either claims: a worker that joins a running job starts at its
+    clock, and takes what its rank's slot holds there.)"""
     c = cluster_factory(servers=1, workers=2, consistency=consistency)
     got, errors = {0: [], 1: []}, []
-    ts = [threading.Thread(target=train_from_pool, args=(c.endpoint, r, log, batch, got, errors)) for r in (0, 1)]
+    joined = threading.Barrier(2)
+    ts = [threading.Thread(target=train_from_pool, args=(c.endpoint, r, log, batch, got, errors),
+                           kwargs={"joined": joined}) for r in (0, 1)]
     for t in ts:
         t.start()
     for t in ts:

@@ -31,15 +31,6 @@ std::pair<uint64_t, uint64_t> WorkPool::TakeReturned(uint64_t max) {
   return g;
 }
 
-bool WorkPool::SlotsOut() const {
-  for (const auto& [clock, b] : blocks)
-    for (size_t i = 0; i < b.ranks.size(); ++i) {
-      const auto slot = Slot(b, i);
-      if (!b.taken[i] && slot.first < slot.second) return true;
-    }
-  return false;
-}
-
 std::pair<uint64_t, uint64_t> WorkPool::Slot(const Block& b, size_t i) {
   const uint64_t begin = std::min<uint64_t>(b.begin + static_cast<uint64_t>(b.per) * i, b.end);
   return {begin, std::min<uint64_t>(begin + b.per, b.end)};
@@ -184,10 +175,12 @@ void WorkPools::ClaimPerClock(const WorkClaim& c, WorkPool& p, const std::vector
       return grant(c.pool, begin, end);
     }
   }
-  // Not finished while a block holds a slot nobody took: its worker takes
-  // it at that clock, or the block is dropped at clock + 4 and the slot
-  // goes back; a worker told to wait ticks on to either.
-  const bool finished = p.last_clock < clock && p.next >= p.total && !p.SlotsOut();
+  // Not finished while a block holds a slot that comes out only by waiting
+  // (this worker's own, or one its worker went past): a worker told to
+  // wait ticks on until the block is dropped (at its clock + 4) and the
+  // slot goes back. A slot whose worker is still to reach its clock is
+  // left to it.
+  const bool finished = p.last_clock < clock && p.next >= p.total && !SlotsWaitedFor(p, rank);
   *out = {c.pool, 0, 0, finished ? Grant::kFinished : Grant::kWaitNextClock, p.handed()};
 }
 
@@ -215,6 +208,20 @@ WorkPool::Block WorkPools::CutBlock(const WorkClaim& c, WorkPool& p, const std::
   p.next = blk.end;
   if (p.next >= p.total) p.last_clock = clock;
   return blk;
+}
+
+bool WorkPools::SlotsWaitedFor(const WorkPool& p, uint32_t rank) const {
+  for (const auto& [at, b] : p.blocks)
+    for (size_t i = 0; i < b.ranks.size(); ++i) {
+      const auto slot = WorkPool::Slot(b, i);
+      if (b.taken[i] || slot.first >= slot.second) continue;
+      if (b.ranks[i] == rank) return true;
+      const auto held = d_.clock_grants.find(b.ranks[i]);
+      if (held != d_.clock_grants.end() &&
+          std::any_of(held->second.begin(), held->second.end(), [&](const ClockGrant& g) { return g.clock > at; }))
+        return true;
+    }
+  return false;
 }
 
 void WorkPools::RecordWorkAt(int64_t clock, WorkPosition at, const CutClocks& cuts) {

@@ -51,8 +51,6 @@ struct WorkPool {
   uint64_t FirstUndone() const;
   // Up to `max` units handed back by a dead worker (empty: none).
   std::pair<uint64_t, uint64_t> TakeReturned(uint64_t max);
-  // A block holds a slot not taken yet that has units.
-  bool SlotsOut() const;
   // Slot `i` of block `b`: its `per` units, cut short at the block's end.
   static std::pair<uint64_t, uint64_t> Slot(const Block& b, size_t i);
 };
@@ -185,6 +183,11 @@ class WorkPools {
   // claimed in them goes back, and (with `rank` >= 0) so does every
   // unclaimed slot of that rank in the blocks kept.
   static void ReturnSlots(WorkPool& p, int64_t before_clock, int rank);
+  // A block of `p` holds an untaken slot that only a wait can hand out:
+  // `rank`'s own (taken at its clock, or back once the block is dropped),
+  // or one of a worker granted units at a later clock (it never claims at
+  // that clock again: back once the block is dropped).
+  bool SlotsWaitedFor(const WorkPool& p, uint32_t rank) const;
   void RecordWorkAt(int64_t clock, WorkPosition at, const CutClocks& cuts);
 
   // Run()'s thread owns it.

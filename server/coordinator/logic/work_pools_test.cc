@@ -151,6 +151,16 @@ TEST(WorkPoolsPerClock, FinishedOnceTheLastBlockIsBehindElseWaitNextClock) {
   EXPECT_EQ(Units(done), Range(0, 0));
 }
 
+TEST(WorkPoolsPerClock, ASlotLeftToAWorkerStillToReachItsClockDoesNotHoldTheOthersBack) {
+  WorkPools w;
+  EXPECT_EQ(Units(MustClaim(w, PerClock(0, 0, 1, 30, 10), {0, 1})), Range(0, 10));
+  EXPECT_EQ(Units(MustClaim(w, PerClock(1, 0, 1, 30, 10), {0, 1})), Range(10, 20));
+  EXPECT_EQ(MustClaim(w, PerClock(1, 1, 1, 30, 10), {0, 1}).state, Grant::kWaitNextClock);  // worker 0's [20, 30)
+  EXPECT_EQ(MustClaim(w, PerClock(1, 2, 1, 30, 10), {0, 1}).state, Grant::kFinished);       // left to worker 0
+  EXPECT_EQ(Units(MustClaim(w, PerClock(0, 1, 1, 30, 10), {0, 1})), Range(20, 30));
+  EXPECT_EQ(MustClaim(w, PerClock(0, 2, 1, 30, 10), {0, 1}).state, Grant::kFinished);
+}
+
 TEST(WorkPoolsPerClock, WorkersAnyNumberOfClocksApartTrainEveryUnitOnce) {
   // Nothing in a claim makes the workers' clocks meet (a worker that never
   // pulls under sync runs ahead): however far apart, every unit exactly
