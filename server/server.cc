@@ -332,6 +332,7 @@ void Server::UpdateGauges() {
   m_.applied_clock.Set(applied);
   m_.min_clock.Set(min_clock);
   m_.SetTables(tables_.all());
+  if (const ColdStore* tier = tables_.cold()) m_.SetColdBytes(tier->bytes_read(), tier->bytes_written());
   // Replicas: a server holding more than its own group's copy.
   if (std::count_if(shards_.begin(), shards_.end(), [](const auto& sh) { return sh != nullptr; }) > 1)
     for (auto& sh : shards_)

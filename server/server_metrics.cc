@@ -70,6 +70,17 @@ void ServerMetrics::SetGroup(uint32_t group, bool primary, uint64_t forwarded, u
   g.primary->Set(primary ? 1 : 0);
 }
 
+void ServerMetrics::SetColdBytes(uint64_t read, uint64_t written) {
+  if (!cold_bytes_read) {
+    cold_bytes_read = &registry.GetCounter("shardps_cold_bytes_read_total",
+                                           "Bytes of rows this server read from its cold tier (RocksDB values)");
+    cold_bytes_written = &registry.GetCounter("shardps_cold_bytes_written_total",
+                                              "Bytes of rows this server wrote to its cold tier (RocksDB values)");
+  }
+  cold_bytes_read->SetTotal(read);
+  cold_bytes_written->SetTotal(written);
+}
+
 void ServerMetrics::SetTables(const std::vector<std::unique_ptr<ServerTable>>& tables) {
   for (size_t i = table_series.size(); i < tables.size(); ++i) {
     if (!tables[i]) break;

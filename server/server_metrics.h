@@ -55,6 +55,10 @@ struct ServerMetrics {
     metrics::Gauge* primary = nullptr;
   };
   void SetGroup(uint32_t group, bool primary, uint64_t forwarded, uint64_t lag);
+  // The cold tier's bytes of rows read and written so far (a server with one).
+  void SetColdBytes(uint64_t read, uint64_t written);
+  metrics::Counter* cold_bytes_read = nullptr;
+  metrics::Counter* cold_bytes_written = nullptr;
   std::vector<GroupSeries> group_series;  // by group
 };
 

@@ -32,6 +32,17 @@ TEST(ServerMetrics, EverySeriesIsRegisteredAndUpdatedThroughItsReference) {
     EXPECT_NE(text.find(name), std::string::npos) << name;
 }
 
+TEST(ServerMetrics, TheColdTiersBytesAppearOnceThereIsOne) {
+  metrics::Registry r;
+  ServerMetrics m(r);
+  EXPECT_EQ(r.Render().find("shardps_cold_bytes"), std::string::npos);  // no tier: no series
+  m.SetColdBytes(4096, 10240);
+  m.SetColdBytes(8192, 20480);  // totals, not increments
+  const std::string text = r.Render();
+  EXPECT_TRUE(Has(text, "shardps_cold_bytes_read_total 8192")) << text;
+  EXPECT_TRUE(Has(text, "shardps_cold_bytes_written_total 20480")) << text;
+}
+
 TEST(ServerMetrics, EachTableHeldGetsItsRowsAndBytes) {
   metrics::Registry r;
   ServerMetrics m(r);
