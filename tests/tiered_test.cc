@@ -248,7 +248,7 @@ TEST_F(TieredTest, ACopyFilledFromRowsOnDiskTakesOverWithTheModelOfTheJobWithout
 // A snapshot of a tiered table (written while most rows were on disk)
 // restored into servers whose hot tier is as small: every row as the
 // snapshot has it, and as the job that wrote it ended.
-TEST_F(TieredTest, ARestoredTieredTableHoldsTheSnapshotsRows) {
+TEST_F(TieredTest, ServersKilledWithRowsOnDiskRollBackToTheSnapshotsRowsOnAnotherNumberOfServers) {
   const std::string snaps = Dir("snaps");
   std::vector<float> trained;
   {
@@ -270,9 +270,16 @@ TEST_F(TieredTest, ARestoredTieredTableHoldsTheSnapshotsRows) {
     };
     EXPECT_TRUE(testing::WaitFor(complete, 60s)) << "no snapshot at clock " << kClocks << " in " << snaps;
     if (HasFailure()) c.DumpLogs();
+    // Both servers killed with rows on disk: their tiers stay behind.
+    c.KillServer(0, SIGKILL);
+    c.KillServer(1, SIGKILL);
+    EXPECT_TRUE(std::filesystem::exists(Dir("writer") + "/shardps-cold-0/rows"));
   }
+  // The job rolled back: started again from its snapshot, on the killed
+  // servers' cold directories (their rows emptied, never read).
   LocalCluster c;
   ClusterOptions o = Options(true, Dir("restored"));
+  o.server_args.back() = Dir("writer");  // --cold-dir
   o.servers = 3;  // (onto another number of servers)
   o.coordinator_args = {"--snapshot-dir", snaps, "--restore"};
   ASSERT_TRUE(c.Start(o).ok());
