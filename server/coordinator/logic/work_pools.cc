@@ -192,12 +192,8 @@ WorkPool::Block WorkPools::CutBlock(const WorkClaim& c, WorkPool& p, const std::
   // worker's units) or past it: a worker granted units at a later clock
   // never claims at this one again (its slot would wait for the block to
   // be dropped, and be lost if the pool were finished first).
-  for (uint32_t r : live) {
-    auto held = d_.clock_grants.find(r);
-    if (held == d_.clock_grants.end() ||
-        std::none_of(held->second.begin(), held->second.end(), [&](const ClockGrant& g) { return g.clock >= clock; }))
-      blk.ranks.push_back(r);
-  }
+  for (uint32_t r : live)
+    if (!GrantedAfter(r, clock - 1)) blk.ranks.push_back(r);
   blk.taken.assign(blk.ranks.size(), 0);
   blk.per = c.max;
   blk.begin = p.next;
@@ -215,13 +211,15 @@ bool WorkPools::SlotsWaitedFor(const WorkPool& p, uint32_t rank) const {
     for (size_t i = 0; i < b.ranks.size(); ++i) {
       const auto slot = WorkPool::Slot(b, i);
       if (b.taken[i] || slot.first >= slot.second) continue;
-      if (b.ranks[i] == rank) return true;
-      const auto held = d_.clock_grants.find(b.ranks[i]);
-      if (held != d_.clock_grants.end() &&
-          std::any_of(held->second.begin(), held->second.end(), [&](const ClockGrant& g) { return g.clock > at; }))
-        return true;
+      if (b.ranks[i] == rank || GrantedAfter(b.ranks[i], at)) return true;
     }
   return false;
+}
+
+bool WorkPools::GrantedAfter(uint32_t rank, int64_t clock) const {
+  const auto held = d_.clock_grants.find(rank);
+  return held != d_.clock_grants.end() &&
+         std::any_of(held->second.begin(), held->second.end(), [&](const ClockGrant& g) { return g.clock > clock; });
 }
 
 void WorkPools::RecordWorkAt(int64_t clock, WorkPosition at, const CutClocks& cuts) {

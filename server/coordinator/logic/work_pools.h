@@ -188,6 +188,8 @@ class WorkPools {
   // or one of a worker granted units at a later clock (it never claims at
   // that clock again: back once the block is dropped).
   bool SlotsWaitedFor(const WorkPool& p, uint32_t rank) const;
+  // `rank` holds a recent per-clock grant of a clock after `clock`.
+  bool GrantedAfter(uint32_t rank, int64_t clock) const;
   void RecordWorkAt(int64_t clock, WorkPosition at, const CutClocks& cuts);
 
   // Run()'s thread owns it.
