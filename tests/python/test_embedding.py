@@ -793,3 +793,54 @@ def test_a_checkpoint_streamed_to_disk_loads_onto_another_job_and_into_plain_tor
         shardps.torch.load(ck)
     with pytest.raises(TypeError, match="a ShardedModel or a torch.nn.Module, got dict"):
         shardps.torch.save({}, ck)
+
+
+def test_a_group_of_per_feature_bags_pools_in_one_call_as_torch_does(cluster_factory):
+    # The Wide & Deep shape: one EmbeddingBag per feature (mode sum, a bag per
+    # row of a (b, 1) column of the batch), all in one group, prefetched in
+    # the step before: the batch's modules are pooled in one call, and
+    # forward and several Adagrad steps equal torch's modules on the same rows.
+    # One module of the group is prefetched but not forwarded: its rows
+    # get no push (Adagrad's state would move with a zero gradient too).
+    c = cluster_factory(servers=2, workers=1, consistency="sync")
+    feats, rows = 5, 30
+    gen = torch.Generator().manual_seed(7)
+    batches = [torch.randint(0, rows, (16, feats), generator=gen) for _ in range(4)]
+    with shardps.connect(c.endpoint, rank=0) as ps:
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.bags = torch.nn.ModuleList([shardps.torch.EmbeddingBag(
+                    rows, 3, client=ps, mode="sum", group="cols", init="uniform", low=-0.5, high=0.5,
+                    optimizer="adagrad", lr=0.3) for _ in range(feats + 1)])  # the last one: never forwarded
+
+            def forward(self, ids):
+                return torch.cat([self.bags[f](ids[:, f:f + 1]) for f in range(feats)], 1)
+
+            def prefetch(self, ids):
+                for f in range(feats + 1):
+                    self.bags[f].prefetch(ids[:, f % feats:f % feats + 1])
+
+        net = Net()
+        sm = shardps.torch.ShardedModel(ps, net)
+        everything = torch.arange(rows)
+        ref = [torch.nn.EmbeddingBag(rows, 3, mode="sum") for _ in range(feats + 1)]
+        with torch.no_grad():
+            for r, m in zip(ref, net.bags):
+                r.weight.copy_(m.read(everything))
+        opt = torch.optim.Adagrad([m.weight for m in ref], lr=0.3, eps=1e-10)
+        with ps.hold_requests():
+            net.prefetch(batches[0])
+        for i, ids in enumerate(batches):
+            out = net(ids)
+            want = torch.cat([ref[f](ids[:, f:f + 1]) for f in range(feats)], 1)
+            np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-5)
+            opt.zero_grad()
+            loss_of(want, i).backward()
+            opt.step()
+            loss_of(out, i).backward()
+            nxt = batches[i + 1] if i + 1 < len(batches) else None
+            sm.step(ahead=None if nxt is None else (lambda b=nxt: net.prefetch(b)))
+        for r, m in zip(ref, net.bags):
+            np.testing.assert_allclose(m.read(everything).numpy(), r.weight.detach().numpy(), rtol=0, atol=1e-5)
+    c.close()

@@ -341,6 +341,14 @@ def _bag_offsets(what, ids, offsets):
 GROUP_ID_BITS = 48  # in a shared table: key = slot << 48 | id
 
 
+def _unique(ids):
+    """(the sorted unique values of the int64 tensor `ids`, each position's
+    index into them, shaped as `ids`), as tensors. numpy's unique (a sort):
+    torch.unique (1.13) takes 9x its time on a batch's 1 664 keys here."""
+    uniq, inverse = np.unique(ids.numpy(), return_inverse=True)
+    return torch.from_numpy(uniq), torch.from_numpy(inverse).view(ids.shape)
+
+
 def _check_unique(what, uniq, num_embeddings, group=None):
     """IndexError naming `what` unless the sorted unique ids `uniq` are all
     >= 0, < num_embeddings (when given) and < 2^48 in a group."""
@@ -358,8 +366,9 @@ def _check_unique(what, uniq, num_embeddings, group=None):
 class _TableGroup:
     """One sparse table shared by several modules (`group=` of Embedding and
     EmbeddingBag): each module a slot, its ids keys slot << 48 | id. The
-    modules' prefetched pulls leave as one request per server (flush_pulls)
-    and their gradients as one push per server (flush_pushes), however many
+    modules' prefetches are one batch (_GroupBatch): their ids deduplicated
+    in one call, pulled as one request per server (flush_pulls), their
+    gradients pushed as one push per server (flush_pushes), however many
     modules: a model written with one module per feature pays per batch
     what one table costs. Main thread only (forward, backward's hooks and
     the step run there)."""
@@ -367,21 +376,15 @@ class _TableGroup:
     def __init__(self, client, name, table, options):
         self.client, self.name, self.table, self.options = client, name, table, options
         self.slots = 0
-        self.pulls = []  # [(module's pending pull, keys)]: prefetched, not sent yet
+        self.ahead = {}  # module -> its prefetch entry: prefetched, not sent yet (flush_pulls)
         self.pushes = []  # [(keys, gradient)]: from backward, not sent yet
         self.sent = []  # requests of the pushes sent
 
     def flush_pulls(self):
-        """Sends every pending prefetch as one pull (no wait)."""
-        if not self.pulls:
-            return
-        pending, self.pulls = self.pulls, []
-        keys = np.concatenate([k for _, k in pending])
-        req = self.client.pull_async(self.table, ids=keys)
-        at = 0
-        for p, k in pending:
-            p["req"], p["at"], p["n"] = req, at, len(k)
-            at += len(k)
+        """Sends every pending prefetch as one batch: one pull (no wait)."""
+        if self.ahead:
+            ahead, self.ahead = self.ahead, {}
+            _GroupBatch(self, ahead)
 
     def flush_pushes(self):
         """Sends every gradient backward gave as one push (no wait)."""
@@ -398,6 +401,115 @@ class _TableGroup:
         for r in sent:
             r.wait()
         return len(sent)
+
+
+class _GroupBatch:
+    """The prefetched rows of a group's modules for one batch. Their ids are
+    checked and deduplicated in one call (keys slot << 48 | id), pulled in
+    one request per server, and held as one tensor of rows whose gradient
+    (every module's, summed per row by autograd) is pushed once. The
+    EmbeddingBags given 2-d ids (a bag per row) are pooled in one
+    embedding_bag call per mode at the first forward that needs it, each
+    forward taking its slice: a module per feature costs little more
+    Python per step than one table. A module prefetched but not forwarded
+    pushes nothing (its rows are left out of the push)."""
+
+    __slots__ = ("group", "entries", "uniq", "inverse", "req", "rows", "pools", "used")
+
+    def __init__(self, group, ahead):
+        self.group, self.entries = group, ahead
+        mods = list(ahead)
+        flat = [ahead[m][0].reshape(-1).long() for m in mods]
+        ids = torch.cat(flat) if len(flat) > 1 else flat[0]
+        if ids.numel():
+            lo, hi = torch.aminmax(ids)
+            limits = [m.num_embeddings for m in mods if m.num_embeddings is not None]
+            if int(lo) < 0 or int(hi) >= min(limits + [1 << GROUP_ID_BITS]):
+                for m, f in zip(mods, flat):  # which module: its own message
+                    if f.numel():
+                        _check_unique(m._what(), torch.stack(torch.aminmax(f)), m.num_embeddings, group)
+            counts = torch.tensor([f.numel() for f in flat])
+            keys = ids | torch.repeat_interleave(torch.tensor([m._prefix for m in mods]), counts)
+        else:
+            keys = ids
+        uniq, self.inverse = _unique(keys)
+        self.uniq = uniq.numpy()
+        self.req = group.client.pull_async(group.table, ids=self.uniq) if len(self.uniq) else None
+        self.rows, self.pools, self.used = None, {}, set()
+        at = 0
+        for m, f in zip(mods, flat):
+            e = ahead[m]
+            e[2], e[3], e[4] = self, at, at + f.numel()
+            at += f.numel()
+
+    def lookup(self, m, entry):
+        """(inverse of `m`'s ids, the batch's rows) for m's own forward."""
+        self.used.add(m)
+        return self.inverse[entry[3]:entry[4]].view(entry[0].shape), self.leaf()
+
+    def leaf(self):
+        """The batch's rows: (unique ids, dim); with autograd on, a leaf
+        whose gradient is pushed (with the group's others) at the step."""
+        if self.rows is None:
+            got = self.req.wait() if self.req is not None else np.zeros((0, self.group.options["cols"]), np.float32)
+            self.rows = torch.from_numpy(got)
+        if torch.is_grad_enabled() and len(self.uniq) and not self.rows.requires_grad:
+            self.rows.requires_grad_(True)
+            self.rows.register_hook(self._pusher())
+        return self.rows
+
+    def pooled(self, m, entry):
+        """m's bags (its 2-d ids, a bag per row), from the one pooling of
+        every such EmbeddingBag of the batch with m's mode."""
+        self.used.add(m)
+        pool = self.pools.get(m.mode)
+        if pool is None:
+            pool = self.pools[m.mode] = self._pool(m.mode)
+        return pool[m]
+
+    def _pool(self, mode):
+        same = [(m, e) for m, e in self.entries.items() if isinstance(m, EmbeddingBag) and m.mode == mode
+                and e[0].dim() == 2 and e[0].shape[1] > 0]
+        widths = {e[0].shape[1] for _, e in same}
+        if len(same) == len(self.entries):  # every module: the batch's inverse as it is
+            inverse = self.inverse
+        else:
+            inverse = torch.cat([self.inverse[e[3]:e[4]] for _, e in same])
+        if len(widths) == 1:
+            offsets = torch.arange(0, inverse.numel(), widths.pop())
+        else:
+            starts, at = [], 0
+            for _, e in same:
+                starts.append(torch.arange(at, at + e[4] - e[3], e[0].shape[1]))
+                at += e[4] - e[3]
+            offsets = torch.cat(starts)
+        out = torch.nn.functional.embedding_bag(inverse, self.leaf(), offsets, mode=mode)
+        # One split: its backward is one concatenation (a slice each would
+        # zero-fill the whole output once per module in backward).
+        return dict(zip((m for m, _ in same), out.split([e[0].shape[0] for _, e in same])))
+
+    def _pusher(self):
+        """The hook on the rows: their gradient to the group's pushes. It
+        holds what it needs, not the batch (no cycle through the rows: the
+        batch's memory goes back as soon as the step is done with it)."""
+        group, used, uniq, inverse = self.group, self.used, self.uniq, self.inverse
+        spans = {m: (e[3], e[4]) for m, e in self.entries.items()}
+
+        def push(grad):
+            pushed = [m for m in used if not m.__dict__.get("frozen", False)]
+            g = grad.detach()
+            if g.dtype != torch.float32:
+                g = g.float()
+            keys = uniq
+            if len(pushed) < len(spans):  # only the rows of the modules forwarded (and not frozen)
+                if not pushed:
+                    return
+                mask = torch.zeros(len(keys), dtype=torch.bool)
+                for m in pushed:
+                    mask[inverse[spans[m][0]:spans[m][1]]] = True
+                keys, g = keys[mask.numpy()], g[mask]
+            group.pushes.append((keys, g.contiguous().numpy()))
+        return push
 
 
 _groups = {}  # (id(client), group name) -> _TableGroup
@@ -540,7 +652,7 @@ class _SparseLookup(torch.nn.Module):
         after checking `ids`: a CPU tensor of int64 or int32, every id >= 0
         and < num_embeddings (when given)."""
         self._check_ids(ids, what)
-        uniq, inverse = torch.unique(ids.long(), sorted=True, return_inverse=True)
+        uniq, inverse = _unique(ids.long())
         _check_unique(self._what(), uniq, self.num_embeddings, self._group)
         return uniq, inverse
 
@@ -553,36 +665,55 @@ class _SparseLookup(torch.nn.Module):
     def prefetch(self, ids):
         """Issues the pull of the rows of `ids` now, without waiting: the
         next forward whose ids equal these (the same tensor, or equal
-        values) uses them instead of pulling. Prefetches of several modules
-        inside client.hold_requests() -- or in ShardedModel.step(ahead=...),
-        which issues them behind the tick, for the next iteration -- leave
-        in one message per server. Ids checked as forward checks them."""
+        values, not changed in place since) uses them instead of pulling.
+        Prefetches of several modules inside client.hold_requests() -- or
+        in ShardedModel.step(ahead=...), which issues them behind the tick,
+        for the next iteration -- leave in one message per server. Ids
+        checked as forward checks them; in a group, with the group's other
+        prefetches when they are sent (at the step, or the first forward)."""
+        self._check_ids(ids, "ids")
+        if self._group is not None:  # [ids, version, batch, lo, hi]: one batch with the group's others
+            entry = [ids, ids._version, None, 0, 0]
+            self._group.ahead[self] = entry
+            self.__dict__["_ahead"] = entry
+            return
         uniq, inverse = self._unique(ids)
         keys = self._keys(uniq)
-        pull = {"req": None}
-        if uniq.numel():
-            if self._group is None:
-                pull["req"] = self.client.pull_async(self.table, ids=keys)
-            else:  # sent with the group's others (flush_pulls: at the step, or the first forward)
-                self._group.pulls.append((pull, keys))
-        self.__dict__["_ahead"] = (ids, uniq, inverse, keys, pull)
+        req = self.client.pull_async(self.table, ids=keys) if uniq.numel() else None
+        self.__dict__["_ahead"] = (ids, ids._version, uniq, inverse, keys, req)
 
-    def _lookup(self, ids, what="ids"):
-        """(unique ids, inverse, rows): the prefetched ones when `ids` are
-        what prefetch() was given, else checked and pulled now."""
+    def _take_ahead(self, ids):
+        """The prefetch entry for `ids` (None: not prefetched, or for other
+        ids); the module's prefetch is used up either way."""
         ahead = self._ahead
+        if ahead is None:
+            return None
         self.__dict__["_ahead"] = None
-        if ahead is not None and (ahead[0] is ids or (isinstance(ids, torch.Tensor) and ahead[0].shape == ids.shape
-                                                      and torch.equal(ahead[0], ids))):
-            _, uniq, inverse, keys, pull = ahead
-            if not uniq.numel():
-                return uniq, inverse, self._rows(uniq, keys)
-            if pull["req"] is None:  # a group's prefetch not sent yet: all of them now
-                self._group.flush_pulls()
-            got = pull["req"].wait()
-            if "at" in pull:
-                got = got[pull["at"]:pull["at"] + pull["n"]]
-            return uniq, inverse, self._rows(uniq, keys, got)
+        if self._group is not None:
+            self._group.ahead.pop(self, None)
+        a = ahead[0]
+        if a._version != ahead[1] or not isinstance(ids, torch.Tensor):  # changed in place since the prefetch
+            return None
+        if a is not ids and (a.shape != ids.shape or a.dtype != ids.dtype or not (
+                (a.data_ptr() == ids.data_ptr() and a.stride() == ids.stride()) or torch.equal(a, ids))):
+            return None
+        if self._group is not None and ahead[2] is None:  # the group's batch not sent yet: all of it now
+            self._group.ahead[self] = ahead
+            self._group.flush_pulls()
+            if ahead[2] is None:
+                return None
+        return ahead
+
+    def _lookup(self, ids, what="ids", ahead=None):
+        """(unique ids or None, inverse, rows): the prefetched ones when
+        `ids` are what prefetch() was given, else checked and pulled now."""
+        ahead = ahead if ahead is not None else self._take_ahead(ids)
+        if ahead is not None:
+            if self._group is not None:
+                inverse, rows = ahead[2].lookup(self, ahead)
+                return None, inverse, rows
+            _, _, uniq, inverse, keys, req = ahead
+            return uniq, inverse, self._rows(uniq, keys, None if req is None else req.wait())
         uniq, inverse = self._unique(ids, what)
         return uniq, inverse, self._rows(uniq, self._keys(uniq))
 
@@ -743,6 +874,10 @@ class EmbeddingBag(_SparseLookup):
         self.mode, self.include_last_offset = mode, bool(include_last_offset)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
+        ahead = self._take_ahead(input) if self._ahead is not None else None
+        if ahead is not None and self._group is not None and offsets is None and per_sample_weights is None and \
+                input.dim() == 2 and input.shape[1] > 0:  # the group's one pooling: this module's bags
+            return ahead[2].pooled(self, ahead)
         self._check_ids(input, "input")
         offsets = _bag_offsets(self._what(), input, offsets)
         if per_sample_weights is not None:
@@ -753,7 +888,7 @@ class EmbeddingBag(_SparseLookup):
                 raise ValueError(f"{self._what()}: per_sample_weights must be a floating tensor of the input's "
                                  f"shape {tuple(input.shape)}")
             per_sample_weights = per_sample_weights.float()
-        _, inverse, rows = self._lookup(input, "input")
+        _, inverse, rows = self._lookup(input, "input", ahead)
         return torch.nn.functional.embedding_bag(inverse, rows, offsets, mode=self.mode,
                                                  per_sample_weights=per_sample_weights,
                                                  include_last_offset=self.include_last_offset)
@@ -900,7 +1035,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         plan = []
         for c, table in zip(self.configs, self.tables):
             parts = [feats[f][0] for f in c.feature_names]
-            uniq, inverse = torch.unique(torch.cat([p.flatten() for p in parts]), sorted=True, return_inverse=True)
+            uniq, inverse = _unique(torch.cat([p.flatten() for p in parts]) if len(parts) > 1 else parts[0].flatten())
             _check_unique(f"table '{c.name}'", uniq, c.num_embeddings)
             pieces, at = [], 0
             for f, p in zip(c.feature_names, parts):
@@ -958,10 +1093,11 @@ class EmbeddingBagCollection(torch.nn.Module):
         if torch.is_grad_enabled() and flat.numel():
             flat.requires_grad_(True)
             flat.register_hook(self._pusher(plan, sizes, keys))
-        pooled, at = {}, 0
-        for (c, _, uniq, pieces), n in zip(plan, sizes):
-            rows = flat[at:at + n].view(-1, c.embedding_dim)
-            at += n
+        pooled = {}
+        # One split of the rows: its backward is one concatenation (a slice
+        # per table would zero-fill all of them once per table in backward).
+        for (c, _, uniq, pieces), part in zip(plan, flat.split(sizes)):
+            rows = part.view(-1, c.embedding_dim)
             for f, inverse, offsets in pieces:
                 w = weights.get(f)
                 pooled[f] = torch.nn.functional.embedding_bag(
