@@ -10,7 +10,7 @@ through shardps, one per worker rank, on a click log in the Criteo TSV format
 
 The model is ../shared/bench/torch_dlrm.py's: 26 embeddings of --dim (uniform
 in [-0.05, 0.05]); bottom MLP 13-64-DIM; the pairwise dot products of the 27
-vectors (351) with the dense vector into the top MLP 367-128-64-1; BCE loss;
+vectors (351; shardps.torch.pairwise_dot) with the dense vector into the top MLP 367-128-64-1; BCE loss;
 Adagrad (--lr 0.05) everywhere, batch --batch (128) per worker. Each category
 is hashed into its feature's --rows rows as there, (int(hex, 16) % (rows - 1))
 + 1, row 0 = missing (--rows 0: every value its own row), and all 26 features
@@ -86,14 +86,17 @@ class DLRM(torch.nn.Module):
         self.bottom = torch.nn.Sequential(torch.nn.Linear(13, 64), torch.nn.ReLU(), torch.nn.Linear(64, dim),
                                           torch.nn.ReLU())
         n = FEATURES + 1
-        self.iu = torch.triu_indices(n, n, 1)
         self.top = torch.nn.Sequential(torch.nn.Linear(n * (n - 1) // 2 + dim, 128), torch.nn.ReLU(),
                                        torch.nn.Linear(128, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 
     def forward(self, x, keys):
         d = self.bottom(x)
         v = torch.cat([d.unsqueeze(1), self.emb(keys)], dim=1)  # (b, 27, dim)
-        z = torch.bmm(v, v.transpose(1, 2))[:, self.iu[0], self.iu[1]]
+        # Every pair i < j of the 27 vectors, their dot product: what
+        # torch.bmm(v, v.transpose(1, 2))[:, iu[0], iu[1]] gives, in
+        # shardps-worker's kernel (a small matrix product per example and a
+        # scatter in backward cost twice as much in torch 1.13).
+        z = shardps.torch.pairwise_dot(v)
         return self.top(torch.cat([d, z], dim=1)).squeeze(1)
 
 

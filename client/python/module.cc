@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "client/python/ops_binding.h"
 #include "client/python/readers_binding.h"
 #include "shardps/client.h"
 
@@ -466,6 +467,7 @@ PYBIND11_MODULE(_shardps, m) {
 
   // The Criteo TSV readers (readers_binding.cc).
   python::BindReaders(m, &Check, [](py::handle client) { return client.cast<PyClient&>().live(); });
+  python::BindOps(m);
 
   // Client::HoldRequests's hold (shardps.Client.hold_requests() ends it).
   py::class_<HeldRequests>(m, "HeldRequests").def("release", &HeldRequests::Release);

@@ -208,3 +208,30 @@ def test_the_users_optimizer_is_refused_where_the_servers_cannot_run_it(cluster_
         opt.param_groups[0]["lr"] = 0.01  # an LR scheduler's doing
         with pytest.raises(ValueError, match="the learning rate changed"):
             opt.step()
+
+
+def test_pairwise_dot_equals_torchs_interaction_and_its_gradient():
+    # shardps.torch.pairwise_dot: DLRM's interaction in shardps-worker's
+    # kernel; forward and backward as torch's bmm and triu index compute them.
+    gen = torch.Generator().manual_seed(5)
+    for b, n, d in ((64, 27, 16), (3, 2, 1), (5, 9, 7), (1, 1, 4)):
+        v = torch.randn(b, n, d, generator=gen, dtype=torch.float64)
+        iu = torch.triu_indices(n, n, 1)
+        ref = v.clone().requires_grad_(True)
+        want = torch.bmm(ref, ref.transpose(1, 2))[:, iu[0], iu[1]]
+        got_v = v.float().requires_grad_(True)
+        got = shardps.torch.pairwise_dot(got_v)
+        assert got.shape == (b, n * (n - 1) // 2)
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+        g = torch.randn(want.shape, generator=gen, dtype=torch.float64)
+        (want * g).sum().backward()
+        (got * g.float()).sum().backward()
+        np.testing.assert_allclose(got_v.grad.numpy(), ref.grad.numpy(), rtol=1e-5, atol=1e-5)
+    # A view that is not contiguous is taken as its values.
+    v = torch.randn(4, 16, 6, generator=gen).transpose(1, 2)
+    iu = torch.triu_indices(6, 6, 1)
+    np.testing.assert_allclose(shardps.torch.pairwise_dot(v).numpy(),
+                               torch.bmm(v, v.transpose(1, 2))[:, iu[0], iu[1]].numpy(), rtol=1e-5, atol=1e-5)
+    for bad in (torch.zeros(4, 5), torch.zeros(2, 3, 4, dtype=torch.float64), [[[1.0]]]):
+        with pytest.raises(ValueError, match=r"pairwise_dot: v must be a \(batch, n, dim\) float32 CPU tensor"):
+            shardps.torch.pairwise_dot(bad)
