@@ -844,3 +844,17 @@ def test_a_group_of_per_feature_bags_pools_in_one_call_as_torch_does(cluster_fac
         for r, m in zip(ref, net.bags):
             np.testing.assert_allclose(m.read(everything).numpy(), r.weight.detach().numpy(), rtol=0, atol=1e-5)
     c.close()
+
+
+def test_a_group_batch_with_an_id_out_of_range_is_refused_and_the_others_pull_their_own(ps):
+    a = shardps.torch.EmbeddingBag(10, 4, client=ps, group="r", mode="sum")
+    b = shardps.torch.EmbeddingBag(5, 4, client=ps, group="r", mode="sum")
+    a.prefetch(torch.tensor([[1], [9]]))
+    b.prefetch(torch.tensor([[7]]))
+    with pytest.raises(IndexError, match=r"EmbeddingBag 'r': id 7 is out of range: num_embeddings is 5"):
+        b(torch.tensor([[7]]))
+    # a's prefetch went with the refused batch: its forward pulls its own rows.
+    assert a(torch.tensor([[1], [9]])).shape == (2, 4)
+    b.prefetch(torch.tensor([[-1]]))
+    with pytest.raises(IndexError, match=r"EmbeddingBag 'r': id -1 is negative"):
+        b(torch.tensor([[-1]]))

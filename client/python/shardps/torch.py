@@ -419,28 +419,29 @@ class _GroupBatch:
     def __init__(self, group, ahead):
         self.group, self.entries = group, ahead
         mods = list(ahead)
-        flat = [ahead[m][0].reshape(-1).long() for m in mods]
-        ids = torch.cat(flat) if len(flat) > 1 else flat[0]
-        if ids.numel():
-            lo, hi = torch.aminmax(ids)
-            limits = [m.num_embeddings for m in mods if m.num_embeddings is not None]
-            if int(lo) < 0 or int(hi) >= min(limits + [1 << GROUP_ID_BITS]):
-                for m, f in zip(mods, flat):  # which module: its own message
-                    if f.numel():
-                        _check_unique(m._what(), torch.stack(torch.aminmax(f)), m.num_embeddings, group)
-            counts = torch.tensor([f.numel() for f in flat])
-            keys = ids | torch.repeat_interleave(torch.tensor([m._prefix for m in mods]), counts)
+        tens = [ahead[m][0] for m in mods]
+        if len({t.shape[1:] for t in tens}) == 1 and all(t.dtype == torch.int64 for t in tens):
+            ids = (torch.cat(tens) if len(tens) > 1 else tens[0]).reshape(-1)  # one call (columns of a batch)
         else:
-            keys = ids
-        uniq, self.inverse = _unique(keys)
-        self.uniq = uniq.numpy()
-        self.req = group.client.pull_async(group.table, ids=self.uniq) if len(self.uniq) else None
+            ids = torch.cat([t.reshape(-1).long() for t in tens])
+        counts = [t.numel() for t in tens]
+        keys = ids.numpy()
+        if keys.size:
+            limits = [m.num_embeddings for m in mods if m.num_embeddings is not None]
+            if int(keys.min()) < 0 or int(keys.max()) >= min(limits + [1 << GROUP_ID_BITS]):
+                for m, t in zip(mods, tens):  # which module: its own message
+                    if t.numel():
+                        _check_unique(m._what(), torch.stack(torch.aminmax(t.long())), m.num_embeddings, group)
+            keys = keys | np.repeat(np.array([m._prefix for m in mods], dtype=np.int64), counts)
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        self.uniq, self.inverse = uniq, torch.from_numpy(inverse)
+        self.req = group.client.pull_async(group.table, ids=uniq) if len(uniq) else None
         self.rows, self.pools, self.used = None, {}, set()
         at = 0
-        for m, f in zip(mods, flat):
+        for m, n in zip(mods, counts):
             e = ahead[m]
-            e[2], e[3], e[4] = self, at, at + f.numel()
-            at += f.numel()
+            e[2], e[3], e[4] = self, at, at + n
+            at += n
 
     def lookup(self, m, entry):
         """(inverse of `m`'s ids, the batch's rows) for m's own forward."""
