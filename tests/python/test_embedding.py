@@ -552,6 +552,23 @@ def test_the_old_argument_order_still_works_and_says_how_it_was_read(ps):
     assert (bag.embedding_dim, bag.num_embeddings, bag.mode) == (4, None, "max")
 
 
+def train_beside_torch(net, sm, opt, batches, want_of, rtol, atol):
+    """Steps `net` (through `sm`, each next batch prefetched in the step
+    before: net.prefetch) and a torch reference (`want_of(batch)`, its
+    optimizer `opt`) on the same batches and loss, their forwards equal
+    (rtol, atol) at every step."""
+    for i, x in enumerate(batches):
+        out = net(x)
+        want = want_of(x)
+        np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=rtol, atol=atol)
+        opt.zero_grad()
+        loss_of(want, i).backward()
+        opt.step()
+        loss_of(out, i).backward()
+        nxt = batches[i + 1] if i + 1 < len(batches) else None
+        sm.step(ahead=None if nxt is None else (lambda b=nxt: net.prefetch(b)))
+
+
 def test_modules_of_a_group_share_one_table_and_one_request_each_way(cluster_factory):
     # Three per-feature modules in one group: one sparse table (keys slot <<
     # 48 | id), each module's rows its own; forward and an SGD step equal
@@ -593,16 +610,8 @@ def test_modules_of_a_group_share_one_table_and_one_request_each_way(cluster_fac
         opt = torch.optim.SGD([m.weight for m in ref.values()], lr=1.0)
         with ps.hold_requests():
             net.prefetch(batches[0])
-        for i, x in enumerate(batches):
-            out = net(x)
-            want = torch.cat([ref["a"](x["a"]), ref["b"](x["b"]), ref["c"](x["c"]).sum(1)], 1)
-            np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-7)
-            opt.zero_grad()
-            loss_of(want, i).backward()
-            opt.step()
-            loss_of(out, i).backward()
-            nxt = batches[i + 1] if i + 1 < len(batches) else None
-            sm.step(ahead=None if nxt is None else (lambda b=nxt: net.prefetch(b)))
+        train_beside_torch(net, sm, opt, batches, lambda x: torch.cat(
+            [ref["a"](x["a"]), ref["b"](x["b"]), ref["c"](x["c"]).sum(1)], 1), rtol=1e-6, atol=1e-7)
         for k in "abc":
             np.testing.assert_allclose(getattr(net, k).read(everything).numpy(), ref[k].weight.detach().numpy(),
                                        rtol=0, atol=1e-6)
@@ -831,16 +840,8 @@ def test_a_group_of_per_feature_bags_pools_in_one_call_as_torch_does(cluster_fac
         opt = torch.optim.Adagrad([m.weight for m in ref], lr=0.3, eps=1e-10)
         with ps.hold_requests():
             net.prefetch(batches[0])
-        for i, ids in enumerate(batches):
-            out = net(ids)
-            want = torch.cat([ref[f](ids[:, f:f + 1]) for f in range(feats)], 1)
-            np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-5)
-            opt.zero_grad()
-            loss_of(want, i).backward()
-            opt.step()
-            loss_of(out, i).backward()
-            nxt = batches[i + 1] if i + 1 < len(batches) else None
-            sm.step(ahead=None if nxt is None else (lambda b=nxt: net.prefetch(b)))
+        train_beside_torch(net, sm, opt, batches, lambda ids: torch.cat(
+            [ref[f](ids[:, f:f + 1]) for f in range(feats)], 1), rtol=0, atol=1e-5)
         for r, m in zip(ref, net.bags):
             np.testing.assert_allclose(m.read(everything).numpy(), r.weight.detach().numpy(), rtol=0, atol=1e-5)
     c.close()

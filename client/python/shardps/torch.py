@@ -1202,9 +1202,9 @@ def pairwise_dot(v):
     pair i < j of a row's vectors, their dot product, as (batch, n (n - 1)
     / 2) in torch.triu_indices(n, n, 1)'s order -- what
     `torch.bmm(v, v.transpose(1, 2))[:, iu[0], iu[1]]` computes, with its
-    gradient, in shardps-worker's C++ kernel (the GIL released) instead of
-    a small matrix product per example and a scatter in backward (5x
-    faster at batch 64 and 27 vectors of 16 here; docs/python.md)."""
+    gradient, in a C++ kernel (the GIL released) instead of a small matrix
+    product per example and a scatter in backward: about half the time at
+    batch 64 and 27 vectors of 16 here (docs/python.md)."""
     if not isinstance(v, torch.Tensor) or v.dim() != 3 or v.dtype != torch.float32 or v.device.type != "cpu":
         raise ValueError(f"pairwise_dot: v must be a (batch, n, dim) float32 CPU tensor, got "
                          f"{getattr(v, 'dtype', type(v).__name__)} of shape {tuple(getattr(v, 'shape', ()))}")
