@@ -459,6 +459,9 @@ def test_killed_coordinator_is_started_again_and_the_job_resumes(run_dir, tmp_pa
             first = open(os.path.join(run_dir, "coordinator.log")).read()
             assert re.search(rf"leading the job in {url} as \S+", first), first
             assert f"resuming the job saved in {url}" in again, again
+            # job.json names the user's etcd too (not started by the launcher).
+            job = json.load(open(os.path.join(run_dir, "job.json")))
+            assert job["etcd"] == {"endpoints": [endpoint], "prefix": "jobs/a", "started_by_launcher": False}, job
         wait_none_left(run_dir)
     finally:
         if etcd:

@@ -228,6 +228,17 @@ def check_etcd_installed(remote, hosts, etcd_bin):
                               f"installed (Debian: apt-get install etcd-server){'' if rc in (0, 1) else ': ' + out}")
 
 
+def given_etcd(state_dir):
+    """job.json's `etcd` for a job whose state the user put in an etcd of
+    their own ([coordinator] store or [job] state_dir = etcd://HOST:PORT[,
+    HOST:PORT...]/PREFIX): its endpoints and prefix, not started by the
+    launcher; None for a state directory."""
+    if not state_dir.startswith("etcd://"):
+        return None
+    hosts, _, prefix = state_dir[len("etcd://"):].partition("/")
+    return {"endpoints": hosts.split(","), "prefix": prefix, "started_by_launcher": False}
+
+
 def start_etcd(launcher, coords, used, addr):
     """[launch] etcd of `launcher` (a Launcher): starts the job's cluster
     (local) on the coordinators' hosts `coords` and then the other `used`
@@ -235,7 +246,10 @@ def start_etcd(launcher, coords, used, addr):
     state there (under a prefix of the job's own: `coordinator.store`, in
     place of [launch] etcd for them)."""
     etcd, dry_run = launcher.etcd, launcher.args.dry_run
-    if not etcd:
+    if not etcd:  # the user's own etcd ([coordinator] store), if any: job.json names it too
+        given = given_etcd(launcher.job.get("state_dir") or "")
+        if given and launcher.files:
+            launcher.files.etcd = given
         return
     if etcd.local:
         hosts = member_hosts(coords, used)
