@@ -231,7 +231,6 @@ zmq::socket_t IoLoop::ServerSocket(int rank, const std::string& ep) {
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::sndhwm, 0);
   s.set(zmq::sockopt::rcvhwm, 0);
-  SetDataBuffers(s);
   Secure(s, rank);
   if (!ep.empty()) s.connect(ep);
   return s;

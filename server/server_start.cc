@@ -24,7 +24,6 @@ Status ServerStart::Open(std::unique_ptr<ZapHandler>* zap, std::string* endpoint
     // comes again takes over from the old one rather than being ignored.
     data_.set(zmq::sockopt::router_handover, 1);
     data_.set(zmq::sockopt::linger, 0);
-    SetDataBuffers(data_);
     // Outgoing: at most this many replies queued per client. A client that
     // stops reading has further replies dropped (logged; it times out)
     // instead of held in this server's memory. 8192 is twice what a client

@@ -56,12 +56,6 @@ Status SendMultipart(zmq::socket_t& s, std::vector<zmq::message_t>& frames) {
   return Status::OK();
 }
 
-void SetDataBuffers(zmq::socket_t& s) {
-  constexpr int kBytes = 4 << 20;
-  s.set(zmq::sockopt::sndbuf, kBytes);
-  s.set(zmq::sockopt::rcvbuf, kBytes);
-}
-
 int Poll(zmq::pollitem_t* items, size_t n, Millis timeout) {
   try {
     return zmq::poll(items, n, timeout);

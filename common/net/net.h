@@ -22,16 +22,6 @@ bool RecvMultipart(zmq::socket_t& s, std::vector<zmq::message_t>* frames, bool d
 // Returns Unavailable when the peer is unknown (ROUTER_MANDATORY) or gone.
 Status SendMultipart(zmq::socket_t& s, std::vector<zmq::message_t>& frames);
 
-// The kernel buffers of the sockets that carry pushes and pulls (a
-// client's to each server, a server's data socket): 4 MiB each way, so a
-// step's message (a dense table's pull or push is hundreds of KB) crosses
-// in one or two reads and writes instead of many as loopback TCP's default
-// buffers (16 KB to send, 128 KB to receive, then grown) take it. Fewer
-// wake-ups of the I/O threads: 2-10 % more samples/s in six paired runs of
-// the DLRM and Wide & Deep jobs here (docs/performance.md). The kernel caps
-// it at net.core.[rw]mem_max.
-void SetDataBuffers(zmq::socket_t& s);
-
 // zmq::poll that treats an interrupted wait (a signal) as "nothing ready".
 int Poll(zmq::pollitem_t* items, size_t n, Millis timeout);
 
