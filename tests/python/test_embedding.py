@@ -859,3 +859,24 @@ def test_a_group_batch_with_an_id_out_of_range_is_refused_and_the_others_pull_th
     b.prefetch(torch.tensor([[-1]]))
     with pytest.raises(IndexError, match=r"EmbeddingBag 'r': id -1 is negative"):
         b(torch.tensor([[-1]]))
+
+
+def test_a_prefetch_of_inference_tensors_and_of_ids_changed_in_place(ps):
+    # Ids made under torch.inference_mode (no version counter) prefetch and
+    # forward as any others; ids changed in place after their prefetch are
+    # pulled again (the prefetched rows were another batch's).
+    emb = shardps.torch.Embedding(None, 3, name="inf", client=ps, init="uniform", low=-1, high=1)
+    bag = shardps.torch.EmbeddingBag(None, 3, group="inf_g", client=ps, mode="sum", init="uniform", low=-1, high=1)
+    with torch.inference_mode():
+        ids = torch.tensor([[1, 2], [2, 5]])
+        emb.prefetch(ids)
+        bag.prefetch(ids)
+        want_e, want_b = emb.read(ids), bag.read(ids).sum(1)
+        assert torch.equal(emb(ids), want_e) and torch.equal(bag(ids), want_b)
+    ids = torch.tensor([[1, 2], [2, 5]])
+    emb.prefetch(ids)
+    bag.prefetch(ids)
+    ids[0, 0] = 7
+    with torch.no_grad():
+        assert torch.equal(emb(ids), emb.read(ids))
+        assert torch.equal(bag(ids), bag.read(ids).sum(1))

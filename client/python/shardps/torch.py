@@ -349,6 +349,12 @@ def _unique(ids):
     return torch.from_numpy(uniq), torch.from_numpy(inverse).view(ids.shape)
 
 
+def _version(t):
+    """t's in-place version counter (None for an inference tensor, which has
+    none: it cannot be changed in place outside inference mode either)."""
+    return None if t.is_inference() else t._version
+
+
 def _check_unique(what, uniq, num_embeddings, group=None):
     """IndexError naming `what` unless the sorted unique ids `uniq` are all
     >= 0, < num_embeddings (when given) and < 2^48 in a group."""
@@ -674,14 +680,14 @@ class _SparseLookup(torch.nn.Module):
         prefetches when they are sent (at the step, or the first forward)."""
         self._check_ids(ids, "ids")
         if self._group is not None:  # [ids, version, batch, lo, hi]: one batch with the group's others
-            entry = [ids, ids._version, None, 0, 0]
+            entry = [ids, _version(ids), None, 0, 0]
             self._group.ahead[self] = entry
             self.__dict__["_ahead"] = entry
             return
         uniq, inverse = self._unique(ids)
         keys = self._keys(uniq)
         req = self.client.pull_async(self.table, ids=keys) if uniq.numel() else None
-        self.__dict__["_ahead"] = (ids, ids._version, uniq, inverse, keys, req)
+        self.__dict__["_ahead"] = (ids, _version(ids), uniq, inverse, keys, req)
 
     def _take_ahead(self, ids):
         """The prefetch entry for `ids` (None: not prefetched, or for other
@@ -693,7 +699,7 @@ class _SparseLookup(torch.nn.Module):
         if self._group is not None:
             self._group.ahead.pop(self, None)
         a = ahead[0]
-        if a._version != ahead[1] or not isinstance(ids, torch.Tensor):  # changed in place since the prefetch
+        if _version(a) != ahead[1] or not isinstance(ids, torch.Tensor):  # changed in place since the prefetch
             return None
         if a is not ids and (a.shape != ids.shape or a.dtype != ids.dtype or not (
                 (a.data_ptr() == ids.data_ptr() and a.stride() == ids.stride()) or torch.equal(a, ids))):
