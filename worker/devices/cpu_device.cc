@@ -9,6 +9,7 @@
 #include <new>
 
 #include "worker/devices/device.h"
+#include "worker/devices/pairwise_dot.h"
 
 namespace shardps::worker {
 namespace {
@@ -107,32 +108,11 @@ class CpuDevice final : public Device {
     stats[1] += static_cast<float>(correct);
   }
   void PairwiseDot(const float* v, int rows, int n, int dim, float* out, int out_stride) override {
-    for (int r = 0; r < rows; ++r) {
-      const float* vr = v + static_cast<size_t>(r) * n * dim;
-      float* o = out + static_cast<size_t>(r) * out_stride;
-      for (int i = 0; i < n; ++i)
-        for (int j = i + 1; j < n; ++j) {
-          float s = 0;
-          for (int k = 0; k < dim; ++k) s += vr[i * dim + k] * vr[j * dim + k];
-          *o++ = s;
-        }
-    }
+    PairwiseDotCpu(v, rows, n, dim, out, out_stride);
   }
   void PairwiseDotBackward(const float* v, const float* dz, int dz_stride, int rows, int n, int dim,
                            float* dv) override {
-    for (int r = 0; r < rows; ++r) {
-      const size_t at = static_cast<size_t>(r) * n * dim;
-      const float* vr = v + at;
-      const float* g = dz + static_cast<size_t>(r) * dz_stride;
-      float* d = dv + at;
-      std::fill(d, d + static_cast<size_t>(n) * dim, 0.0f);
-      for (int i = 0; i < n; ++i)
-        for (int j = i + 1; j < n; ++j, ++g)
-          for (int k = 0; k < dim; ++k) {
-            d[i * dim + k] += *g * vr[j * dim + k];
-            d[j * dim + k] += *g * vr[i * dim + k];
-          }
-    }
+    PairwiseDotBackwardCpu(v, dz, dz_stride, rows, n, dim, dv);
   }
   void CopyColumns(const float* src, int src_stride, int rows, int cols, float* dst, int dst_stride,
                    bool accumulate) override {
