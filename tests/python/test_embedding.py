@@ -810,7 +810,9 @@ def test_a_group_of_per_feature_bags_pools_in_one_call_as_torch_does(cluster_fac
     # the step before: the batch's modules are pooled in one call, and
     # forward and several Adagrad steps equal torch's modules on the same rows.
     # One module of the group is prefetched but not forwarded: its rows
-    # get no push (Adagrad's state would move with a zero gradient too).
+    # get no push (a zero gradient would still move a row whose optimizer
+    # state is not zero, as Adam's or momentum's): the push's keys leave out
+    # its slot.
     c = cluster_factory(servers=2, workers=1, consistency="sync")
     feats, rows = 5, 30
     gen = torch.Generator().manual_seed(7)
@@ -844,6 +846,15 @@ def test_a_group_of_per_feature_bags_pools_in_one_call_as_torch_does(cluster_fac
             [ref[f](ids[:, f:f + 1]) for f in range(feats)], 1), rtol=0, atol=1e-5)
         for r, m in zip(ref, net.bags):
             np.testing.assert_allclose(m.read(everything).numpy(), r.weight.detach().numpy(), rtol=0, atol=1e-5)
+        # The keys a batch's backward pushes: slots 0 .. feats - 1, never the
+        # prefetched module's that was not forwarded (slot feats).
+        group = net.bags[0]._group
+        net.prefetch(batches[0])
+        net(batches[0]).sum().backward()
+        keys, grads = group.pushes[-1]
+        assert sorted(set((keys >> 48).tolist())) == list(range(feats)), keys
+        assert grads.shape == (len(keys), 3)
+        sm.step()
     c.close()
 
 

@@ -678,8 +678,8 @@ class _SparseLookup(torch.nn.Module):
         for the next iteration -- leave in one message per server. Ids
         checked as forward checks them; in a group, with the group's other
         prefetches when they are sent (at the step, or the first forward)."""
-        self._check_ids(ids, "ids")
         if self._group is not None:  # [ids, version, batch, lo, hi]: one batch with the group's others
+            self._check_ids(ids, "ids")
             entry = [ids, _version(ids), None, 0, 0]
             self._group.ahead[self] = entry
             self.__dict__["_ahead"] = entry
