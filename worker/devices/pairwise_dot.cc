@@ -33,7 +33,7 @@ void PairwiseDotCpu(const float* v, int64_t rows, int64_t n, int64_t dim, float*
         for (int64_t r = 0; r < rows; ++r) a[r] += x[r] * y[r];
       }
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t p = 0; p < pairs; ++p) out[r * out_stride + p] = acc[p * rows + r];
+    for (int64_t p = 0; p < pairs; ++p) out[r * out_stride + p] = acc.data()[p * rows + r];
 }
 
 void PairwiseDotBackwardCpu(const float* v, const float* dz, int64_t dz_stride, int64_t rows, int64_t n,
